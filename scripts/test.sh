@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Second command of the README: the whole test suite, built with
+# AddressSanitizer and UndefinedBehaviorSanitizer, then a short libFuzzer run
+# of each fuzz target. The last line counts passed, failed and skipped.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh || exit 1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! { cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRIDGE_SANITIZE=ON \
+         -DCMAKE_C_COMPILER=clang -DRIDGE_FUZZ=ON >/dev/null &&
+       cmake --build build-test -j"$(nproc)"; } >"$log" 2>&1; then
+  cat "$log"
+  echo "build failed"
+  echo "0 passed, 1 failed, 0 skipped"
+  exit 1
+fi
+build-test/ridge_tests "$@" | tee "$log"
+status=${PIPESTATUS[0]}
+counts=$(tail -n 1 "$log")
+read -r passed _ failed _ skipped _ <<<"$(echo "$counts" | tr -d ',')"
+# Each fuzz target runs briefly over its seed corpus; a crash is a failure.
+if [ $# -eq 0 ]; then
+  for f in build-test/fuzz_*; do
+    [ -x "$f" ] || continue
+    name=$(basename "$f")
+    corpus=tests/fuzz/corpus/${name#fuzz_}
+    work=$(mktemp -d)
+    [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+    if "$f" -max_total_time="${RIDGE_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 -timeout=10 \
+        "$work" >"$log.fuzz" 2>&1; then
+      echo "ok   $name ($(grep -o 'Done [0-9]* runs' "$log.fuzz" | tail -1))"
+      passed=$((passed + 1))
+    else
+      tail -n 40 "$log.fuzz"
+      echo "FAIL $name"
+      failed=$((failed + 1))
+      status=1
+    fi
+    rm -rf "$work" "$log.fuzz"
+  done
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+exit "$status"

@@ -1,0 +1,83 @@
+// tests/test.h — ridge's small test harness.
+//
+// RG_TEST(name) { ... } registers a test at load time. Inside, RG_CHECK*
+// record failures and carry on; RG_REQUIRE* stop the test. RG_SKIP(reason)
+// marks it skipped. The runner prints one line per test and ends with
+// "N passed, N failed, N skipped".
+#ifndef RG_TESTS_TEST_H
+#define RG_TESTS_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/status.h"
+
+typedef struct rg_test_ctx_s rg_test_ctx_t;
+typedef void (*rg_test_fn_t)(rg_test_ctx_t *t);
+
+void rg_test_register(const char *name, const char *file, rg_test_fn_t fn);
+void rg_test_fail(rg_test_ctx_t *t, const char *file, int line, const char *fmt,
+                  ...) RG_PRINTF(4, 5);
+void rg_test_skip(rg_test_ctx_t *t, const char *reason);
+// Directory holding configs/ (the source tree), and the built ridge binary.
+const char *rg_test_config_dir(void);
+const char *rg_test_ridge_bin(void);
+// A fresh temporary directory for this test (removed by the runner).
+const char *rg_test_tmpdir(rg_test_ctx_t *t);
+// Writes text to tmpdir/name and returns the path (static per test).
+const char *rg_test_write(rg_test_ctx_t *t, const char *name, const char *text);
+// Runs the ridge binary with args (a shell-quoted string) and captures
+// stdout+stderr into a malloc'd string the test owns; returns exit status.
+int rg_test_run_ridge(rg_test_ctx_t *t, const char *args, char **out_output);
+
+#define RG_TEST(name)                                               \
+  static void rg_test_##name(rg_test_ctx_t *t);                     \
+  __attribute__((constructor)) static void rg_test_reg_##name(void) { \
+    rg_test_register(#name, __FILE__, rg_test_##name);              \
+  }                                                                 \
+  static void rg_test_##name(rg_test_ctx_t *t)
+
+#define RG_CHECK(c) \
+  do { if (!(c)) rg_test_fail(t, __FILE__, __LINE__, "check failed: %s", #c); } while (0)
+#define RG_REQUIRE(c) \
+  do { if (!(c)) { rg_test_fail(t, __FILE__, __LINE__, "required: %s", #c); return; } } while (0)
+#define RG_CHECK_NEAR(a, b, rel)                                                    \
+  do {                                                                              \
+    double a_ = (a), b_ = (b);                                                      \
+    if (!(fabs(a_ - b_) <= (rel) * fabs(b_)))                                       \
+      rg_test_fail(t, __FILE__, __LINE__, "%s = %.6g, expected %.6g within %g%%",   \
+                   #a, a_, b_, (rel) * 100.0);                                      \
+  } while (0)
+// Checks a status is OK; frees it and fails with its message otherwise.
+#define RG_CHECK_OK(expr)                                                       \
+  do {                                                                          \
+    rg_status_t s_ = (expr);                                                    \
+    if (s_) { rg_test_fail(t, __FILE__, __LINE__, "%s: %s", #expr,             \
+                           rg_status_message(s_)); rg_status_free(s_); }        \
+  } while (0)
+#define RG_REQUIRE_OK(expr)                                                     \
+  do {                                                                          \
+    rg_status_t s_ = (expr);                                                    \
+    if (s_) { rg_test_fail(t, __FILE__, __LINE__, "%s: %s", #expr,             \
+                           rg_status_message(s_)); rg_status_free(s_); return; } \
+  } while (0)
+// Checks expr fails and its message contains `needle`; frees the status.
+#define RG_CHECK_ERR(expr, needle)                                              \
+  do {                                                                          \
+    rg_status_t s_ = (expr);                                                    \
+    if (!s_) rg_test_fail(t, __FILE__, __LINE__, "%s succeeded, expected error '%s'", #expr, needle); \
+    else if (!strstr(rg_status_message(s_), needle))                            \
+      rg_test_fail(t, __FILE__, __LINE__, "%s: message '%s' lacks '%s'", #expr,  \
+                   rg_status_message(s_), needle);                              \
+    rg_status_free(s_);                                                         \
+  } while (0)
+#define RG_CHECK_CONTAINS(hay, needle)                                          \
+  do {                                                                          \
+    const char *h_ = (hay);                                                     \
+    if (!h_ || !strstr(h_, needle))                                             \
+      rg_test_fail(t, __FILE__, __LINE__, "output lacks '%s':\n%s", needle, h_ ? h_ : "(null)"); \
+  } while (0)
+#define RG_SKIP(reason) do { rg_test_skip(t, reason); return; } while (0)
+
+#endif  // RG_TESTS_TEST_H

@@ -1,0 +1,125 @@
+#include <stdlib.h>
+
+#include "base/units.h"
+#include "base/yaml.h"
+#include "tests/test.h"
+
+static double q(const char *s, rg_unit_kind_t k) {
+  double v = -1;
+  const char *why;
+  if (rg_unit_parse(s, k, &v, &why)) return -1;
+  return v;
+}
+
+RG_TEST(units_parse_human_forms) {
+  RG_CHECK_NEAR(q("3.35 TB/s", RG_UNIT_BANDWIDTH), 3.35e12, 1e-12);
+  RG_CHECK_NEAR(q("400 Gb/s", RG_UNIT_BANDWIDTH), 50e9, 1e-12);
+  RG_CHECK_NEAR(q("80 GiB", RG_UNIT_BYTES), 80.0 * 1073741824.0, 1e-12);
+  RG_CHECK_NEAR(q("80 GB", RG_UNIT_BYTES), 80e9, 1e-12);
+  RG_CHECK_NEAR(q("989.5 TFLOPS", RG_UNIT_FLOPS), 989.5e12, 1e-12);
+  RG_CHECK_NEAR(q("1.5 PFLOPS", RG_UNIT_FLOPS), 1.5e15, 1e-12);
+  RG_CHECK_NEAR(q("1,979 TOPS", RG_UNIT_FLOPS), 1979e12, 1e-12);
+  RG_CHECK_NEAR(q("700 W", RG_UNIT_POWER), 700, 1e-12);
+  RG_CHECK_NEAR(q("23 kW", RG_UNIT_POWER), 23000, 1e-12);
+  RG_CHECK_NEAR(q("$2.10/h", RG_UNIT_PRICE), 2.10 / 3600, 1e-12);
+  RG_CHECK_NEAR(q("50 ms", RG_UNIT_TIME), 0.05, 1e-12);
+  RG_CHECK_NEAR(q("7.5 min", RG_UNIT_TIME), 450, 1e-12);
+  RG_CHECK_NEAR(q("20 req/s", RG_UNIT_RATE), 20, 1e-12);
+  RG_CHECK_NEAR(q("1e3 GB", RG_UNIT_BYTES), 1e12, 1e-12);
+}
+
+RG_TEST(units_reject_bad_forms) {
+  RG_CHECK(q("fast", RG_UNIT_BANDWIDTH) < 0);
+  RG_CHECK(q("3.35", RG_UNIT_BANDWIDTH) < 0);       // missing unit
+  RG_CHECK(q("3.35 TB", RG_UNIT_BANDWIDTH) < 0);    // a size, not a bandwidth
+  RG_CHECK(q("80 GB/s", RG_UNIT_BYTES) < 0);
+  RG_CHECK(q("-5 W", RG_UNIT_POWER) < 0);
+  RG_CHECK(q("2.10/h", RG_UNIT_PRICE) < 0);
+  RG_CHECK(q("$2.10", RG_UNIT_PRICE) < 0);
+  RG_CHECK(q("5 furlongs", RG_UNIT_TIME) < 0);
+  RG_CHECK(q("80 XB", RG_UNIT_BYTES) < 0);
+}
+
+RG_TEST(units_format) {
+  char b[64];
+  RG_CHECK(!strcmp(rg_fmt_quantity(141.107e9, RG_UNIT_BYTES, b, sizeof b), "141 GB"));
+  RG_CHECK(!strcmp(rg_fmt_quantity(3.35e12, RG_UNIT_BANDWIDTH, b, sizeof b), "3.35 TB/s"));
+  RG_CHECK(!strcmp(rg_fmt_quantity(2.10 / 3600, RG_UNIT_PRICE, b, sizeof b), "$2.10/h"));
+  RG_CHECK(!strcmp(rg_fmt_bytes_iec(327680, b, sizeof b), "320 KiB"));
+}
+
+static rg_status_t load(const char *text, rg_doc_t **d) {
+  return rg_doc_load_string("t.yaml", text, strlen(text), 0, d);
+}
+
+RG_TEST(yaml_positions_and_typed_reads) {
+  rg_doc_t *d;
+  RG_REQUIRE_OK(load("name: x\nsize: 80 GB\nn: 7\nlist: [1, 2]\n", &d));
+  const rg_node_t *r = rg_doc_root(d);
+  const rg_node_t *n = rg_node_get(r, "size");
+  RG_REQUIRE(n);
+  RG_CHECK(n->pos.line == 2 && n->pos.col == 7);
+  long long v;
+  RG_CHECK_OK(rg_cfg_int(r, "n", 1, 1, 10, &v));
+  RG_CHECK(v == 7);
+  RG_CHECK_ERR(rg_cfg_int(r, "n", 1, 8, 10, &v), "t.yaml:3:4: n: 7 is out of range");
+  RG_CHECK_ERR(rg_cfg_int(r, "name", 1, 0, 10, &v), "t.yaml:1:7: name: expected a whole number, got 'x'");
+  RG_CHECK_ERR(rg_cfg_int(r, "list", 1, 0, 10, &v), "t.yaml:4:7: list: expected a single value, got a list");
+  RG_CHECK_ERR(rg_cfg_int(r, "absent", 1, 0, 10, &v), "t.yaml:1:1: missing required key 'absent'");
+  double bw;
+  RG_CHECK_ERR(rg_cfg_quantity(r, "size", RG_UNIT_BANDWIDTH, 1, 0, &bw),
+               "t.yaml:2:7: size: '80 GB' is not a bandwidth");
+  static const char *const allowed[] = {"name", "size", "n", "lists", NULL};
+  RG_CHECK_ERR(rg_node_check_keys(r, allowed, "thing"), "t.yaml:4:1: thing: unknown key 'list'; did you mean 'lists'?");
+  rg_doc_destroy(d);
+}
+
+RG_TEST(yaml_malformed_inputs) {
+  rg_doc_t *d = NULL;
+  RG_CHECK_ERR(load("a: [1, 2\n", &d), "t.yaml:2:1:");
+  RG_CHECK_ERR(load("a: b: c\n", &d), "t.yaml:1:5: mapping values are not allowed");
+  RG_CHECK_ERR(load("", &d), "t.yaml:1:1: the file is empty");
+  RG_CHECK_ERR(load("a: 1\n---\nb: 2\n", &d), "second YAML document");
+  RG_CHECK(d == NULL);
+  // Deep nesting and alias bombs fail cleanly.
+  char deep[400];
+  memset(deep, '[', 200);
+  deep[200] = 0;
+  RG_CHECK_ERR(load(deep, &d), "t.yaml:");
+  const char *bomb =
+      "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+      "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+      "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+      "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+      "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+      "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+      "g: [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\n";
+  RG_CHECK_ERR(load(bomb, &d), "aliases repeated too often");
+}
+
+RG_TEST(yaml_duplicate_keys_rejected) {
+  rg_doc_t *d;
+  RG_REQUIRE_OK(load("a: 1\nb: 2\na: 3\n", &d));
+  static const char *const allowed[] = {"a", "b", NULL};
+  RG_CHECK_ERR(rg_node_check_keys(rg_doc_root(d), allowed, "x"), "t.yaml:3:1: x: key 'a' appears twice (first at line 1)");
+  rg_doc_destroy(d);
+}
+
+RG_TEST(json_strict_with_positions) {
+  rg_doc_t *d;
+  const char *ok = "{\n  \"hidden_size\": 8192,\n  \"x\": [1, 2]\n}\n";
+  RG_REQUIRE_OK(rg_doc_load_string("c.json", ok, strlen(ok), 1, &d));
+  const rg_node_t *n = rg_node_get(rg_doc_root(d), "hidden_size");
+  RG_CHECK(n && n->pos.line == 2 && n->pos.col == 18);
+  rg_doc_destroy(d);
+  const char *bad = "{\n  \"hidden_size\": 8192,\n  \"x\": [1, 2,]\n}\n";
+  RG_CHECK_ERR(rg_doc_load_string("c.json", bad, strlen(bad), 1, &d), "c.json:3:");
+  const char *trunc = "{\n  \"hidden_size\": 81";
+  RG_CHECK_ERR(rg_doc_load_string("c.json", trunc, strlen(trunc), 1, &d), "truncated");
+}
+
+RG_TEST(nearest_suggestion) {
+  static const char *const opts[] = {"bandwidth", "capacity", "latency"};
+  RG_CHECK(rg_nearest("bandwith", opts, 3) && !strcmp(rg_nearest("bandwith", opts, 3), "bandwidth"));
+  RG_CHECK(rg_nearest("zzz", opts, 3) == NULL);
+}
