@@ -1,0 +1,31 @@
+// cli/cli.h — the `ridge` command: shared option state and the subcommands.
+//
+// Only cli/ prints. Each subcommand parses its own arguments (getopt_long),
+// returns a process exit status, and reports failures through rg_cli_fail(),
+// which prints "ridge <cmd>: <message>" to stderr and maps the status code to
+// the exit status (2 for bad input, 3 for an infeasible ask, 1 otherwise).
+#ifndef RG_CLI_CLI_H
+#define RG_CLI_CLI_H
+
+#include <stdio.h>
+
+#include "base/status.h"
+
+typedef struct {
+  const char *config_dir;  // --config-dir, default: the source tree's configs/
+  int json;                // --json
+  int quiet;               // --quiet
+} rg_cli_common_t;
+
+// Prints the status (consumed) for command `cmd` and returns the exit status.
+int rg_cli_fail(const char *cmd, rg_status_t s);
+
+int rg_cmd_model(int argc, char **argv, const rg_cli_common_t *common);
+int rg_cmd_catalog(int argc, char **argv, const rg_cli_common_t *common);
+int rg_cmd_plan(int argc, char **argv, const rg_cli_common_t *common);
+
+// Defaults of the main job (`ridge` with no arguments).
+#define RG_DEFAULT_MODEL "llama-3.1-70b"
+#define RG_DEFAULT_FLEET "mixed"
+
+#endif  // RG_CLI_CLI_H
