@@ -351,6 +351,12 @@ const char *rg_nearest(const char *word, const char *const *options, size_t n) {
   const char *best = NULL;
   int bestd = INT_MAX;
   size_t wl = strlen(word);
+  // A name the user shortened ("h100" for "h100-sxm") is a better guess than
+  // a sibling one edit away ("h200"), so whole-prefix matches come first.
+  if (wl >= 3)
+    for (size_t i = 0; i < n; i++)
+      if (!strncmp(options[i], word, wl) && (!best || strlen(options[i]) < strlen(best))) best = options[i];
+  if (best) return best;
   int cap = wl < 4 ? 1 : wl < 8 ? 2 : 3;
   for (size_t i = 0; i < n; i++) {
     int d = rg_edit_distance(word, options[i], cap);
@@ -359,6 +365,10 @@ const char *rg_nearest(const char *word, const char *const *options, size_t n) {
       best = options[i];
     }
   }
+  if (best || wl < 3) return best;
+  // Last, a name that contains the word ("context" for "long-context").
+  for (size_t i = 0; i < n; i++)
+    if (strstr(options[i], word) && (!best || strlen(options[i]) < strlen(best))) best = options[i];
   return best;
 }
 

@@ -61,7 +61,9 @@ const char *rg_dtype_name(rg_dtype_t t) {
   return (unsigned)t < RG_DTYPE_COUNT ? dtype_names[t] : "?";
 }
 
-double rg_dtype_bytes(rg_dtype_t t) { return (unsigned)t < RG_DTYPE_COUNT ? dtype_bytes[t] : 0.0; }
+double rg_dtype_bytes(rg_dtype_t t) {
+  return (unsigned)t < RG_DTYPE_COUNT ? dtype_bytes[t] : 0.0;
+}
 
 // Case-insensitive equality; strcasecmp is POSIX, not C17.
 static int same_text(const char *a, const char *b) {
@@ -87,10 +89,9 @@ int rg_dtype_parse(const char *s, rg_dtype_t *out) {
     const char *name;
     rg_dtype_t t;
   } aliases[] = {
-      {"float32", RG_F32},        {"fp32", RG_F32},          {"bfloat16", RG_BF16},
-      {"float16", RG_F16},        {"fp16", RG_F16},          {"half", RG_F16},
-      {"float8_e4m3fn", RG_FP8},  {"float8_e4m3", RG_FP8},   {"float8_e5m2", RG_FP8},
-      {"e4m3", RG_FP8},           {"mxfp4", RG_FP4},
+      {"float32", RG_F32},     {"fp32", RG_F32}, {"bfloat16", RG_BF16},     {"float16", RG_F16},
+      {"fp16", RG_F16},        {"half", RG_F16}, {"float8_e4m3fn", RG_FP8}, {"float8_e4m3", RG_FP8},
+      {"float8_e5m2", RG_FP8}, {"e4m3", RG_FP8}, {"mxfp4", RG_FP4},
   };
   for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
     if (same_text(s, aliases[i].name)) {
@@ -105,8 +106,10 @@ int rg_dtype_parse(const char *s, rg_dtype_t *out) {
 
 const char *rg_phase_name(rg_phase_t p) {
   switch (p) {
-    case RG_PHASE_PREFILL: return "prefill";
-    case RG_PHASE_DECODE: return "decode";
+    case RG_PHASE_PREFILL:
+      return "prefill";
+    case RG_PHASE_DECODE:
+      return "decode";
   }
   return "?";
 }
@@ -158,8 +161,8 @@ double rg__attn_layer_params(const rg_arch_t *a) {
     } else {
       p += d * h * qk;  // q_proj
     }
-    p += d * (kvl + rope) + kvl;  // kv_a_proj_with_mqa, kv_a_layernorm
-    p += rg__mla_kv_b_params(a);  // kv_b_proj
+    p += d * (kvl + rope) + kvl;         // kv_a_proj_with_mqa, kv_a_layernorm
+    p += rg__mla_kv_b_params(a);         // kv_b_proj
     p += h * (double)a->v_head_dim * d;  // o_proj
   } else {
     double hd = (double)a->head_dim, kv = (double)a->n_kv_heads;
@@ -226,7 +229,9 @@ static double layers_params(const rg_arch_t *a, int active) {
          (double)n_dense * rg__ffn_layer_params(a) + (double)n_moe * per_moe;
 }
 
-double rg_arch_params(const rg_arch_t *a) { return a ? outer_params(a) + layers_params(a, 0) : 0.0; }
+double rg_arch_params(const rg_arch_t *a) {
+  return a ? outer_params(a) + layers_params(a, 0) : 0.0;
+}
 
 double rg_arch_active_params(const rg_arch_t *a) {
   return a ? outer_params(a) + layers_params(a, 1) : 0.0;
@@ -305,11 +310,11 @@ static rg_status_t field_error(const rg_arch_t *a, const rg_node_t *cfg, const c
 }
 
 // Checks one integer field lies in [lo, hi].
-#define RG_CHECK_RANGE_(field, keys, lo, hi)                                                   \
-  do {                                                                                         \
-    if (a->field < (lo) || a->field > (hi))                                                    \
-      return field_error(a, cfg, keys, "= %lld is out of range; expected %lld to %lld",        \
-                         (long long)a->field, (long long)(lo), (long long)(hi));               \
+#define RG_CHECK_RANGE_(field, keys, lo, hi)                                            \
+  do {                                                                                  \
+    if (a->field < (lo) || a->field > (hi))                                             \
+      return field_error(a, cfg, keys, "= %lld is out of range; expected %lld to %lld", \
+                         (long long)a->field, (long long)(lo), (long long)(hi));        \
   } while (0)
 
 rg_status_t rg__arch_check(const rg_arch_t *a, const rg_node_t *cfg) {
@@ -386,4 +391,6 @@ rg_status_t rg__arch_check(const rg_arch_t *a, const rg_node_t *cfg) {
   return NULL;
 }
 
-rg_status_t rg_arch_validate(const rg_arch_t *a) { return rg__arch_check(a, NULL); }
+rg_status_t rg_arch_validate(const rg_arch_t *a) {
+  return rg__arch_check(a, NULL);
+}

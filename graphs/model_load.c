@@ -26,25 +26,57 @@ rg_status_t rg__arch_check(const rg_arch_t *a, const rg_node_t *cfg);
 static const char k_what[] = "model config";
 
 // Every config.json key ridge reads.
-static const char *const known_keys[] = {
-    "architectures", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
-    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
-    "attention_bias", "mlp_bias", "num_local_experts", "num_experts", "n_routed_experts",
-    "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace",
-    "decoder_sparse_step", "moe_layer_freq", "mlp_only_layers", "q_lora_rank", "kv_lora_rank",
-    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "sliding_window", "use_sliding_window",
-    "max_window_layers", "layer_types", "max_position_embeddings", "rope_theta", "torch_dtype",
-    "dtype", "quantization_config", NULL};
+static const char *const known_keys[] = {"architectures",
+                                         "model_type",
+                                         "hidden_size",
+                                         "intermediate_size",
+                                         "num_hidden_layers",
+                                         "num_attention_heads",
+                                         "num_key_value_heads",
+                                         "head_dim",
+                                         "vocab_size",
+                                         "tie_word_embeddings",
+                                         "attention_bias",
+                                         "mlp_bias",
+                                         "num_local_experts",
+                                         "num_experts",
+                                         "n_routed_experts",
+                                         "num_experts_per_tok",
+                                         "moe_intermediate_size",
+                                         "n_shared_experts",
+                                         "first_k_dense_replace",
+                                         "decoder_sparse_step",
+                                         "moe_layer_freq",
+                                         "mlp_only_layers",
+                                         "q_lora_rank",
+                                         "kv_lora_rank",
+                                         "qk_nope_head_dim",
+                                         "qk_rope_head_dim",
+                                         "v_head_dim",
+                                         "sliding_window",
+                                         "use_sliding_window",
+                                         "max_window_layers",
+                                         "layer_types",
+                                         "max_position_embeddings",
+                                         "rope_theta",
+                                         "torch_dtype",
+                                         "dtype",
+                                         "quantization_config",
+                                         NULL};
 
 // Families ridge knows how to count: model_type and the matching
 // `architectures` class name.
 static const struct {
   const char *model_type, *class_name;
 } families[] = {
-    {"llama", "LlamaForCausalLM"},           {"mistral", "MistralForCausalLM"},
-    {"mixtral", "MixtralForCausalLM"},       {"qwen2", "Qwen2ForCausalLM"},
-    {"qwen3", "Qwen3ForCausalLM"},           {"qwen3_moe", "Qwen3MoeForCausalLM"},
-    {"deepseek_v2", "DeepseekV2ForCausalLM"}, {"deepseek_v3", "DeepseekV3ForCausalLM"},
+    {"llama", "LlamaForCausalLM"},
+    {"mistral", "MistralForCausalLM"},
+    {"mixtral", "MixtralForCausalLM"},
+    {"qwen2", "Qwen2ForCausalLM"},
+    {"qwen3", "Qwen3ForCausalLM"},
+    {"qwen3_moe", "Qwen3MoeForCausalLM"},
+    {"deepseek_v2", "DeepseekV2ForCausalLM"},
+    {"deepseek_v3", "DeepseekV3ForCausalLM"},
     {"gpt_oss", "GptOssForCausalLM"},
 };
 #define N_FAMILIES (sizeof(families) / sizeof(families[0]))
@@ -132,7 +164,9 @@ static rg_status_t read_family(const rg_node_t *cfg, rg_arch_t *a) {
                       cls);
 }
 
-static int family_is(const rg_arch_t *a, const char *f) { return strcmp(a->family, f) == 0; }
+static int family_is(const rg_arch_t *a, const char *f) {
+  return strcmp(a->family, f) == 0;
+}
 
 static rg_status_t read_dtype(const rg_node_t *cfg, rg_arch_t *a) {
   a->weight_dtype = RG_BF16;
@@ -208,8 +242,7 @@ static rg_status_t read_sliding(const rg_node_t *cfg, rg_arch_t *a) {
 }
 
 static rg_status_t read_moe(const rg_node_t *cfg, rg_arch_t *a) {
-  static const char *const expert_keys[] = {"num_local_experts", "num_experts",
-                                            "n_routed_experts"};
+  static const char *const expert_keys[] = {"num_local_experts", "num_experts", "n_routed_experts"};
   const char *key = NULL;
   for (size_t i = 0; i < 3 && !key; i++)
     if (present(cfg, expert_keys[i])) key = expert_keys[i];
@@ -338,8 +371,8 @@ static void file_stem(const char *path, char *buf, size_t len) {
 }
 
 static rg_status_t parse_model_yaml(const rg_node_t *root, const char *path, rg_arch_t *a) {
-  static const char *const top_keys[] = {"name", "description", "source", "published", "config",
-                                         NULL};
+  static const char *const top_keys[] = {"name",      "description", "source",
+                                         "published", "config",      NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(root, top_keys, "model"));
   static const char *const required[] = {"name", "source", "config"};
   for (size_t i = 0; i < 3; i++)
@@ -366,8 +399,7 @@ static rg_status_t parse_model_yaml(const rg_node_t *root, const char *path, rg_
     static const char *const pub_keys[] = {"params", "active_params", "source", NULL};
     RG_RETURN_IF_ERROR(rg_node_check_keys(pub, pub_keys, "published"));
     RG_RETURN_IF_ERROR(rg_cfg_num(pub, "params", 0, 1.0, 1e15, &a->published_params));
-    RG_RETURN_IF_ERROR(
-        rg_cfg_num(pub, "active_params", 0, 1.0, 1e15, &a->published_active_params));
+    RG_RETURN_IF_ERROR(rg_cfg_num(pub, "active_params", 0, 1.0, 1e15, &a->published_active_params));
     RG_RETURN_IF_ERROR(rg_cfg_str(pub, "source", 0, &text));
   }
   const rg_node_t *cfg = rg_node_get(root, "config");
@@ -411,9 +443,17 @@ static rg_status_t not_found(const char *name, const char *models_dir) {
     snprintf(list + u, sizeof(list) - u, "%s%s", i ? ", " : "", names[i]);
   }
   const char *near = rg_nearest(name, (const char *const *)names, n);
-  rg_status_t st = rg_status_make(RG_NOT_FOUND, "model '%s' not found in %s%s%s%s; available: %s",
-                                  name, models_dir, near ? "; did you mean '" : "",
-                                  near ? near : "", near ? "'?" : "", n ? list : "(none)");
+  rg_status_t st;
+  if (near)
+    st =
+        rg_status_make(RG_NOT_FOUND, "model '%s' not found in %s; did you mean '%s'? Available: %s",
+                       name, models_dir, near, list);
+  else if (n)
+    st = rg_status_make(RG_NOT_FOUND, "model '%s' not found in %s; did you mean one of: %s?", name,
+                        models_dir, list);
+  else
+    st = rg_status_make(RG_NOT_FOUND, "model '%s' not found: %s holds no model YAML", name,
+                        models_dir);
   for (size_t i = 0; i < n; i++) free(names[i]);
   return st;
 }
@@ -435,13 +475,13 @@ static void json_model_name(const char *path, char *buf, size_t len) {
   }
 }
 
-rg_status_t rg_model_load(const char *name_or_path, const char *config_dir,
-                          rg_arch_t **out_arch) {
+rg_status_t rg_model_load(const char *name_or_path, const char *config_dir, rg_arch_t **out_arch) {
   if (!out_arch) return rg_status_make(RG_INVALID_ARGUMENT, "rg_model_load: no output given");
   *out_arch = NULL;
   if (!name_or_path || !name_or_path[0])
-    return rg_status_make(RG_INVALID_ARGUMENT, "no model given: expected a model name, a model "
-                                               "YAML or a config.json");
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "no model given: expected a model name, a model "
+                          "YAML or a config.json");
   char path[4096];
   int json = 0, n = 0;
   if (ends_with(name_or_path, ".json")) {
@@ -457,13 +497,14 @@ rg_status_t rg_model_load(const char *name_or_path, const char *config_dir,
     n = snprintf(path, sizeof(path), "%s", name_or_path);
   } else {
     if (!config_dir)
-      return rg_status_make(RG_INVALID_ARGUMENT,
-                            "model '%s': no config directory to look it up in", name_or_path);
+      return rg_status_make(RG_INVALID_ARGUMENT, "model '%s': no config directory to look it up in",
+                            name_or_path);
     char models_dir[2048];
     n = snprintf(models_dir, sizeof(models_dir), "%s/models", config_dir);
     if (n >= 0 && n < (int)sizeof(models_dir))
       n = snprintf(path, sizeof(path), "%s/%s.yaml", models_dir, name_or_path);
-    if (n >= 0 && n < (int)sizeof(path) && !is_file(path)) return not_found(name_or_path, models_dir);
+    if (n >= 0 && n < (int)sizeof(path) && !is_file(path))
+      return not_found(name_or_path, models_dir);
   }
   if (n < 0 || n >= (int)sizeof(path))
     return rg_status_make(RG_INVALID_ARGUMENT, "model path too long: %.80s...", name_or_path);
@@ -491,4 +532,6 @@ rg_status_t rg_model_load(const char *name_or_path, const char *config_dir,
   return NULL;
 }
 
-void rg_arch_destroy(rg_arch_t *arch) { free(arch); }
+void rg_arch_destroy(rg_arch_t *arch) {
+  free(arch);
+}

@@ -49,7 +49,9 @@ double rg__expert_params(const rg_arch_t *a);
 double rg__router_layer_params(const rg_arch_t *a);
 double rg__kv_elems_per_token_layer(const rg_arch_t *a);
 
-static double min_d(double x, double y) { return x < y ? x : y; }
+static double min_d(double x, double y) {
+  return x < y ? x : y;
+}
 
 // Sum over the new tokens of one sequence of the positions each attends to:
 // token i sees p = context + i + 1 positions, capped at window (0: none).

@@ -54,12 +54,7 @@ static void rg_file_stem(const char *path, char *out, size_t len) {
 // or substring match catches the common short form of a longer id ("h100"
 // for "h100-sxm"), which is many edits away yet plainly what was meant.
 static const char *rg_suggest(const char *word, const char *const *options, size_t n) {
-  const char *near = rg_nearest(word, options, n);
-  if (near || strlen(word) < 3) return near;
-  const char *best = NULL;
-  for (size_t i = 0; i < n; i++)
-    if (strstr(options[i], word) && (!best || strlen(options[i]) < strlen(best))) best = options[i];
-  return best;
+  return rg_nearest(word, options, n);
 }
 
 static void rg_join(const char *const *items, size_t n, char *buf, size_t len) {
@@ -248,17 +243,19 @@ static const char *const rg_peak_keys[] = {
     NULL};
 
 static rg_status_t rg_read_peak(const rg_node_t *root, rg_device_class_t *c) {
-  const rg_node_t *peak = rg_node_get(root, "peak");
   int computes = rg_class_computes(c);
-  if (peak && !computes)
-    return rg_status_at(RG_INVALID_ARGUMENT, rg_node_key_pos(root, "peak"),
-                        "peak: a class of kind '%s' does no compute; remove 'peak'",
-                        rg_device_kind_name(c->kind));
-  if (!computes) return NULL;
-  const rg_node_t *unused;
-  RG_RETURN_IF_ERROR(rg_want(root, "peak", "device class", 1,
+  const rg_node_t *peak;
+  RG_RETURN_IF_ERROR(rg_want(root, "peak", "device class", computes,
                              "a mapping of dtype to compute rate, like 'bf16: 989.5 TFLOPS'",
-                             &unused));
+                             &peak));
+  if (!computes) {
+    // A memory tier with a compute rate would be offered work by the search.
+    if (peak)
+      return rg_status_at(RG_INVALID_ARGUMENT, rg_node_key_pos(root, "peak"),
+                          "peak: a class of kind '%s' does no compute; remove 'peak'",
+                          rg_device_kind_name(c->kind));
+    return NULL;
+  }
   RG_RETURN_IF_ERROR(rg_node_check_keys(peak, rg_peak_keys, "peak"));
   for (int t = 0; t < RG_DTYPE_COUNT; t++)
     RG_RETURN_IF_ERROR(
@@ -374,8 +371,7 @@ static rg_status_t rg_parse_class(const rg_node_t *root, const char *path, rg_de
                                   sizeof(c->description)));
   const rg_node_t *kind;
   RG_RETURN_IF_ERROR(rg_want(root, "kind", "device class", 1,
-                             "gpu, lpu, wafer, lpddr-card, "
-                             "accelerator, cpu, host-dram or ssd",
+                             "gpu, lpu, wafer, lpddr-card, accelerator, cpu, host-dram or ssd",
                              &kind));
   int k;
   RG_RETURN_IF_ERROR(

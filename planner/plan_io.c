@@ -100,7 +100,7 @@ rg_status_t rg_plan_write_yaml(const rg_plan_t *plan, const rg_plan_request_t *r
   map_start(&e, 0);
   kv(&e, "model", names->model[0] ? names->model : req->model->name);
   kv(&e, "fleet", names->fleet[0] ? names->fleet : req->fleet->name);
-  kv(&e, "workload", names->workload[0] ? names->workload : "default");
+  kv(&e, "workload", names->workload[0] ? names->workload : req->workload->name);
   kv(&e, "objective", rg_objective_name(req->objective));
   kv(&e, "weight_dtype", rg_dtype_name(req->weight_dtype));
   kv(&e, "kv_dtype", rg_dtype_name(req->kv_dtype));

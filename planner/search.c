@@ -34,9 +34,9 @@ typedef struct {
   // The nearest miss, for an infeasible ask.
   int any_fit;
   double best_mem_ratio;  // need / capacity of the closest fit, > 1
-  char mem_msg[256];
+  char mem_msg[512];
   double best_slo_ratio;
-  char slo_msg[256];
+  char slo_msg[512];
 } search_t;
 
 void rg__group_shape(const rg_fleet_t *f, rg_group_t *g) {
@@ -165,9 +165,11 @@ static rg_status_t size_batch(search_t *s, rg_placement_t *p) {
       rg__pool_describe(p, d, sizeof d);
       rg_fmt_quantity(pred.mem_used[wg] * p->groups[wg].devices, RG_UNIT_BYTES, need, sizeof need);
       rg_fmt_quantity(pred.mem_cap[wg] * p->groups[wg].devices, RG_UNIT_BYTES, have, sizeof have);
-      snprintf(s->mem_msg, sizeof s->mem_msg,
-               "the closest is %s: group '%s' needs %s but has %s usable (short by %.0f%%)", d,
-               p->groups[wg].name, need, have, (worst - 1) * 100);
+      char shortfall[32];
+      rg_fmt_quantity((pred.mem_used[wg] - pred.mem_cap[wg]) * p->groups[wg].devices, RG_UNIT_BYTES, shortfall,
+                      sizeof shortfall);
+      snprintf(s->mem_msg, sizeof s->mem_msg, "the closest is %s: group '%s' needs %s but has %s usable, short by %s",
+               d, p->groups[wg].name, need, have, shortfall);
       s->best_mem_ratio = worst;
     }
     return NULL;

@@ -582,7 +582,7 @@ RG_TEST(configs_bad_dist_kind) {
            tail);
   write_file(t, "w.yaml", text, path, sizeof(path));
   CHECK_MSG(rg_workload_load(path, NULL, &w), RG_INVALID_ARGUMENT,
-            "%s:2:24: prompt_tokens.dist: unknown distribution 'normal'; expected one of: fixed, "
+            "%s:2:24: prompt_tokens.dist: unknown distribution 'normal'; did you mean 'lognormal'? expected one of: fixed, "
             "uniform, lognormal",
             path);
   snprintf(text, sizeof(text),
