@@ -178,7 +178,11 @@ static rg_status_t check_json(const char *name, const char *text, size_t len) {
   rg_pos_t p = {name, line, col};
   if (off >= len)
     return rg_status_at(RG_PARSE, &p, "invalid JSON: the file ends early (truncated?)");
-  return rg_status_at(RG_PARSE, &p, "invalid JSON near '%.20s'", text + off);
+  // The text need not end in a NUL (it may be a slice of a buffer), so the
+  // excerpt is bounded by the length, and cut at the line's end.
+  int take = 0;
+  while (take < 20 && off + take < len && text[off + take] != '\n' && text[off + take] != '\0') take++;
+  return rg_status_at(RG_PARSE, &p, "invalid JSON near '%.*s'", take, text + off);
 }
 
 static int looks_like_json(const char *name) {

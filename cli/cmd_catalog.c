@@ -56,10 +56,14 @@ static char *fmt_or_dash(double v, rg_unit_kind_t k, char *buf, size_t len) {
 }
 
 static char *fmt_ridge(double r, char *buf, size_t len) {
-  if (r <= 0) snprintf(buf, len, "-");
-  else if (r >= 999.5) rg_fmt_grouped(r, buf, len);
-  else if (r >= 9.995) snprintf(buf, len, "%.0f", r);
-  else snprintf(buf, len, "%.2f", r);
+  if (r <= 0)
+    snprintf(buf, len, "-");
+  else if (r >= 999.5)
+    rg_fmt_grouped(r, buf, len);
+  else if (r >= 9.995)
+    snprintf(buf, len, "%.0f", r);
+  else
+    snprintf(buf, len, "%.2f", r);
   return buf;
 }
 
@@ -72,7 +76,7 @@ static char *fmt_link(const rg_link_t *l, char *buf, size_t len) {
 }
 
 static rg_status_t print_table(const rg_catalog_t *cat, rg_dtype_t t) {
-  static const char *const heads_tmpl[] = {"class", "kind", NULL, "bandwidth", "ridge FLOP/B",
+  static const char *const heads_tmpl[] = {"class",    "kind", NULL,    "bandwidth", "ridge FLOP/B",
                                            "capacity", "SRAM", "power", "price"};
   const char *heads[9];
   char peak_head[32];
@@ -94,12 +98,14 @@ static rg_status_t print_table(const rg_catalog_t *cat, rg_dtype_t t) {
       if (computes) {
         int src = peak_source(c, t);
         double p = rg_class_peak(c, t);
-        if (src < 0) rg_table_cell(&tb, "none");
+        if (src < 0)
+          rg_table_cell(&tb, "none");
         else if (src != (int)t) {
           rg_table_cell(&tb, "%s *%s", rg_fmt_quantity(p, RG_UNIT_FLOPS, b, sizeof(b)),
                         rg_dtype_name((rg_dtype_t)src));
           n_fallback++;
-        } else rg_table_cell(&tb, "%s", rg_fmt_quantity(p, RG_UNIT_FLOPS, b, sizeof(b)));
+        } else
+          rg_table_cell(&tb, "%s", rg_fmt_quantity(p, RG_UNIT_FLOPS, b, sizeof(b)));
       } else {
         rg_table_cell(&tb, "%s", tier_label(c));
       }
@@ -110,19 +116,23 @@ static rg_status_t print_table(const rg_catalog_t *cat, rg_dtype_t t) {
       rg_table_cell(&tb, "%s", fmt_or_dash(cap, RG_UNIT_BYTES, b, sizeof(b)));
       rg_table_cell(&tb, "%s", fmt_or_dash(c->sram, RG_UNIT_BYTES, b, sizeof(b)));
       rg_table_cell(&tb, "%s", fmt_or_dash(c->power, RG_UNIT_POWER, b, sizeof(b)));
-      rg_table_cell(&tb, "%s", c->price > 0 ? rg_fmt_quantity(c->price, RG_UNIT_PRICE, b, sizeof(b)) : "-");
+      rg_table_cell(&tb, "%s",
+                    c->price > 0 ? rg_fmt_quantity(c->price, RG_UNIT_PRICE, b, sizeof(b)) : "-");
     }
   printf("Device classes in %s (%s)\n", cat->dir, rg_dtype_name(t));
   rg_status_t s = rg_table_print(&tb, stdout, 0);
   rg_table_deinit(&tb);
   RG_RETURN_IF_ERROR(s);
-  printf("\nridge point = peak / first-tier bandwidth: stages below it are memory-bound on that class.\n"
-         "bandwidth and capacity are the first memory tier's, which holds weights and KV.\n");
+  printf(
+      "\nridge point = peak / first-tier bandwidth: stages below it are memory-bound on that "
+      "class.\n"
+      "bandwidth and capacity are the first memory tier's, which holds weights and KV.\n");
   if (n_fallback)
-    printf("* no native %s: the peak of the named wider dtype is used (weights are upcast).\n",
+    printf("*dtype: no native %s units; the peak of the dtype named is used (data is upcast).\n",
            rg_dtype_name(t));
-  printf("Memory and storage tiers hold KV and weights for others; they compute nothing.\n"
-         "One class in full: ridge catalog NAME\n");
+  printf(
+      "Memory and storage tiers hold KV and weights for others; they compute nothing.\n"
+      "One class in full: ridge catalog NAME\n");
   return NULL;
 }
 
@@ -130,13 +140,15 @@ static rg_status_t print_detail(const rg_device_class_t *c, rg_dtype_t t) {
   char b1[64], b2[64], b3[96];
   printf("%s — %s\n", c->name, c->description[0] ? c->description : "(no description)");
   printf("  kind       %s%s\n", rg_device_kind_name(c->kind),
-         rg_class_computes(c) ? "" : c->kind == RG_KIND_SSD ? " (storage tier: no compute)"
-                                                            : " (memory tier: no compute)");
+         rg_class_computes(c)     ? ""
+         : c->kind == RG_KIND_SSD ? " (storage tier: no compute)"
+                                  : " (memory tier: no compute)");
   printf("  from       %s\n", c->path);
   if (rg_class_computes(c)) {
     printf("\n  Peak (dense) and ridge point per dtype, against %s at %s:\n",
            c->n_mem > 0 ? c->mem[0].name : "-",
-           c->n_mem > 0 ? rg_fmt_quantity(c->mem[0].bandwidth, RG_UNIT_BANDWIDTH, b1, sizeof(b1)) : "-");
+           c->n_mem > 0 ? rg_fmt_quantity(c->mem[0].bandwidth, RG_UNIT_BANDWIDTH, b1, sizeof(b1))
+                        : "-");
     static const char *const heads[] = {"dtype", "peak", "ridge FLOP/B", "note"};
     rg_table_t tb;
     rg_table_init(&tb, 4, heads, "lrrl");
@@ -149,11 +161,15 @@ static rg_status_t print_detail(const rg_device_class_t *c, rg_dtype_t t) {
         rg_table_cell(&tb, "not supported");
         continue;
       }
-      rg_table_cell(&tb, "%s", rg_fmt_quantity(rg_class_peak(c, (rg_dtype_t)d), RG_UNIT_FLOPS, b1, sizeof(b1)));
+      rg_table_cell(
+          &tb, "%s",
+          rg_fmt_quantity(rg_class_peak(c, (rg_dtype_t)d), RG_UNIT_FLOPS, b1, sizeof(b1)));
       rg_table_cell(&tb, "%s", fmt_ridge(rg_class_ridge(c, (rg_dtype_t)d), b2, sizeof(b2)));
-      if (src != d) rg_table_cell(&tb, "no native %s: uses %s", rg_dtype_name((rg_dtype_t)d),
-                                  rg_dtype_name((rg_dtype_t)src));
-      else rg_table_cell(&tb, "%s", "");
+      if (src != d)
+        rg_table_cell(&tb, "no native %s: uses %s", rg_dtype_name((rg_dtype_t)d),
+                      rg_dtype_name((rg_dtype_t)src));
+      else
+        rg_table_cell(&tb, "%s", "");
     }
     rg_status_t s = rg_table_print(&tb, stdout, 4);
     rg_table_deinit(&tb);
@@ -162,14 +178,17 @@ static rg_status_t print_detail(const rg_device_class_t *c, rg_dtype_t t) {
       printf("  Tuned kernels reach about %.0f%% of peak compute and %.0f%% of peak bandwidth.\n",
              c->eff_compute * 100, c->eff_memory * 100);
   }
-  printf("\n  Memory tiers, fastest first (the first holds weights and KV):\n");
+  printf("\n  Memory tiers, fastest first%s:\n",
+         rg_class_computes(c) ? " (the first holds weights and KV)" : "");
   for (int i = 0; i < c->n_mem; i++)
     printf("    %d. %-10s %s at %s\n", i + 1, c->mem[i].name,
            rg_fmt_quantity(c->mem[i].capacity, RG_UNIT_BYTES, b1, sizeof(b1)),
            rg_fmt_quantity(c->mem[i].bandwidth, RG_UNIT_BANDWIDTH, b2, sizeof(b2)));
-  if (c->sram > 0) printf("    on-chip SRAM %s\n", rg_fmt_quantity(c->sram, RG_UNIT_BYTES, b1, sizeof(b1)));
+  if (c->sram > 0)
+    printf("    on-chip SRAM %s\n", rg_fmt_quantity(c->sram, RG_UNIT_BYTES, b1, sizeof(b1)));
   printf("\n  power      %s\n", fmt_or_dash(c->power, RG_UNIT_POWER, b1, sizeof(b1)));
-  printf("  price      %s\n", c->price > 0 ? rg_fmt_quantity(c->price, RG_UNIT_PRICE, b1, sizeof(b1)) : "-");
+  printf("  price      %s\n",
+         c->price > 0 ? rg_fmt_quantity(c->price, RG_UNIT_PRICE, b1, sizeof(b1)) : "-");
   const struct {
     const char *what;
     const rg_link_t *l;
@@ -206,11 +225,15 @@ static void json_class(cJSON *o, const rg_device_class_t *c, rg_dtype_t t, int *
   for (int d = 0; d < RG_DTYPE_COUNT; d++)
     if (c->peak[d] > 0) rg_json_num(pk, rg_dtype_name((rg_dtype_t)d), c->peak[d], bad);
   rg_json_str(o, "dtype", rg_dtype_name(t), bad);
-  if (computes) rg_json_num(o, "peak_dtype", rg_class_peak(c, t), bad);
-  else rg_json_null(o, "peak_dtype", bad);
+  if (computes)
+    rg_json_num(o, "peak_dtype", rg_class_peak(c, t), bad);
+  else
+    rg_json_null(o, "peak_dtype", bad);
   rg_json_num(o, "bandwidth", c->n_mem > 0 ? c->mem[0].bandwidth : 0, bad);
-  if (computes && rg_class_peak(c, t) > 0) rg_json_num(o, "ridge_point", rg_class_ridge(c, t), bad);
-  else rg_json_null(o, "ridge_point", bad);
+  if (computes && rg_class_peak(c, t) > 0)
+    rg_json_num(o, "ridge_point", rg_class_ridge(c, t), bad);
+  else
+    rg_json_null(o, "ridge_point", bad);
   rg_json_num(o, "capacity", c->n_mem > 0 ? c->mem[0].capacity : 0, bad);
   rg_json_num(o, "sram", c->sram, bad);
   rg_json_num(o, "power", c->power, bad);
@@ -235,9 +258,10 @@ static rg_status_t parse_dtype(const char *text, rg_dtype_t *out) {
   const char *names[RG_DTYPE_COUNT];
   for (int d = 0; d < RG_DTYPE_COUNT; d++) names[d] = rg_dtype_name((rg_dtype_t)d);
   const char *near = rg_nearest(text, names, RG_DTYPE_COUNT);
-  return rg_status_make(RG_INVALID_ARGUMENT,
-                        "--dtype: unknown dtype '%s'%s%s%s; use one of f32, bf16, f16, fp8, int8, fp4",
-                        text, near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
+  return rg_status_make(
+      RG_INVALID_ARGUMENT,
+      "--dtype: unknown dtype '%s'%s%s%s; use one of f32, bf16, f16, fp8, int8, fp4", text,
+      near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
 }
 
 int rg_cmd_catalog(int argc, char **argv, const rg_cli_common_t *common) {
@@ -259,16 +283,21 @@ int rg_cmd_catalog(int argc, char **argv, const rg_cli_common_t *common) {
         if (s) return rg_cli_fail(CMD, s);
         break;
       }
-      case O_JSON: json = 1; break;
+      case O_JSON:
+        json = 1;
+        break;
       case 'h':
-      case O_HELP: usage(stdout); return 0;
-      default: return rg_cli_fail(CMD, rg_cli_getopt_error(c, argv, longs));
+      case O_HELP:
+        usage(stdout);
+        return 0;
+      default:
+        return rg_cli_fail(CMD, rg_cli_getopt_error(c, argv, longs));
     }
   }
   if (argc - optind > 1)
-    return rg_cli_fail(CMD, rg_status_make(RG_INVALID_ARGUMENT,
-                                           "takes at most one class name, got '%s' and '%s'",
-                                           argv[optind], argv[optind + 1]));
+    return rg_cli_fail(
+        CMD, rg_status_make(RG_INVALID_ARGUMENT, "takes at most one class name, got '%s' and '%s'",
+                            argv[optind], argv[optind + 1]));
   const char *name = optind < argc ? argv[optind] : NULL;
 
   rg_catalog_t *cat = NULL;
@@ -287,7 +316,8 @@ int rg_cmd_catalog(int argc, char **argv, const rg_cli_common_t *common) {
       json_class(root, one, t, &bad);
     } else {
       root = cJSON_CreateArray();
-      for (size_t i = 0; i < cat->n; i++) json_class(rg_json_push_obj(root, &bad), cat->classes[i], t, &bad);
+      for (size_t i = 0; i < cat->n; i++)
+        json_class(rg_json_push_obj(root, &bad), cat->classes[i], t, &bad);
     }
     if (!root) bad = 1;
     s = rg_json_emit(root, bad, stdout);

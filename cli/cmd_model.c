@@ -67,8 +67,9 @@ static rg_status_t parse_dtype(const char *flag, const char *text, rg_dtype_t *o
   }
   const char *near = rg_nearest(text, names, RG_DTYPE_COUNT);
   if (near)
-    return rg_status_make(RG_INVALID_ARGUMENT, "%s: unknown dtype '%s'; did you mean %s? (one of %s)",
-                          flag, text, near, list);
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "%s: unknown dtype '%s'; did you mean %s? (one of %s)", flag, text, near,
+                          list);
   return rg_status_make(RG_INVALID_ARGUMENT, "%s: unknown dtype '%s'; use one of %s", flag, text,
                         list);
 }
@@ -101,15 +102,23 @@ static rg_status_t parse_args(int argc, char **argv, model_opts_t *o) {
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
     switch (c) {
       case O_PHASE:
-        if (!strcmp(optarg, "decode")) o->phase = RG_PHASE_DECODE;
-        else if (!strcmp(optarg, "prefill")) o->phase = RG_PHASE_PREFILL;
+        if (!strcmp(optarg, "decode"))
+          o->phase = RG_PHASE_DECODE;
+        else if (!strcmp(optarg, "prefill"))
+          o->phase = RG_PHASE_PREFILL;
         else
           return rg_status_make(RG_INVALID_ARGUMENT,
                                 "--phase must be 'prefill' or 'decode', got '%s'", optarg);
         break;
-      case O_BATCH: RG_RETURN_IF_ERROR(rg_parse_count("--batch", optarg, 1, &o->batch)); break;
-      case O_CONTEXT: RG_RETURN_IF_ERROR(rg_parse_count("--context", optarg, 0, &o->context)); break;
-      case O_NEW: RG_RETURN_IF_ERROR(rg_parse_count("--new-tokens", optarg, 1, &o->new_tokens)); break;
+      case O_BATCH:
+        RG_RETURN_IF_ERROR(rg_parse_count("--batch", optarg, 1, &o->batch));
+        break;
+      case O_CONTEXT:
+        RG_RETURN_IF_ERROR(rg_parse_count("--context", optarg, 0, &o->context));
+        break;
+      case O_NEW:
+        RG_RETURN_IF_ERROR(rg_parse_count("--new-tokens", optarg, 1, &o->new_tokens));
+        break;
       case O_DTYPE:
         RG_RETURN_IF_ERROR(parse_dtype("--dtype", optarg, &o->dtype));
         o->have_dtype = 1;
@@ -118,10 +127,15 @@ static rg_status_t parse_args(int argc, char **argv, model_opts_t *o) {
         RG_RETURN_IF_ERROR(parse_dtype("--kv-dtype", optarg, &o->kv_dtype));
         o->have_kv_dtype = 1;
         break;
-      case O_JSON: o->json = 1; break;
+      case O_JSON:
+        o->json = 1;
+        break;
       case 'h':
-      case O_HELP: o->help = 1; return NULL;
-      default: return rg_cli_getopt_error(c, argv, longs);
+      case O_HELP:
+        o->help = 1;
+        return NULL;
+      default:
+        return rg_cli_getopt_error(c, argv, longs);
     }
   }
   if (optind >= argc)
@@ -154,25 +168,36 @@ static int is_move(rg_stage_kind_t k) {
 
 static char *fmt_gflop(double flops, char *buf, size_t len) {
   double g = flops / 1e9;
-  if (flops == 0) snprintf(buf, len, "-");
-  else if (g >= 999.5) rg_fmt_grouped(g, buf, len);
-  else if (g >= 99.95) snprintf(buf, len, "%.1f", g);
-  else if (g >= 0.9995) snprintf(buf, len, "%.2f", g);
-  else snprintf(buf, len, "%.3g", g);
+  if (flops == 0)
+    snprintf(buf, len, "-");
+  else if (g >= 999.5)
+    rg_fmt_grouped(g, buf, len);
+  else if (g >= 99.95)
+    snprintf(buf, len, "%.1f", g);
+  else if (g >= 0.9995)
+    snprintf(buf, len, "%.2f", g);
+  else
+    snprintf(buf, len, "%.3g", g);
   return buf;
 }
 
 static char *fmt_bytes_or_dash(double b, char *buf, size_t len) {
-  if (b == 0) snprintf(buf, len, "-");
-  else rg_fmt_quantity(b, RG_UNIT_BYTES, buf, len);
+  if (b == 0)
+    snprintf(buf, len, "-");
+  else
+    rg_fmt_quantity(b, RG_UNIT_BYTES, buf, len);
   return buf;
 }
 
 static char *fmt_intensity(double flops, double intensity, char *buf, size_t len) {
-  if (flops == 0) snprintf(buf, len, "-");
-  else if (intensity >= 999.5) rg_fmt_grouped(intensity, buf, len);
-  else if (intensity >= 9.995) snprintf(buf, len, "%.1f", intensity);
-  else snprintf(buf, len, "%.2f", intensity);
+  if (flops == 0)
+    snprintf(buf, len, "-");
+  else if (intensity >= 999.5)
+    rg_fmt_grouped(intensity, buf, len);
+  else if (intensity >= 9.995)
+    snprintf(buf, len, "%.1f", intensity);
+  else
+    snprintf(buf, len, "%.2f", intensity);
   return buf;
 }
 
@@ -181,25 +206,30 @@ static rg_status_t print_human(const rg_arch_t *a, const model_figures_t *m) {
   char b1[64], b2[64], b3[64], b4[64];
   printf("%s  (family %s)\n", a->name, a->family);
 
-  printf("  shape        %lld layers, d_model %s, %lld heads / %lld KV heads x %lld", (long long)a->n_layers,
-         rg_fmt_grouped((double)a->d_model, b1, sizeof(b1)), (long long)a->n_heads,
-         (long long)a->n_kv_heads, (long long)a->head_dim);
+  printf("  shape        %lld layers, d_model %s, %lld heads / %lld KV heads × %lld",
+         (long long)a->n_layers, rg_fmt_grouped((double)a->d_model, b1, sizeof(b1)),
+         (long long)a->n_heads, (long long)a->n_kv_heads, (long long)a->head_dim);
   if (a->d_ff) printf(", FFN %s", rg_fmt_grouped((double)a->d_ff, b1, sizeof(b1)));
   printf(", vocab %s\n", rg_fmt_grouped((double)a->vocab, b1, sizeof(b1)));
   if (a->mla)
     printf("               multi-head latent attention: KV rank %lld, rope dim %lld\n",
            (long long)a->kv_lora_rank, (long long)a->qk_rope_head_dim);
-  if (a->n_experts)
-    printf("               MoE: %lld experts, top-%lld, %lld shared, expert FFN %s, on %lld of %lld layers\n",
-           (long long)a->n_experts, (long long)a->n_experts_per_tok, (long long)a->n_shared_experts,
-           rg_fmt_grouped((double)a->d_ff_expert, b1, sizeof(b1)), (long long)rg_arch_n_moe_layers(a),
-           (long long)a->n_layers);
+  if (a->n_experts) {
+    char shared[48] = "";
+    if (a->n_shared_experts)
+      snprintf(shared, sizeof(shared), " + %lld shared", (long long)a->n_shared_experts);
+    printf("               MoE: %lld experts%s, top-%lld, expert FFN %s, on %lld of %lld layers\n",
+           (long long)a->n_experts, shared, (long long)a->n_experts_per_tok,
+           rg_fmt_grouped((double)a->d_ff_expert, b1, sizeof(b1)),
+           (long long)rg_arch_n_moe_layers(a), (long long)a->n_layers);
+  }
   if (a->sliding_window && a->n_sliding_layers)
     printf("               sliding window of %s tokens on %lld of %lld layers\n",
-           rg_fmt_grouped((double)a->sliding_window, b1, sizeof(b1)), (long long)a->n_sliding_layers,
-           (long long)a->n_layers);
+           rg_fmt_grouped((double)a->sliding_window, b1, sizeof(b1)),
+           (long long)a->n_sliding_layers, (long long)a->n_layers);
   if (a->max_context)
-    printf("               max context %s tokens\n", rg_fmt_grouped((double)a->max_context, b1, sizeof(b1)));
+    printf("               max context %s tokens\n",
+           rg_fmt_grouped((double)a->max_context, b1, sizeof(b1)));
 
   printf("  parameters   %s total, %s active per token", rg_fmt_count(m->params, b1, sizeof(b1)),
          rg_fmt_count(m->active, b2, sizeof(b2)));
@@ -220,25 +250,27 @@ static rg_status_t print_human(const rg_arch_t *a, const model_figures_t *m) {
          rg_dtype_name(s->weight_dtype));
 
   printf("  KV cache     %s B (%s) per token in %s, summed over layers\n",
-         rg_fmt_grouped(m->kv_per_token, b1, sizeof(b1)), rg_fmt_bytes_iec(m->kv_per_token, b2, sizeof(b2)),
-         rg_dtype_name(s->kv_dtype));
+         rg_fmt_grouped(m->kv_per_token, b1, sizeof(b1)),
+         rg_fmt_bytes_iec(m->kv_per_token, b2, sizeof(b2)), rg_dtype_name(s->kv_dtype));
   if (m->kv_per_token > 0)
-    printf("  KV = weights at %s tokens (batch x context): past that, the KV cache outweighs the\n"
-           "               %s %s weights\n",
-           rg_fmt_grouped(m->kv_equal_tokens, b1, sizeof(b1)),
-           rg_fmt_quantity(m->weight_bytes[s->weight_dtype], RG_UNIT_BYTES, b2, sizeof(b2)),
-           rg_dtype_name(s->weight_dtype));
+    printf(
+        "  KV = weights at %s tokens (batch × context): past that, the KV cache outweighs the\n"
+        "               %s %s weights\n",
+        rg_fmt_grouped(m->kv_equal_tokens, b1, sizeof(b1)),
+        rg_fmt_quantity(m->weight_bytes[s->weight_dtype], RG_UNIT_BYTES, b2, sizeof(b2)),
+        rg_dtype_name(s->weight_dtype));
 
   // KV cache by batch x context.
   double w = m->weight_bytes[s->weight_dtype];
-  printf("\nKV cache by batch x context (%s KV; in parentheses, times the %s weights)\n",
+  printf("\nKV cache by batch × context (%s KV; in parentheses, × the %s weights)\n",
          rg_dtype_name(s->kv_dtype), rg_dtype_name(s->weight_dtype));
   const char *kv_heads[1 + N_KV_C];
   char ctx_names[N_KV_C][32];
   kv_heads[0] = "batch";
   for (size_t c = 0; c < N_KV_C; c++) {
     char t[16];
-    snprintf(ctx_names[c], sizeof(ctx_names[c]), "context %s", rg_fmt_tokens(kv_contexts[c], t, sizeof(t)));
+    snprintf(ctx_names[c], sizeof(ctx_names[c]), "context %s",
+             rg_fmt_tokens(kv_contexts[c], t, sizeof(t)));
     kv_heads[1 + c] = ctx_names[c];
   }
   rg_table_t kt;
@@ -247,7 +279,7 @@ static rg_status_t print_human(const rg_arch_t *a, const model_figures_t *m) {
     rg_table_cell(&kt, "%lld", kv_batches[bi]);
     for (size_t c = 0; c < N_KV_C; c++) {
       double kv = m->kv_per_token * (double)kv_batches[bi] * (double)kv_contexts[c];
-      rg_table_cell(&kt, "%s (%sx)", rg_fmt_gb(kv, b1, sizeof(b1)),
+      rg_table_cell(&kt, "%s (%s×)", rg_fmt_gb(kv, b1, sizeof(b1)),
                     rg_fmt_ratio(w > 0 ? kv / w : 0, b2, sizeof(b2)));
     }
   }
@@ -255,17 +287,23 @@ static rg_status_t print_human(const rg_arch_t *a, const model_figures_t *m) {
   rg_table_deinit(&kt);
   RG_RETURN_IF_ERROR(st);
   if (a->sliding_window && a->n_sliding_layers)
-    printf("  (sliding-window layers add at most %s tokens per sequence on top)\n",
+    printf("  (sliding-window layers add the KV of at most %s tokens per sequence on top)\n",
            rg_fmt_grouped((double)a->sliding_window, b1, sizeof(b1)));
 
   // Stages of one step.
-  printf("\nStages of one %s step: batch %lld, %s new token%s each on %s tokens of context; "
-         "weights %s, KV %s\n",
-         rg_phase_name(s->phase), (long long)s->batch, rg_fmt_grouped((double)s->new_tokens, b1, sizeof(b1)),
-         s->new_tokens == 1 ? "" : "s", rg_fmt_grouped((double)s->context, b2, sizeof(b2)),
-         rg_dtype_name(s->weight_dtype), rg_dtype_name(s->kv_dtype));
-  static const char *const heads[] = {"stage", "layers", "GFLOP", "weights", "KV read",
-                                      "KV write", "act", "bytes", "FLOP/B"};
+  printf(
+      "\nStages of one %s step: batch %lld, %s new token%s each on %s tokens of context; "
+      "weights %s, KV %s\n",
+      rg_phase_name(s->phase), (long long)s->batch,
+      rg_fmt_grouped((double)s->new_tokens, b1, sizeof(b1)), s->new_tokens == 1 ? "" : "s",
+      rg_fmt_grouped((double)s->context, b2, sizeof(b2)), rg_dtype_name(s->weight_dtype),
+      rg_dtype_name(s->kv_dtype));
+  if (a->max_context && s->context + s->new_tokens > a->max_context)
+    printf("  note: %s tokens per sequence is past the model's max context of %s\n",
+           rg_fmt_grouped((double)(s->context + s->new_tokens), b1, sizeof(b1)),
+           rg_fmt_grouped((double)a->max_context, b2, sizeof(b2)));
+  static const char *const heads[] = {"stage",    "layers", "GFLOP", "weights", "KV read",
+                                      "KV write", "act",    "bytes", "FLOP/B"};
   rg_table_t t;
   rg_table_init(&t, 9, heads, "lrrrrrrrr");
   double tot_flops = 0, tot_bytes = 0;
@@ -288,11 +326,12 @@ static rg_status_t print_human(const rg_arch_t *a, const model_figures_t *m) {
   st = rg_table_print(&t, stdout, 2);
   rg_table_deinit(&t);
   RG_RETURN_IF_ERROR(st);
-  printf("  step (compute stages): %s GFLOP over %s, %s FLOP/B\n", fmt_gflop(tot_flops, b1, sizeof(b1)),
-         fmt_bytes_or_dash(tot_bytes, b2, sizeof(b2)),
+  printf("  step (compute stages): %s GFLOP over %s, %s FLOP/B\n",
+         fmt_gflop(tot_flops, b1, sizeof(b1)), fmt_bytes_or_dash(tot_bytes, b2, sizeof(b2)),
          fmt_intensity(tot_flops, tot_bytes > 0 ? tot_flops / tot_bytes : 0, b3, sizeof(b3)));
-  printf("  Moves (kv_*, activation) carry bytes only. A stage whose FLOP/B is below a device's\n"
-         "  ridge point (ridge catalog) is memory-bound on it.\n");
+  printf(
+      "  Moves (kv_*, activation) carry bytes only. A stage whose FLOP/B is below a device's\n"
+      "  ridge point (ridge catalog) is memory-bound on it.\n");
   return NULL;
 }
 
@@ -384,7 +423,8 @@ static rg_status_t run(const model_opts_t *o, const rg_cli_common_t *common) {
 
   m->params = rg_arch_params(a);
   m->active = rg_arch_active_params(a);
-  for (int d = 0; d < RG_DTYPE_COUNT; d++) m->weight_bytes[d] = rg_arch_weight_bytes(a, (rg_dtype_t)d);
+  for (int d = 0; d < RG_DTYPE_COUNT; d++)
+    m->weight_bytes[d] = rg_arch_weight_bytes(a, (rg_dtype_t)d);
   m->kv_per_token = rg_arch_kv_bytes_per_token(a, s->kv_dtype);
   m->kv_equal_tokens = m->kv_per_token > 0 ? m->weight_bytes[s->weight_dtype] / m->kv_per_token : 0;
 

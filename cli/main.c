@@ -35,11 +35,14 @@ typedef struct {
 static int cmd_help(int argc, char **argv, const rg_cli_common_t *common);
 
 static const rg_command_t commands[] = {
-    {"model", rg_cmd_model, 1, "a model's shape, parameters, weight and KV bytes, and per-stage roofline costs",
+    {"model", rg_cmd_model, 1,
+     "a model's shape, parameters, weight and KV bytes, and per-stage roofline costs",
      "ridge model llama-3.1-70b --batch 64 --context 32K"},
-    {"catalog", rg_cmd_catalog, 1, "device classes: peak FLOP/s, bandwidth, ridge point, capacity, power, price",
+    {"catalog", rg_cmd_catalog, 1,
+     "device classes: peak FLOP/s, bandwidth, ridge point, capacity, power, price",
      "ridge catalog h100-sxm"},
-    {"plan", rg_cmd_plan, 1, "place a model's stages on a fleet and predict tokens/s, TTFT/TBT, tokens/$ and tokens/W",
+    {"plan", rg_cmd_plan, 1,
+     "place a model's stages on a fleet; predict tokens/s, TTFT/TBT, tokens/$, tokens/W",
      "ridge plan --model llama-3.1-70b --fleet mixed --objective tokens-per-dollar"},
     {"help", cmd_help, 0, "this overview, or one command's options", "ridge help model"},
 };
@@ -51,8 +54,10 @@ static const char *const planned[] = {"simulate", "run", "serve", "worker", "dev
 
 int rg_cli_fail(const char *cmd, rg_status_t s) {
   if (!s) return 0;
-  if (cmd && *cmd) fprintf(stderr, "ridge %s: %s\n", cmd, rg_status_message(s));
-  else fprintf(stderr, "ridge: %s\n", rg_status_message(s));
+  if (cmd && *cmd)
+    fprintf(stderr, "ridge %s: %s\n", cmd, rg_status_message(s));
+  else
+    fprintf(stderr, "ridge: %s\n", rg_status_message(s));
   int code = rg_code_exit_status(rg_status_code(s));
   rg_status_free(s);
   return code;
@@ -79,7 +84,8 @@ static void print_help(FILE *f) {
           "activation moves between them), works out each stage's FLOPs and bytes and so which\n"
           "roof of which device class bounds it (its roofline), and searches placements of\n"
           "stages on device groups that maximise throughput, tokens per dollar or tokens per\n"
-          "watt within the fleet's memory and links.\n"
+          "watt within the fleet's memory and links. This build holds the planning side;\n"
+          "the simulator and the runtime (simulate, run, serve) are to come.\n"
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)
@@ -117,7 +123,7 @@ static const rg_command_t *find_command(const char *name) {
 static rg_status_t unknown_command(const char *name) {
   for (size_t i = 0; i < sizeof(planned) / sizeof(planned[0]); i++)
     if (!strcmp(planned[i], name))
-      return rg_status_make(RG_UNIMPLEMENTED,
+      return rg_status_make(RG_INVALID_ARGUMENT,
                             "'%s' is planned but not in this build yet; commands: model, catalog, "
                             "plan, help",
                             name);
@@ -142,9 +148,9 @@ static int cmd_help(int argc, char **argv, const rg_cli_common_t *common) {
     return 0;
   }
   if (argc > 2)
-    return rg_cli_fail("help", rg_status_make(RG_INVALID_ARGUMENT,
-                                              "takes at most one command name, got %d words",
-                                              argc - 1));
+    return rg_cli_fail(
+        "help", rg_status_make(RG_INVALID_ARGUMENT, "takes at most one command name, got %d words",
+                               argc - 1));
   const rg_command_t *c = find_command(argv[1]);
   if (!c) return rg_cli_fail("help", unknown_command(argv[1]));
   if (c->fn == cmd_help) {
@@ -189,12 +195,14 @@ int main(int argc, char **argv) {
       common.quiet = 1;
     } else if (!strcmp(a, "--config-dir")) {
       if (i + 1 >= argc)
-        return rg_cli_fail(NULL, rg_status_make(RG_INVALID_ARGUMENT, "--config-dir needs a directory"));
+        return rg_cli_fail(NULL,
+                           rg_status_make(RG_INVALID_ARGUMENT, "--config-dir needs a directory"));
       common.config_dir = argv[++i];
     } else if (!strncmp(a, "--config-dir=", 13)) {
       common.config_dir = a + 13;
     } else {
-      static const char *const globals[] = {"--config-dir", "--json", "--quiet", "--version", "--help"};
+      static const char *const globals[] = {"--config-dir", "--json", "--quiet", "--version",
+                                            "--help"};
       const char *near = rg_nearest(a, globals, sizeof(globals) / sizeof(globals[0]));
       rg_status_t s =
           near ? rg_status_make(RG_INVALID_ARGUMENT,

@@ -12,8 +12,7 @@
 
 // ----- Tables ----------------------------------------------------------------
 
-void rg_table_init(rg_table_t *t, int n_cols, const char *const *heads,
-                   const char *align) {
+void rg_table_init(rg_table_t *t, int n_cols, const char *const *heads, const char *align) {
   memset(t, 0, sizeof(*t));
   if (n_cols > RG_TABLE_MAX_COLS) n_cols = RG_TABLE_MAX_COLS;
   t->n_cols = n_cols;
@@ -76,27 +75,31 @@ rg_status_t rg_table_print(const rg_table_t *t, FILE *f, int indent) {
   }
   size_t total = 0;
   for (int c = 0; c < t->n_cols; c++) total += w[c] + (c ? 2 : 0);
-  // Heads, a rule, then rows. Trailing spaces are left off each line.
-  for (size_t row = 0;; row++) {
-    int is_head = row == 0, is_rule = row == 1;
-    size_t first = (row - 2) * (size_t)t->n_cols;
-    if (!is_head && !is_rule && first >= t->n_cells) break;
+  size_t n_rows = (t->n_cells + (size_t)t->n_cols - 1) / (size_t)t->n_cols;
+  // Row -1 is the heads; a rule follows them. Spaces are written only before
+  // text, so no line ends in blanks.
+  for (long row = -1; row < (long)n_rows; row++) {
     pad(f, (size_t)indent);
-    if (is_rule) {
-      for (size_t i = 0; i < total; i++) fputc('-', f);
-      fputc('\n', f);
-      continue;
-    }
+    size_t pending = 0;
     for (int c = 0; c < t->n_cols; c++) {
-      const char *s = is_head ? t->head[c] : first + (size_t)c < t->n_cells ? t->cells[first + (size_t)c] : "";
-      size_t sw = text_width(s), gap = w[c] - sw;
-      int last = c == t->n_cols - 1;
-      if (c) pad(f, 2);
-      if (t->align[c] == 'r') pad(f, gap);
-      fputs(s, f);
-      if (t->align[c] != 'r' && !last) pad(f, gap);
+      size_t i = (size_t)row * (size_t)t->n_cols + (size_t)c;
+      const char *s = row < 0 ? t->head[c] : i < t->n_cells ? t->cells[i] : "";
+      size_t gap = w[c] - text_width(s);
+      if (c) pending += 2;
+      if (t->align[c] == 'r') pending += gap;
+      if (*s) {
+        pad(f, pending);
+        fputs(s, f);
+        pending = 0;
+      }
+      if (t->align[c] != 'r') pending += gap;
     }
     fputc('\n', f);
+    if (row < 0) {
+      pad(f, (size_t)indent);
+      for (size_t k = 0; k < total; k++) fputc('-', f);
+      fputc('\n', f);
+    }
   }
   return NULL;
 }
@@ -136,16 +139,22 @@ char *rg_fmt_gb(double bytes, char *buf, size_t len) {
 }
 
 char *rg_fmt_ratio(double v, char *buf, size_t len) {
-  if (v >= 99.95) snprintf(buf, len, "%.1f", v);
-  else if (v >= 0.9995) snprintf(buf, len, "%.2f", v);
-  else snprintf(buf, len, "%.3g", v);
+  if (v >= 9.995)
+    snprintf(buf, len, "%.1f", v);
+  else if (v >= 0.9995)
+    snprintf(buf, len, "%.2f", v);
+  else
+    snprintf(buf, len, "%.3g", v);
   return buf;
 }
 
 char *rg_fmt_tokens(long long v, char *buf, size_t len) {
-  if (v >= 1048576 && v % 1048576 == 0) snprintf(buf, len, "%lldM", v / 1048576);
-  else if (v >= 1024 && v % 1024 == 0) snprintf(buf, len, "%lldK", v / 1024);
-  else snprintf(buf, len, "%lld", v);
+  if (v >= 1048576 && v % 1048576 == 0)
+    snprintf(buf, len, "%lldM", v / 1048576);
+  else if (v >= 1024 && v % 1024 == 0)
+    snprintf(buf, len, "%lldK", v / 1024);
+  else
+    snprintf(buf, len, "%lld", v);
   return buf;
 }
 
@@ -154,13 +163,16 @@ rg_status_t rg_parse_count(const char *flag, const char *text, long long min, lo
   while (isspace((unsigned char)*s)) s++;
   if (*s == '-')
     return rg_status_make(RG_INVALID_ARGUMENT, "%s must be %s, got '%s'", flag,
-                          min > 0 ? "a positive whole number" : "a whole number, zero or more", text);
+                          min > 0 ? "a positive whole number" : "a whole number, zero or more",
+                          text);
   char *end;
   errno = 0;
   long long v = strtoll(s, &end, 10);
   long long mult = 1;
-  if (end != s && (*end == 'K' || *end == 'k')) mult = 1024, end++;
-  else if (end != s && (*end == 'M' || *end == 'm')) mult = 1048576, end++;
+  if (end != s && (*end == 'K' || *end == 'k'))
+    mult = 1024, end++;
+  else if (end != s && (*end == 'M' || *end == 'm'))
+    mult = 1048576, end++;
   if (end == s || *end || errno == ERANGE)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "%s takes a whole number (a K or M suffix multiplies by 1024 or 1024^2, "
@@ -170,7 +182,8 @@ rg_status_t rg_parse_count(const char *flag, const char *text, long long min, lo
     return rg_status_make(RG_INVALID_ARGUMENT, "%s is too large: '%s'", flag, text);
   v *= mult;
   if (v < min)
-    return rg_status_make(RG_INVALID_ARGUMENT, "%s must be at least %lld, got '%s'", flag, min, text);
+    return rg_status_make(RG_INVALID_ARGUMENT, "%s must be at least %lld, got '%s'", flag, min,
+                          text);
   *out = v;
   return NULL;
 }

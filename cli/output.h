@@ -8,11 +8,10 @@
 #ifndef RG_CLI_OUTPUT_H
 #define RG_CLI_OUTPUT_H
 
+#include <cjson/cJSON.h>
+#include <getopt.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <getopt.h>
-
-#include <cjson/cJSON.h>
 
 #include "base/status.h"
 
@@ -32,15 +31,13 @@ typedef struct {
 } rg_table_t;
 
 // heads: n_cols column titles; align: n_cols characters of 'l'/'r' ("lrrr").
-void rg_table_init(rg_table_t *t, int n_cols, const char *const *heads,
-                   const char *align);
+void rg_table_init(rg_table_t *t, int n_cols, const char *const *heads, const char *align);
 void rg_table_deinit(rg_table_t *t);
 // Appends one cell, printf-style.
 void rg_table_cell(rg_table_t *t, const char *fmt, ...) RG_PRINTF(2, 3);
 // Prints the heads, a rule, and the rows, each line prefixed by `indent`
 // spaces. Returns RG_OUT_OF_MEMORY when a cell was lost.
-RG_MUST_USE rg_status_t rg_table_print(const rg_table_t *t, FILE *f,
-                                       int indent);
+RG_MUST_USE rg_status_t rg_table_print(const rg_table_t *t, FILE *f, int indent);
 
 // ----- Number formats --------------------------------------------------------
 
@@ -49,7 +46,8 @@ char *rg_fmt_grouped(double v, char *buf, size_t len);
 // Bytes in decimal GB with about three significant digits, grouped above
 // 1000: "1.34 GB", "42.9 GB", "21,990 GB".
 char *rg_fmt_gb(double bytes, char *buf, size_t len);
-// A ratio with about three significant digits: "155.8", "2.75", "0.00951".
+// A ratio with three or four significant digits: "155.8", "39.9", "2.75",
+// "0.00951".
 char *rg_fmt_ratio(double v, char *buf, size_t len);
 // A token count written the way context lengths are spoken: 4096 -> "4K",
 // 131072 -> "128K", 1000 -> "1000".
@@ -58,8 +56,8 @@ char *rg_fmt_tokens(long long v, char *buf, size_t len);
 // Parses a non-negative count for option `flag`, accepting a K or M suffix
 // (powers of 1024, as context lengths are written: 128K = 131072). min is the
 // least value allowed. Error messages name the flag and quote the text.
-RG_MUST_USE rg_status_t rg_parse_count(const char *flag, const char *text,
-                                       long long min, long long *out);
+RG_MUST_USE rg_status_t rg_parse_count(const char *flag, const char *text, long long min,
+                                       long long *out);
 
 // ----- JSON ------------------------------------------------------------------
 
@@ -85,8 +83,7 @@ RG_MUST_USE rg_status_t rg_json_emit(cJSON *root, int bad, FILE *f);
 // optstring starting with ':' (so a missing argument returns ':'). c is what
 // getopt_long returned ('?' or ':'); longs is the option table. An unknown
 // long option gets the nearest valid one suggested.
-RG_MUST_USE rg_status_t rg_cli_getopt_error(int c, char **argv,
-                                            const struct option *longs);
+RG_MUST_USE rg_status_t rg_cli_getopt_error(int c, char **argv, const struct option *longs);
 // Resets getopt's state before a subcommand parses its own argv (whose
 // argv[0] is the command name) and turns off getopt's own messages.
 void rg_cli_getopt_reset(void);

@@ -800,7 +800,7 @@ static rg_status_t rg_read_dist(const rg_node_t *root, const char *key, rg_dist_
   RG_RETURN_IF_ERROR(rg_want(n, "dist", key, 1, "fixed, uniform or lognormal", &dn));
   char label[64];
   rg_label(label, sizeof(label), key, "dist");
-  int kind;
+  int kind = 0;
   RG_RETURN_IF_ERROR(rg_read_choice(dn, label, "distribution", rg_dist_names, 3, &kind));
   d->kind = (rg_dist_kind_t)kind;
   // Keys another kind uses would be silently ignored here; say so instead.

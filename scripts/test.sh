@@ -29,8 +29,10 @@ if [ $# -eq 0 ]; then
     corpus=tests/fuzz/corpus/${name#fuzz_}
     work=$(mktemp -d)
     [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+    cp tests/fuzz/regressions/* "$work"/ 2>/dev/null
+    mkdir -p build-test/fuzz-crashes
     if "$f" -max_total_time="${RIDGE_FUZZ_SECONDS:-20}" -rss_limit_mb=2048 -timeout=10 \
-        "$work" >"$log.fuzz" 2>&1; then
+        -artifact_prefix=build-test/fuzz-crashes/ "$work" >"$log.fuzz" 2>&1; then
       echo "ok   $name ($(grep -o 'Done [0-9]* runs' "$log.fuzz" | tail -1))"
       passed=$((passed + 1))
     else

@@ -535,3 +535,43 @@ RG_TEST(graphs_validate_names_the_field) {
   a.n_sliding_layers = 2;
   RG_CHECK_ERR(rg_arch_validate(&a), "sliding_window must be at least 1");
 }
+
+// Which layers are MoE: DeepSeek's leading dense layers and Qwen's
+// every-n-th-layer rule, (i + 1) % decoder_sparse_step == 0.
+RG_TEST(graphs_moe_layer_rules) {
+  rg_arch_t a;
+  memset(&a, 0, sizeof(a));
+  snprintf(a.name, sizeof(a.name), "rules");
+  a.vocab = 1000;
+  a.d_model = 512;
+  a.n_layers = 6;
+  a.n_heads = 8;
+  a.n_kv_heads = 2;
+  a.head_dim = 64;
+  a.d_ff = 2048;
+  a.n_experts = 16;
+  a.n_experts_per_tok = 2;
+  a.d_ff_expert = 256;
+  a.moe_layer_step = 2;
+  RG_CHECK_OK(rg_arch_validate(&a));
+  RG_CHECK(rg_arch_n_moe_layers(&a) == 3);
+  RG_CHECK(!rg_arch_layer_is_moe(&a, 0) && rg_arch_layer_is_moe(&a, 1));
+  RG_CHECK(rg_arch_layer_is_moe(&a, 5) && !rg_arch_layer_is_moe(&a, 6));
+  a.moe_layer_step = 1;
+  a.first_k_dense = 4;
+  RG_CHECK(rg_arch_n_moe_layers(&a) == 2);
+  // Three dense layers and three MoE layers: both stages appear.
+  a.first_k_dense = 3;
+  rg_stage_cost_t c[RG_MAX_STAGE_COSTS];
+  size_t n = 0;
+  rg_shape_t s = shape(RG_PHASE_DECODE, 4, 1, 16);
+  RG_CHECK_OK(rg_stage_costs(&a, &s, c, RG_MAX_STAGE_COSTS, &n));
+  RG_CHECK(rg_stage_find(c, n, "ffn") && rg_stage_find(c, n, "ffn")->layers == 3);
+  RG_CHECK(rg_stage_find(c, n, "moe") && rg_stage_find(c, n, "moe")->layers == 3);
+  RG_CHECK(rg_stage_find(c, n, "moe.shared") == NULL);
+  // Active parameters: 2 of 16 experts in each MoE layer.
+  double expert = 3.0 * 512 * 256;
+  RG_CHECK(rg_arch_params(&a) - rg_arch_active_params(&a) == 3.0 * 14 * expert);
+  a.first_k_dense = 6;
+  RG_CHECK_ERR(rg_arch_validate(&a), "leaves no MoE layer");
+}

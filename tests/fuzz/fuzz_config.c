@@ -1,7 +1,6 @@
 // libFuzzer target for the config loaders: arbitrary bytes as a YAML or JSON
 // document, then as a device class, fleet, workload, model and placement.
 // Every input must end in OK or a status, never a crash, leak or hang.
-#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
