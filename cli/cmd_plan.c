@@ -234,6 +234,25 @@ static rg_status_t print_human(const rg_plan_t *plan, const rg_plan_request_t *r
               rg_fmt_quantity(pr->mem_cap[g], RG_UNIT_BYTES, b2, sizeof b2), pr->bound[g]);
     fprintf(f, "          %s tokens/s, TTFT %s, TBT %s\n", rg_fmt_grouped(pr->tokens_per_s, b1, sizeof b1),
             rg_fmt_quantity(pr->ttft, RG_UNIT_TIME, b2, sizeof b2), rg_fmt_quantity(pr->tbt, RG_UNIT_TIME, b3, sizeof b3));
+    const rg_group_t *ga = &p->groups[p->slot_group[RG_SLOT_ATTENTION]];
+    fprintf(f, "          KV of running sequences: group '%s' (%s %s)\n", ga->name, ga->cls->name, ga->cls->mem[0].name);
+    if (w->session.present) {
+      char c1[32], c2[32];
+      fprintf(f, "          KV of %.0f idle sessions (%s): ", pr->idle_sessions,
+              rg_fmt_quantity(pr->idle_kv_bytes, RG_UNIT_BYTES, b1, sizeof b1));
+      if (pr->kv_policy == RG_KV_TIER)
+        fprintf(f, "offloaded to %s (%s available), reload %s vs recompute %s\n", pr->kv_tier->name,
+                rg_fmt_quantity(pr->kv_tier_capacity, RG_UNIT_BYTES, c1, sizeof c1),
+                rg_fmt_quantity(pr->kv_reload_time, RG_UNIT_TIME, b2, sizeof b2),
+                rg_fmt_quantity(pr->kv_recompute_time, RG_UNIT_TIME, c2, sizeof c2));
+      else if (pr->kv_reload_time > 0)
+        fprintf(f, "dropped and recomputed on return (%s), faster than a reload (%s)\n",
+                rg_fmt_quantity(pr->kv_recompute_time, RG_UNIT_TIME, b2, sizeof b2),
+                rg_fmt_quantity(pr->kv_reload_time, RG_UNIT_TIME, c2, sizeof c2));
+      else
+        fprintf(f, "dropped and recomputed on return (%s): no tier on these nodes holds it\n",
+                rg_fmt_quantity(pr->kv_recompute_time, RG_UNIT_TIME, b2, sizeof b2));
+    }
   }
   fprintf(f, "  total: %s tokens/s, %s, %.1f kW, %.0f k tokens/$, %.2f tokens/J\n",
           rg_fmt_grouped(o->tokens_per_s, b1, sizeof b1), rg_fmt_quantity(o->cost_per_s, RG_UNIT_PRICE, b2, sizeof b2),
@@ -258,7 +277,7 @@ static rg_status_t print_human(const rg_plan_t *plan, const rg_plan_request_t *r
 
 // ----- JSON ----------------------------------------------------------------------
 
-static void json_option(cJSON *o, const rg_plan_option_t *op, int *bad) {
+static void json_option(cJSON *o, const rg_plan_option_t *op, const rg_plan_request_t *req, int *bad) {
   rg_json_str(o, "label", op->label, bad);
   rg_json_bool(o, "feasible", op->feasible, bad);
   if (!op->feasible) {
@@ -296,6 +315,17 @@ static void json_option(cJSON *o, const rg_plan_option_t *op, int *bad) {
       rg_json_num(go, "memory_usable_bytes", pr->mem_cap[g], bad);
       rg_json_str(go, "bound", pr->bound[g], bad);
     }
+    const rg_group_t *ga = &p->groups[p->slot_group[RG_SLOT_ATTENTION]];
+    cJSON *kvo = rg_json_obj(po, "kv", bad);
+    rg_json_str(kvo, "home", ga->name, bad);
+    if (req->workload->session.present) {
+      rg_json_str(kvo, "idle_policy", pr->kv_policy == RG_KV_TIER ? "offload" : "recompute", bad);
+      if (pr->kv_policy == RG_KV_TIER) rg_json_str(kvo, "idle_tier", pr->kv_tier->name, bad);
+      rg_json_num(kvo, "idle_sessions", pr->idle_sessions, bad);
+      rg_json_num(kvo, "idle_bytes", pr->idle_kv_bytes, bad);
+      rg_json_num(kvo, "reload_s", pr->kv_reload_time, bad);
+      rg_json_num(kvo, "recompute_s", pr->kv_recompute_time, bad);
+    }
     cJSON *st = rg_json_obj(po, "stages", bad);
     for (int s = 0; s < RG_SLOT_COUNT; s++)
       rg_json_str(st, rg_slot_name((rg_slot_t)s), p->groups[p->slot_group[s]].name, bad);
@@ -313,9 +343,9 @@ static rg_status_t print_json(const rg_plan_t *plan, const rg_plan_request_t *re
   rg_json_num(root, "solve_seconds", plan->solve_seconds, &bad);
   rg_json_num(root, "candidates", plan->candidates, &bad);
   rg_json_str(root, "packing", plan->milp_status, &bad);
-  json_option(rg_json_obj(root, "chosen", &bad), &plan->chosen, &bad);
+  json_option(rg_json_obj(root, "chosen", &bad), &plan->chosen, req, &bad);
   cJSON *bl = rg_json_arr(root, "baselines", &bad);
-  for (int i = 0; i < plan->n_baselines; i++) json_option(rg_json_push_obj(bl, &bad), &plan->baselines[i], &bad);
+  for (int i = 0; i < plan->n_baselines; i++) json_option(rg_json_push_obj(bl, &bad), &plan->baselines[i], req, &bad);
   return rg_json_emit(root, bad, f);
 }
 

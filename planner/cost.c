@@ -227,6 +227,81 @@ static rg_status_t memory_use(const rg_plan_request_t *req, const rg_placement_t
 
 double rg__group_capacity(const rg_group_t *g) { return g->cls->mem[0].capacity * MEM_HEADROOM; }
 
+// Capacity and bandwidth of tier class `t` on the nodes that host `g`.
+static void tier_share(const rg_fleet_t *f, const rg_group_t *g, const rg_device_class_t *t, double *cap,
+                       double *bw, double *lat) {
+  *cap = *bw = *lat = 0;
+  int per = rg_fleet_per_node(f, g->cls);
+  int nodes = per > 0 ? (g->devices + per - 1) / per : 1;
+  for (int i = 0; i < f->n_nodes; i++) {
+    int has_g = 0, n_t = 0;
+    for (int j = 0; j < f->nodes[i].n_devs; j++) {
+      has_g |= f->nodes[i].devs[j].cls == g->cls;
+      if (f->nodes[i].devs[j].cls == t) n_t = f->nodes[i].devs[j].count;
+    }
+    if (has_g && n_t) {
+      *cap = nodes * n_t * t->mem[0].capacity;
+      *bw = nodes * n_t * t->mem[0].bandwidth;
+      *lat = t->host.latency;
+      return;
+    }
+  }
+}
+
+// Decides where idle sessions' KV waits and what bringing one back costs.
+// Sessions spend most of their time waiting on a person (the digest's
+// agentic shape: ~92%), so each running sequence stands for many idle ones
+// whose KV must live somewhere or be recomputed on return.
+static rg_status_t session_kv(const rg_plan_request_t *req, const rg_placement_t *p, rg_prediction_t *pred,
+                              double ctx, double *out_return_time) {
+  const rg_session_t *ses = &req->workload->session;
+  const rg_group_t *ga = &p->groups[p->slot_group[RG_SLOT_ATTENTION]];
+  double kv_sess = rg_arch_kv_bytes_per_token(req->model, p->kv_dtype) * ctx;
+  double hw = ses->human_wait_fraction < 0.999 ? ses->human_wait_fraction : 0.999;
+  pred->idle_sessions = p->batch * hw / (1.0 - hw);
+  pred->idle_kv_bytes = pred->idle_sessions * kv_sess;
+  // Recompute: prefill the whole context again on the prefill group.
+  rg_shape_t rs = {RG_PHASE_PREFILL, 1, (int64_t)ctx, 0, p->weight_dtype, p->kv_dtype, RG_BF16};
+  step_t st;
+  RG_RETURN_IF_ERROR(run_step(req, p, &rs, p->mode == RG_MODE_PD, &st));
+  pred->kv_recompute_time = st.total;
+  // Reload: the tier's bandwidth, or the devices' host links, whichever is slower.
+  const rg_device_class_t *best = NULL;
+  double best_t = INFINITY, best_cap = 0;
+  const rg_fleet_t *f = req->fleet;
+  for (int i = 0; i < f->n_nodes; i++)
+    for (int j = 0; j < f->nodes[i].n_devs; j++) {
+      const rg_device_class_t *t = f->nodes[i].devs[j].cls;
+      if (rg_class_computes(t)) continue;
+      if (p->kv_policy == RG_KV_TIER && t != p->kv_offload) continue;
+      double cap, bw, lat;
+      tier_share(f, ga, t, &cap, &bw, &lat);
+      if (cap <= 0) continue;
+      double link = ga->cls->host.bandwidth > 0 ? ga->cls->host.bandwidth * ga->devices : bw;
+      double time = kv_sess / (bw < link ? bw : link) + lat;
+      if (cap >= pred->idle_kv_bytes && time < best_t) best = t, best_t = time, best_cap = cap;
+    }
+  if (p->kv_policy == RG_KV_TIER && !best) {
+    char need[32];
+    rg_fmt_quantity(pred->idle_kv_bytes, RG_UNIT_BYTES, need, sizeof need);
+    return rg_status_make(RG_INFEASIBLE,
+                          "kv_offload %s: the nodes of group '%s' lack it or it cannot hold the %.0f idle "
+                          "sessions' KV (%s)",
+                          p->kv_offload->name, ga->name, pred->idle_sessions, need);
+  }
+  pred->kv_reload_time = best ? best_t : 0;
+  pred->kv_tier_capacity = best_cap;
+  if (best && p->kv_policy != RG_KV_RECOMPUTE && (p->kv_policy == RG_KV_TIER || best_t < pred->kv_recompute_time)) {
+    pred->kv_policy = RG_KV_TIER;
+    pred->kv_tier = best;
+    *out_return_time = best_t;
+  } else {
+    pred->kv_policy = RG_KV_RECOMPUTE;
+    *out_return_time = pred->kv_recompute_time;
+  }
+  return NULL;
+}
+
 rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placement_t *p,
                                  rg_prediction_t *pred) {
   memset(pred, 0, sizeof(*pred));
@@ -309,6 +384,15 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
   }
   if (rho > 0.95) rho = 0.95;
   double ttft = pf1.total * (1.0 + rho / (2.0 * (1.0 - rho))) + kv_time;
+
+  if (ses->present) {
+    double returning;
+    RG_RETURN_IF_ERROR(session_kv(req, p, pred, prefix + prompt + out_tokens, &returning));
+    // A step that follows a person's reply finds its KV off the device;
+    // the tool-driven steps in between find it hot.
+    double spr = ses->steps_per_request > 1 ? ses->steps_per_request : 1;
+    ttft += returning / spr;
+  }
 
   int replicas = p->replicas > 0 ? p->replicas : 1;
   double price = 0, power = 0;

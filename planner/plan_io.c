@@ -116,6 +116,8 @@ rg_status_t rg_plan_write_yaml(const rg_plan_t *plan, const rg_plan_request_t *r
     scalarf(&e, "%d", p->batch);
     scalar(&e, "micro_batches");
     scalarf(&e, "%d", p->micro_batches);
+    if (p->kv_policy == RG_KV_TIER) kv(&e, "kv_offload", p->kv_offload->name);
+    if (p->kv_policy == RG_KV_RECOMPUTE) kv(&e, "kv_offload", "recompute");
     scalar(&e, "groups");
     seq_start(&e);
     for (int g = 0; g < p->n_groups; g++) {
@@ -178,8 +180,8 @@ static rg_status_t read_mode(const rg_node_t *n, rg_mode_t *out) {
 
 static rg_status_t read_pool(const rg_node_t *n, const rg_catalog_t *cat, rg_plan_request_t *req,
                              rg_placement_t *p) {
-  static const char *const keys[] = {"mode", "replicas", "batch", "micro_batches", "groups", "stages",
-                                     "predicted", NULL};
+  static const char *const keys[] = {"mode", "replicas", "batch", "micro_batches", "kv_offload", "groups",
+                                     "stages", "predicted", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(n, keys, "pool"));
   memset(p, 0, sizeof(*p));
   p->weight_dtype = req->weight_dtype;
@@ -196,6 +198,22 @@ static rg_status_t read_pool(const rg_node_t *n, const rg_catalog_t *cat, rg_pla
   v = 1;
   RG_RETURN_IF_ERROR(rg_cfg_int(n, "micro_batches", 0, 1, 2, &v));
   p->micro_batches = (int)v;
+  const rg_node_t *ko = rg_node_get(n, "kv_offload");
+  if (ko) {
+    const char *s;
+    RG_RETURN_IF_ERROR(rg_node_str(ko, "kv_offload", &s));
+    if (!strcmp(s, "recompute")) {
+      p->kv_policy = RG_KV_RECOMPUTE;
+    } else if (strcmp(s, "auto")) {
+      RG_RETURN_IF_ERROR(read_class(ko, cat, "kv_offload", &p->kv_offload));
+      if (rg_class_computes(p->kv_offload))
+        return rg_status_at(RG_INVALID_ARGUMENT, &ko->pos,
+                            "kv_offload: %s computes; expected a memory or storage tier (host-dram, nvme-ssd), "
+                            "recompute or auto",
+                            p->kv_offload->name);
+      p->kv_policy = RG_KV_TIER;
+    }
+  }
   const rg_node_t *gs = rg_node_get(n, "groups");
   if (!gs) return rg_node_missing(n, "groups", "pool");
   RG_RETURN_IF_ERROR(rg_node_expect(gs, RG_NODE_SEQ, "groups"));

@@ -208,6 +208,8 @@ typedef enum {
 } rg_slot_t;
 const char *rg_slot_name(rg_slot_t s);
 
+typedef enum { RG_KV_AUTO, RG_KV_TIER, RG_KV_RECOMPUTE } rg_kv_policy_t;
+
 typedef struct {
   char name[16];                 // attn, ffn, prefill, main
   const rg_device_class_t *cls;  // borrowed
@@ -224,7 +226,12 @@ typedef struct {
   int batch;          // decode sequences in flight per replica
   int micro_batches;  // 1, or 2 for attention-FFN ping-pong
   rg_dtype_t weight_dtype, kv_dtype;
-  const rg_device_class_t *kv_offload;  // host-dram/ssd tier for idle KV, or NULL
+  // Where the KV of idle sessions waits (agentic workloads): the KV of
+  // running sequences always lives on the attention group. AUTO picks the
+  // tier that brings a session back fastest, or recomputation when that is
+  // faster than any reload; the plan records the choice.
+  rg_kv_policy_t kv_policy;
+  const rg_device_class_t *kv_offload;  // host-dram/ssd class for RG_KV_TIER
 } rg_placement_t;
 
 // Predicted figures for one replica and for the pool.
@@ -242,6 +249,14 @@ typedef struct {
   double mem_cap[RG_MAX_GROUPS];
   int meets_slo;
   char bound[RG_MAX_GROUPS][16];  // "compute", "memory", "link" per group
+  // Sessions (agentic workloads) only, per replica.
+  rg_kv_policy_t kv_policy;            // TIER or RECOMPUTE as decided
+  const rg_device_class_t *kv_tier;    // for TIER
+  double idle_sessions;                // sessions waiting on a person
+  double idle_kv_bytes;                // their KV
+  double kv_tier_capacity;             // bytes of the tier this replica may use
+  double kv_reload_time;               // bring one session's KV back from the tier
+  double kv_recompute_time;            // or recompute it by prefilling its prefix
 } rg_prediction_t;
 
 typedef enum {

@@ -202,6 +202,11 @@ static rg_status_t size_batch(search_t *s, rg_placement_t *p) {
   cand_t *c = &s->cands[s->n_cands++];
   memset(c, 0, sizeof(*c));
   c->p = *p;
+  if (s->req->workload->session.present) {
+    // Record the KV decision so the written plan reproduces it.
+    c->p.kv_policy = pred.kv_policy;
+    c->p.kv_offload = pred.kv_tier;
+  }
   c->pred = pred;
   c->max_replicas = 1 << 30;
   for (int g = 0; g < p->n_groups; g++) c->uses[class_index(s, p->groups[g].cls)] += p->groups[g].devices;

@@ -332,3 +332,70 @@ RG_TEST(cli_no_arguments_runs_the_default_plan) {
   RG_CHECK_CONTAINS(out, "Plan (chosen)");
   free(out);
 }
+
+RG_TEST(plan_agentic_sessions_choose_where_idle_kv_waits) {
+  fixture_t *f = fx_new();
+  RG_REQUIRE_OK(setup(f, "llama-3.1-70b", "mixed", "agentic"));
+  RG_REQUIRE_OK(rg_plan_solve(&f->req, &f->plan));
+  for (int i = 0; i < f->plan.chosen.n_pools; i++) {
+    const rg_prediction_t *pr = &f->plan.chosen.pred[i];
+    const rg_placement_t *p = &f->plan.chosen.pools[i];
+    RG_CHECK(pr->kv_policy == RG_KV_TIER || pr->kv_policy == RG_KV_RECOMPUTE);
+    // 92% of a session is a person thinking: 11.5 idle sessions per running one.
+    RG_CHECK_NEAR(pr->idle_sessions, p->batch * 0.92 / 0.08, 1e-9);
+    if (pr->kv_policy == RG_KV_TIER) {
+      RG_CHECK(pr->kv_tier_capacity >= pr->idle_kv_bytes);
+      RG_CHECK(pr->kv_reload_time < pr->kv_recompute_time);
+      RG_CHECK(!rg_class_computes(pr->kv_tier));
+    }
+    // The decision is written into the plan so it round-trips.
+    RG_CHECK(p->kv_policy == pr->kv_policy);
+  }
+  char path[512];
+  snprintf(path, sizeof path, "%s/plan.yaml", rg_test_tmpdir(t));
+  FILE *out = fopen(path, "w");
+  RG_REQUIRE(out);
+  rg_placement_meta_t names = {0};
+  RG_CHECK_OK(rg_plan_write_yaml(&f->plan, &f->req, &names, out));
+  fclose(out);
+  fixture_t *g = fx_new();
+  RG_REQUIRE_OK(setup(g, "llama-3.1-70b", "mixed", "agentic"));
+  rg_placement_meta_t meta = {0};
+  RG_REQUIRE_OK(rg_placement_load(path, g->cat, &g->req, &meta));
+  RG_REQUIRE_OK(rg_plan_solve(&g->req, &g->plan));
+  RG_CHECK_NEAR(g->plan.chosen.ttft, f->plan.chosen.ttft, 1e-9);
+  RG_CHECK_NEAR(g->plan.chosen.tokens_per_s, f->plan.chosen.tokens_per_s, 1e-9);
+  teardown(g);
+  free(g);
+  teardown(f);
+  free(f);
+}
+
+RG_TEST(plan_agentic_forced_recompute_costs_ttft) {
+  fixture_t *f = fx_new();
+  RG_REQUIRE_OK(setup(f, "llama-3.1-70b", "gpu-only", "agentic"));
+  const char *pool = "pools:\n- mode: colocated\n  batch: 2\n  kv_offload: %s\n  groups:\n"
+                     "  - {name: main, class: h100-sxm, devices: 8}\n";
+  char text[512];
+  snprintf(text, sizeof text, pool, "recompute");
+  rg_placement_meta_t meta = {0};
+  RG_REQUIRE_OK(rg_placement_load(rg_test_write(t, "a.yaml", text), f->cat, &f->req, &meta));
+  RG_REQUIRE_OK(rg_plan_solve(&f->req, &f->plan));
+  double ttft_recompute = f->plan.chosen.ttft;
+  RG_CHECK(f->plan.chosen.pred[0].kv_policy == RG_KV_RECOMPUTE);
+  teardown(f);
+  RG_REQUIRE_OK(setup(f, "llama-3.1-70b", "gpu-only", "agentic"));
+  snprintf(text, sizeof text, pool, "host-dram");
+  RG_REQUIRE_OK(rg_placement_load(rg_test_write(t, "b.yaml", text), f->cat, &f->req, &meta));
+  RG_REQUIRE_OK(rg_plan_solve(&f->req, &f->plan));
+  RG_CHECK(f->plan.chosen.pred[0].kv_policy == RG_KV_TIER);
+  // Reloading 119K tokens of KV over PCIe beats prefilling them again.
+  RG_CHECK(f->plan.chosen.ttft < ttft_recompute);
+  teardown(f);
+  RG_REQUIRE_OK(setup(f, "llama-3.1-70b", "gpu-only", "agentic"));
+  snprintf(text, sizeof text, pool, "h100-sxm");
+  RG_CHECK_ERR(rg_placement_load(rg_test_write(t, "c.yaml", text), f->cat, &f->req, &meta),
+               "c.yaml:4:15: kv_offload: h100-sxm computes; expected a memory or storage tier");
+  teardown(f);
+  free(f);
+}
