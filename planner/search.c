@@ -389,7 +389,7 @@ static rg_status_t pack_milp(search_t *s, rg_plan_option_t *o, char *status, siz
   glp_set_row_bnds(lp, s->n_cls + 1, GLP_UP, 0, RG_MAX_POOLS);
   // Columns: x_1..x_n (replicas), y_1..y_n (pool used).
   glp_add_cols(lp, 2 * (int)n);
-  int nz = (int)n * (s->n_cls + 2) + 1;
+  int nz = (int)n * (s->n_cls + 3) + 1;  // per column: its classes, the pool row, two link rows
   int *ia = malloc(sizeof(int) * (nz + 1)), *ja = malloc(sizeof(int) * (nz + 1));
   double *ar = malloc(sizeof(double) * (nz + 1));
   if (!ia || !ja || !ar) {
@@ -459,7 +459,10 @@ static rg_status_t solve_fixed(search_t *s, rg_plan_t *out) {
       used[ci] += p.groups[g].devices * (p.replicas > 0 ? p.replicas : 1);
     }
     if (p.batch <= 0) {
-      // No batch given: find the largest that fits and meets the SLOs.
+      // No batch given: find the largest that fits and meets the SLOs. The
+      // nearest-miss notes must describe this pool, not the free search.
+      s->mem_msg[0] = s->slo_msg[0] = 0;
+      s->best_mem_ratio = s->best_slo_ratio = 0;
       size_t before = s->n_cands;
       int r = p.replicas;
       RG_RETURN_IF_ERROR(size_batch(s, &p));

@@ -399,3 +399,35 @@ RG_TEST(plan_agentic_forced_recompute_costs_ttft) {
   teardown(f);
   free(f);
 }
+
+RG_TEST(shipped_placements_evaluate) {
+  char *out, args[1024];
+  snprintf(args, sizeof args, "plan --placement %s/placements/llama70b-af-h100-bertha.yaml --json", rg_test_config_dir());
+  int rc = rg_test_run_ridge(t, args, &out);
+  RG_CHECK(rc == 0);
+  cJSON *j = cJSON_Parse(out);
+  RG_REQUIRE(j);
+  cJSON *pools = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "chosen"), "pools");
+  RG_CHECK(cJSON_GetArraySize(pools) == 1);
+  RG_CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(pools, 0), "mode")), "attention-ffn"));
+  cJSON_Delete(j);
+  free(out);
+  snprintf(args, sizeof args, "plan --model qwen3-30b-a3b --fleet mixed --placement %s/placements/pin-experts-on-lpddr.yaml --json",
+           rg_test_config_dir());
+  rc = rg_test_run_ridge(t, args, &out);
+  RG_CHECK(rc == 0);
+  j = cJSON_Parse(out);
+  RG_REQUIRE(j);
+  cJSON *pool;
+  cJSON_ArrayForEach(pool, cJSON_GetObjectItem(cJSON_GetObjectItem(j, "chosen"), "pools")) {
+    const char *ffn = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(pool, "stages"), "ffn"));
+    cJSON *g;
+    cJSON_ArrayForEach(g, cJSON_GetObjectItem(pool, "groups")) {
+      const char *cls = cJSON_GetStringValue(cJSON_GetObjectItem(g, "class"));
+      RG_CHECK(strcmp(cls, "groq-lpu"));
+      if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(g, "name")), ffn)) RG_CHECK(!strcmp(cls, "bertha-500"));
+    }
+  }
+  cJSON_Delete(j);
+  free(out);
+}
