@@ -386,7 +386,7 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
   double ttft = pf1.total * (1.0 + rho / (2.0 * (1.0 - rho))) + kv_time;
 
   if (ses->present) {
-    double returning;
+    double returning = 0;
     RG_RETURN_IF_ERROR(session_kv(req, p, pred, prefix + prompt + out_tokens, &returning));
     // A step that follows a person's reply finds its KV off the device;
     // the tool-driven steps in between find it hot.

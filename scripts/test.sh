@@ -17,10 +17,27 @@ if ! { cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRIDGE_SANITI
   echo "0 passed, 1 failed, 0 skipped"
   exit 1
 fi
+# The README's first command builds with the system compiler and no
+# sanitizers, where other warnings fire; that build must stay clean too.
+if [ $# -eq 0 ]; then
+  if { cmake -S . -B build-release-check -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+       cmake --build build-release-check -j"$(nproc)"; } >"$log" 2>&1; then
+    echo "ok   release build (system compiler, -Werror)"
+    release_ok=1
+  else
+    grep -E "error|warning" "$log" | head -20
+    echo "FAIL release build (system compiler, -Werror)"
+    release_ok=0
+  fi
+fi
 build-test/ridge_tests "$@" | tee "$log"
 status=${PIPESTATUS[0]}
 counts=$(tail -n 1 "$log")
 read -r passed _ failed _ skipped _ <<<"$(echo "$counts" | tr -d ',')"
+case "${release_ok:-}" in
+  1) passed=$((passed + 1)) ;;
+  0) failed=$((failed + 1)); status=1 ;;
+esac
 # Each fuzz target runs briefly over its seed corpus; a crash is a failure.
 if [ $# -eq 0 ]; then
   for f in build-test/fuzz_*; do
