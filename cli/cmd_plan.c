@@ -259,9 +259,15 @@ static rg_status_t print_human(const rg_plan_t *plan, const rg_plan_request_t *r
           o->power / 1e3, o->tokens_per_dollar / 1e3, o->tokens_per_joule);
   if (w->rate > 0) {
     double demand = w->rate * (w->session.present ? w->session.output_tokens : w->output.mean);
-    fprintf(f, "  the workload asks %s tokens/s (%.3g req/s): the plan covers %.2fx of it\n",
-            rg_fmt_grouped(demand, b1, sizeof b1), w->rate, o->tokens_per_s / demand);
+    fprintf(f, "  the workload asks %s tokens/s (%.3g req/s): the plan covers %.2fx of it%s\n",
+            rg_fmt_grouped(demand, b1, sizeof b1), w->rate, o->tokens_per_s / demand,
+            o->tokens_per_s < demand ? "; queues grow without bound at that rate (TTFT shown at 95% load)" : "");
   }
+  for (int i = 0; i < o->n_pools; i++)
+    if (!o->pred[i].meets_slo)
+      fprintf(f, "  warning: at the workload's rate pool %d misses its SLOs (TTFT %s, TBT %s at %.0f%% load)\n", i + 1,
+              rg_fmt_quantity(o->pred[i].ttft, RG_UNIT_TIME, b1, sizeof b1),
+              rg_fmt_quantity(o->pred[i].tbt, RG_UNIT_TIME, b2, sizeof b2), 100 * o->pred[i].load);
   RG_RETURN_IF_ERROR(explain_stages(req, &o->pools[0], f));
 
   fprintf(f, "\nCompared with (the best placement of each kind, replicated across the fleet):\n");
@@ -303,6 +309,8 @@ static void json_option(cJSON *o, const rg_plan_option_t *op, const rg_plan_requ
     rg_json_num(po, "tokens_per_s", pr->tokens_per_s, bad);
     rg_json_num(po, "ttft_s", pr->ttft, bad);
     rg_json_num(po, "tbt_s", pr->tbt, bad);
+    rg_json_num(po, "load", pr->load, bad);
+    rg_json_bool(po, "meets_slo", pr->meets_slo, bad);
     cJSON *gs = rg_json_arr(po, "groups", bad);
     for (int g = 0; g < p->n_groups; g++) {
       cJSON *go = rg_json_push_obj(gs, bad);

@@ -363,6 +363,10 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
 
   double kv_req = rg_arch_kv_bytes_per_token(req->model, p->kv_dtype) * prompt;
   double tokens_rate, req_rate, tbt, kv_time = 0, rho;
+  // Requests/s reaching one replica: the workload's rate split over the
+  // plan's pools by capacity (load_share), then over the pool's replicas.
+  // While searching, the split is not known yet and a planning load is used.
+  double rate_rep = w->rate > 0 && p->load_share > 0 ? w->rate * p->load_share / (p->replicas > 0 ? p->replicas : 1) : 0;
   double decode_tok = p->batch / step;  // tokens/s while decoding only
   if (pd) {
     rg_link_t l = rg__link_between(req->fleet, &p->groups[p->slot_group[RG_SLOT_PREFILL]],
@@ -372,7 +376,7 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
     req_rate = r_pf < r_dec ? r_pf : r_dec;
     if (r_kv < req_rate) req_rate = r_kv;
     tbt = step;
-    rho = w->rate > 0 ? w->rate / (p->replicas > 0 ? p->replicas : 1) * pf_cost : DEFAULT_LOAD;
+    rho = rate_rep > 0 ? rate_rep * pf_cost : DEFAULT_LOAD;
   } else {
     // Colocated: time shares between decode and (chunked) prefill. Solving
     // R = (1 - R/O * c) * B/step for the output rate R:
@@ -380,8 +384,10 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
     req_rate = tokens_rate / out_tokens;
     double f = req_rate * pf_cost;  // fraction of time spent in prefill
     tbt = step / (1.0 - f);
-    rho = w->rate > 0 ? w->rate / (p->replicas > 0 ? p->replicas : 1) * pf_cost : DEFAULT_LOAD;
+    // Prefill waits behind everything the replica does.
+    rho = rate_rep > 0 ? rate_rep / req_rate : DEFAULT_LOAD;
   }
+  pred->load = rho;
   if (rho > 0.95) rho = 0.95;
   double ttft = pf1.total * (1.0 + rho / (2.0 * (1.0 - rho))) + kv_time;
 

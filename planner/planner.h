@@ -232,6 +232,9 @@ typedef struct {
   // faster than any reload; the plan records the choice.
   rg_kv_policy_t kv_policy;
   const rg_device_class_t *kv_offload;  // host-dram/ssd class for RG_KV_TIER
+  // Share of the workload's arrival rate this pool serves (derived from the
+  // pools' capacities when a plan is finished; 0 while searching).
+  double load_share;
 } rg_placement_t;
 
 // Predicted figures for one replica and for the pool.
@@ -247,6 +250,7 @@ typedef struct {
   double tokens_per_joule;  // tokens/s per watt
   double mem_used[RG_MAX_GROUPS];  // bytes per device, first tier
   double mem_cap[RG_MAX_GROUPS];
+  double load;           // utilisation used for queueing (capped at 0.95)
   int meets_slo;
   char bound[RG_MAX_GROUPS][16];  // "compute", "memory", "link" per group
   // Sessions (agentic workloads) only, per replica.

@@ -70,7 +70,16 @@ double rg__option_score(const rg_plan_option_t *o, rg_objective_t obj) {
 
 rg_status_t rg__option_finish(const rg_plan_request_t *req, rg_plan_option_t *o) {
   o->tokens_per_s = o->cost_per_s = o->power = o->ttft = o->tbt = 0;
+  // The workload's requests spread over the pools in proportion to what
+  // each can serve; capacities come from a first pass at planning load.
+  double cap = 0;
   for (int i = 0; i < o->n_pools; i++) {
+    o->pools[i].load_share = 0;
+    RG_RETURN_IF_ERROR(rg_placement_predict(req, &o->pools[i], &o->pred[i]));
+    cap += o->pred[i].requests_per_s;
+  }
+  for (int i = 0; i < o->n_pools; i++) {
+    o->pools[i].load_share = cap > 0 ? o->pred[i].requests_per_s / cap : 0;
     RG_RETURN_IF_ERROR(rg_placement_predict(req, &o->pools[i], &o->pred[i]));
     o->tokens_per_s += o->pred[i].tokens_per_s;
     o->cost_per_s += o->pred[i].cost_per_s;
