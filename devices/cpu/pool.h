@@ -1,0 +1,35 @@
+// devices/cpu/pool.h — the CPU backend's thread pool.
+//
+// Kernels split their work with rg_pool_parallel_for(): the calling thread
+// takes part, so a pool of n threads runs n-1 workers. One call is in flight
+// per pool at a time (a pool belongs to one queue). Decode calls it a few
+// hundred times per token, so dispatch must cost microseconds, not
+// milliseconds: workers spin briefly before they sleep.
+//
+// Ownership: rg_pool_create returns a pool the caller destroys.
+#ifndef RG_DEVICES_CPU_POOL_H
+#define RG_DEVICES_CPU_POOL_H
+
+#include <stddef.h>
+
+#include "base/status.h"
+
+typedef struct rg_pool_s rg_pool_t;
+
+// fn runs on [begin, end) of the items on thread `thread` (0..threads-1).
+typedef void (*rg_pool_fn_t)(void *ctx, size_t begin, size_t end, int thread);
+
+// n_threads <= 0: one per core this process may run on.
+RG_MUST_USE rg_status_t rg_pool_create(int n_threads, rg_pool_t **out);
+void rg_pool_destroy(rg_pool_t *pool);
+int rg_pool_threads(const rg_pool_t *pool);
+// The number of cores this process may run on (sched_getaffinity).
+int rg_cpu_count(void);
+
+// Splits [0, n) into contiguous chunks of at least `grain` items, one per
+// thread at most, and returns when all are done. pool may be NULL (runs on
+// the caller).
+void rg_pool_parallel_for(rg_pool_t *pool, size_t n, size_t grain,
+                          rg_pool_fn_t fn, void *ctx);
+
+#endif  // RG_DEVICES_CPU_POOL_H
