@@ -88,8 +88,8 @@ rg_status_t rg_pool_create(int n_threads, rg_pool_t **out) {
   pthread_cond_init(&p->cv, NULL);
   for (int i = 1; i < n_threads; i++) {
     worker_arg_t *wa = malloc(sizeof(*wa));
+    if (wa) *wa = (worker_arg_t){p, i};  // before the thread can read it
     int err = wa ? pthread_create(&p->threads[i], NULL, worker, wa) : -1;
-    if (wa) *wa = (worker_arg_t){p, i};
     if (err) {
       free(wa);
       p->n = i;  // destroy joins the ones started

@@ -1,0 +1,146 @@
+#include "runtime/limits.h"
+
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+typedef struct {
+  const float *buf;
+  double sums[1024];
+} read_ctx_t;
+
+__attribute__((target("avx512f"))) static float sum_avx512(const float *p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+  }
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  for (; i < n; i++) s += p[i];
+  return s;
+}
+
+__attribute__((target("avx2"))) static float sum_avx2(const float *p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+  }
+  float t[8];
+  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  float s = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+  for (; i < n; i++) s += p[i];
+  return s;
+}
+
+static float sum_scalar(const float *p, size_t n) {
+  float s = 0;
+  for (size_t i = 0; i < n; i++) s += p[i];
+  return s;
+}
+
+static void read_range(void *ctx, size_t b, size_t e, int thread) {
+  read_ctx_t *c = ctx;
+  float s;
+  if (__builtin_cpu_supports("avx512f")) s = sum_avx512(c->buf + b, e - b);
+  else if (__builtin_cpu_supports("avx2")) s = sum_avx2(c->buf + b, e - b);
+  else s = sum_scalar(c->buf + b, e - b);
+  c->sums[thread & 1023] += s;
+}
+
+// Independent FMA chains, enough of them to cover the FMA latency on two
+// ports. Named variables rather than an array, so they stay in registers;
+// the result is kept so the compiler cannot drop the loop.
+typedef struct {
+  long iters;
+  double sink[1024];
+} fma_ctx_t;
+
+#define FMA12(F, m, x)                                                                     \
+  a0 = F(a0, m, x), a1 = F(a1, m, x), a2 = F(a2, m, x), a3 = F(a3, m, x), a4 = F(a4, m, x), \
+  a5 = F(a5, m, x), a6 = F(a6, m, x), a7 = F(a7, m, x), a8 = F(a8, m, x), a9 = F(a9, m, x), \
+  a10 = F(a10, m, x), a11 = F(a11, m, x)
+
+__attribute__((target("avx512f"))) static void fma_avx512(void *ctx, size_t b, size_t e, int thread) {
+  fma_ctx_t *c = ctx;
+  __m512 m = _mm512_set1_ps(0.999999f), x = _mm512_set1_ps(1e-7f);
+  __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2), a3 = _mm512_set1_ps(3),
+         a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5), a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7),
+         a8 = _mm512_set1_ps(8), a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11);
+  for (size_t r = b; r < e; r++)
+    for (long it = 0; it < c->iters; it++) FMA12(_mm512_fmadd_ps, m, x);
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  c->sink[thread & 1023] += _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static void fma_avx2(void *ctx, size_t b, size_t e, int thread) {
+  fma_ctx_t *c = ctx;
+  __m256 m = _mm256_set1_ps(0.999999f), x = _mm256_set1_ps(1e-7f);
+  __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2), a3 = _mm256_set1_ps(3),
+         a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5), a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7),
+         a8 = _mm256_set1_ps(8), a9 = _mm256_set1_ps(9), a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11);
+  for (size_t r = b; r < e; r++)
+    for (long it = 0; it < c->iters; it++) FMA12(_mm256_fmadd_ps, m, x);
+  __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                           _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+  float t[8];
+  _mm256_storeu_ps(t, s);
+  c->sink[thread & 1023] += t[0] + t[7];
+}
+
+rg_status_t rg_limits_measure(rg_pool_t *pool, double budget_s, rg_limits_t *out) {
+  memset(out, 0, sizeof(*out));
+  int threads = rg_pool_threads(pool);
+  out->threads = threads;
+  if (budget_s <= 0) budget_s = 0.3;
+  // Bandwidth: 256 MiB, far past any cache, read a few times; best pass.
+  size_t n = (256u << 20) / sizeof(float);
+  float *buf = aligned_alloc(64, n * sizeof(float));
+  if (!buf) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory measuring bandwidth (256 MiB)");
+  for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);  // also faults the pages in
+  read_ctx_t rc = {.buf = buf};
+  double best = 0, t_end = now() + budget_s / 2;
+  for (int rep = 0; rep < 8 && (rep < 2 || now() < t_end); rep++) {
+    double t0 = now();
+    rg_pool_parallel_for(pool, n, 1 << 16, read_range, &rc);
+    double bw = n * sizeof(float) / (now() - t0);
+    if (bw > best) best = bw;
+  }
+  free(buf);
+  out->read_bandwidth = best;
+  // FMA peak: 12 chains x vector width x 2 FLOP per FMA per iteration.
+  int avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (!avx512 && !avx2) {
+    out->fma_isa = "scalar";
+    return NULL;
+  }
+  out->fma_isa = avx512 ? "avx512f" : "avx2";
+  double width = avx512 ? 16 : 8;
+  fma_ctx_t fc = {.iters = 4000000};  // ~20 ms a pass at 200 GFLOP/s per core
+  best = 0;
+  t_end = now() + budget_s / 2;
+  for (int rep = 0; rep < 8 && (rep < 2 || now() < t_end); rep++) {
+    double t0 = now();
+    rg_pool_parallel_for(pool, (size_t)threads, 1, avx512 ? fma_avx512 : fma_avx2, &fc);
+    double flops = threads * (double)fc.iters * 12 * width * 2 / (now() - t0);
+    if (flops > best) best = flops;
+  }
+  out->fma_peak = best;
+  return NULL;
+}
