@@ -1,0 +1,182 @@
+// devices/devices.h — the device HAL: which accelerators this machine has,
+// memory on them, and queues that run work on them.
+//
+// ridge runs on whatever a machine holds — its CPU, NVIDIA GPUs through
+// CUDA, AMD GPUs through HIP, Intel GPUs through Level Zero, anything with an
+// OpenCL driver — from one binary. Each backend loads its vendor library
+// with dlopen when first asked, so a machine without that vendor's driver
+// runs ridge fine and is told "not present" and why. A library, once
+// loaded, stays for the life of the process; RIDGE_<DRIVER>_LIBRARY (e.g.
+// RIDGE_CUDA_LIBRARY) names one to load in place of the usual. The objects,
+// lowest first:
+//
+//   driver  one per backend: "cpu", "cuda", "hip", "level_zero", "opencl",
+//           "null". Probing a driver lists its devices, or gives the reason
+//           it has none ("libcuda.so.1 not found", "cuInit failed:
+//           CUDA_ERROR_NO_DEVICE (100): ...").
+//   device  one opened device (a driver name and an index within it).
+//   buffer  bytes in a device's memory.
+//   queue   in-order work on a device: host kernels split across the CPU
+//           device's threads (rg_queue_parallel_for), device work later.
+//
+// Lifecycle (arrows are the calls that move an object along):
+//
+//   rg_register_available_devices()    idempotent; list and open call it
+//        |
+//   rg_devices_list() --> rg_device_info_t[]: devices found, and drivers
+//        |                looked for and not found, each with its reason
+//        v
+//   rg_device_open(driver, index, opts) --> device (1 reference: yours)
+//        |-- rg_buffer_alloc ------> buffer (1 reference: yours; holds one
+//        |     rg_buffer_retain        on its device)      refs + 1
+//        |     rg_buffer_write / rg_buffer_read / rg_buffer_host_ptr
+//        |     rg_buffer_release       refs - 1; at 0 the memory is freed
+//        |                             and the device reference dropped
+//        |-- rg_queue_create ------> queue (holds one reference on its device)
+//        |     rg_queue_parallel_for ... rg_queue_wait
+//        |     rg_queue_destroy        waits for its work, drops the device
+//        |
+//   rg_device_close(device)   drops your reference; the device itself goes
+//                             when its last buffer and queue have gone
+//
+// Invariants:
+// - Every fallible call returns rg_status_t. Messages name the device as
+//   "driver:index" ("cpu:0") and say what was asked, of what size.
+// - An absent driver never stops ridge: rg_devices_list reports it with its
+//   reason, and opening it returns RG_UNAVAILABLE carrying that reason.
+// - A slot a backend does not implement returns RG_UNIMPLEMENTED naming the
+//   device and the call; rg_device_supports_op() answers before asking.
+// - Sizes are checked before any allocator sees them: a request larger than
+//   the device's memory fails with RG_OUT_OF_MEMORY naming the size.
+// - Vendor errors become statuses once, at the backend edge, with the
+//   vendor's error name and number in the message.
+//
+// Threads: the registry, rg_devices_list, rg_device_open and buffer
+// reference counts are safe from any thread. Buffer read/write are
+// synchronous and are not ordered against queued work: rg_queue_wait first.
+// A queue is driven by one thread at a time.
+//
+// Ownership: what rg_device_open, rg_buffer_alloc and rg_queue_create return
+// belongs to the caller (close, release, destroy). Accessors (rg_device_info,
+// rg_buffer_host_ptr, rg_buffer_device, rg_queue_device, rg_device_cpu_pool)
+// return borrowed pointers, valid while the object they came from lives.
+// Buffers and queues keep their device alive.
+#ifndef RG_DEVICES_DEVICES_H
+#define RG_DEVICES_DEVICES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "devices/cpu/pool.h"
+
+typedef struct rg_driver_s rg_driver_t;
+typedef struct rg_device_s rg_device_t;
+typedef struct rg_buffer_s rg_buffer_t;
+typedef struct rg_queue_s rg_queue_t;
+
+// ----- Drivers and what they found -------------------------------------------
+
+// What one probe found: a device (present = 1), or a driver that was looked
+// for and found nothing usable (present = 0, index = -1, reason set).
+typedef struct {
+  char driver[16];      // "cpu", "cuda", "hip", "level_zero", "opencl", "null"
+  int index;            // within its driver, from 0; -1 for an absent driver
+  int present;          // 1: a device; 0: the driver's absence, see reason
+  char name[128];       // "AMD EPYC 9654", "NVIDIA H100 80GB HBM3"
+  uint64_t memory;      // bytes the device can use; CPU: MemTotal capped by
+                        // the cgroup memory limit; 0 when unknown
+  int compute_units;    // CPU cores this process may use, CUDA SMs, HIP CUs,
+                        // Level Zero EUs, OpenCL compute units; 0 unknown
+  char features[256];   // space-separated: "avx2 avx512f avx512_bf16 amx_bf16",
+                        // "sm_90 bf16 fp8"
+  char class_hint[64];  // the configs/devices class this most likely is
+                        // ("local-cpu" for the CPU, "h100-sxm"); "" unknown
+  char detail[256];     // one line more: versions, where a figure came from
+  char reason[256];     // present == 0: why ("libcuda.so.1 not found")
+} rg_device_info_t;
+
+// An array this long holds every entry on any machine ridge knows of; a
+// longer list is still counted (see rg_devices_list).
+#define RG_DEVICES_MAX 64
+
+// Registers every backend built into ridge (all of them: vendor libraries
+// are looked for at run time). Idempotent and thread-safe.
+void rg_register_available_devices(void);
+
+// Drivers in registration order (cpu, cuda, hip, level_zero, opencl, null).
+size_t rg_driver_count(void);
+const rg_driver_t *rg_driver_at(size_t i);  // NULL past the end
+const rg_driver_t *rg_driver_find(const char *name);
+const char *rg_driver_name(const rg_driver_t *driver);
+// One line: what the driver drives and which library it loads.
+const char *rg_driver_description(const rg_driver_t *driver);
+
+// Probes every driver and writes one entry per device found, then one per
+// driver looked for and not found (with its reason), into out[0..cap).
+// *out_n is the number of entries there are, which may exceed cap (only cap
+// were written; call again with a larger array). Never fails because a
+// vendor library is missing or misbehaves: that becomes an absent entry.
+RG_MUST_USE rg_status_t rg_devices_list(rg_device_info_t *out, size_t cap, size_t *out_n);
+
+// ----- Devices -----------------------------------------------------------------
+
+typedef struct {
+  int threads;  // CPU: threads in its pool, 0 = one per core; others ignore it
+} rg_device_options_t;
+
+// Opens device `index` of `driver`; opts may be NULL (defaults). Errors:
+// RG_NOT_FOUND for an unknown driver name (with the nearest suggested) or an
+// index past the driver's devices; RG_UNAVAILABLE with the reason for a
+// driver that is not present; RG_INVALID_ARGUMENT for bad options.
+RG_MUST_USE rg_status_t rg_device_open(const char *driver, int index,
+                                       const rg_device_options_t *opts, rg_device_t **out);
+// Drops the caller's reference (NULL is fine).
+void rg_device_close(rg_device_t *dev);
+// What the device is (the entry rg_devices_list gave for it). Borrowed.
+const rg_device_info_t *rg_device_info(const rg_device_t *dev);
+// 1 when the device has a kernel for op_name (an ops/ name such as "matmul",
+// "rmsnorm", "attention"), 0 otherwise. The CPU has every op in ops/; null
+// has none.
+int rg_device_supports_op(const rg_device_t *dev, const char *op_name);
+// The CPU device's thread pool, for ops kernels; NULL for other devices.
+// One parallel_for runs on it at a time: CPU queues take turns on it, and a
+// kernel that uses it directly must be on the thread that drives the device.
+rg_pool_t *rg_device_cpu_pool(const rg_device_t *dev);
+
+// ----- Buffers -------------------------------------------------------------------
+
+// Allocates `bytes` on dev (CPU: host memory aligned to 64 bytes; 0 bytes is
+// a valid empty buffer). A size larger than the device's memory, or one the
+// allocator refuses, fails with RG_OUT_OF_MEMORY naming the size; it never
+// aborts. The buffer holds a reference on dev.
+RG_MUST_USE rg_status_t rg_buffer_alloc(rg_device_t *dev, size_t bytes, rg_buffer_t **out);
+void rg_buffer_retain(rg_buffer_t *buf);
+// Drops one reference; the last frees the memory. NULL is fine.
+void rg_buffer_release(rg_buffer_t *buf);
+size_t rg_buffer_size(const rg_buffer_t *buf);
+rg_device_t *rg_buffer_device(const rg_buffer_t *buf);
+// The bytes as the host sees them, or NULL when the memory is not host
+// visible (device memory: use read/write).
+void *rg_buffer_host_ptr(rg_buffer_t *buf);
+// Copies len bytes in or out at offset. offset + len past the end is
+// RG_INVALID_ARGUMENT with both figures and the buffer's size.
+RG_MUST_USE rg_status_t rg_buffer_write(rg_buffer_t *buf, size_t offset, const void *src,
+                                        size_t len);
+RG_MUST_USE rg_status_t rg_buffer_read(rg_buffer_t *buf, size_t offset, void *dst, size_t len);
+
+// ----- Queues --------------------------------------------------------------------
+
+RG_MUST_USE rg_status_t rg_queue_create(rg_device_t *dev, rg_queue_t **out);
+// Runs fn over [0, n) in chunks of at least `grain` items on the device's
+// threads (see rg_pool_parallel_for). A host-kernel call: only devices whose
+// threads are the host's run it (the CPU); others return RG_UNIMPLEMENTED.
+RG_MUST_USE rg_status_t rg_queue_parallel_for(rg_queue_t *q, size_t n, size_t grain,
+                                              rg_pool_fn_t fn, void *ctx);
+// Returns when all work submitted to q has finished.
+RG_MUST_USE rg_status_t rg_queue_wait(rg_queue_t *q);
+// Waits for q's work, then frees it. NULL is fine.
+void rg_queue_destroy(rg_queue_t *q);
+rg_device_t *rg_queue_device(const rg_queue_t *q);
+
+#endif  // RG_DEVICES_DEVICES_H
