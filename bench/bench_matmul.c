@@ -1,0 +1,392 @@
+// Matmul throughput against this machine's own limits, measured in the same
+// run: STREAM-style read bandwidth (summing a large array on the same number
+// of threads), f32 FMA peak, and OpenBLAS sgemm. Then
+//   decode  GEMV m = 1 and 16 for f32/bf16/f16/q8_0 at n = k = 2048 and
+//           n = 8192, k = 2048, plus one Llama-3.2-1B-shaped bf16 layer:
+//           GB/s of weights streamed and the ratio to the read bandwidth;
+//   prefill GEMM m = 512, n = k = 2048: GFLOP/s and the ratio to sgemm;
+//   the crossover between the two paths over m, which sets GEMM_MIN_M.
+// Weights are cycled through enough copies (>= 256 MiB) that every call
+// streams them from DRAM, as a real model's layers do. Timings are the best
+// of several repetitions. Prints ratios; never fails on a timing.
+//
+// Run it as `env -u OPENBLAS_CORETYPE build/bench_matmul [threads]`: this
+// environment pins OPENBLAS_CORETYPE=Haswell, which holds OpenBLAS to its
+// AVX2 kernels, and a process cannot reliably unset it for itself before
+// OpenBLAS reads it at load time. The value seen is printed.
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "devices/cpu/pool.h"
+#include "ops/convert.h"
+#include "ops/matmul.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void die(rg_status_t s) {
+  if (!s) return;
+  fprintf(stderr, "bench_matmul: %s\n", rg_status_message(s));
+  exit(1);
+}
+
+static void *xmalloc(size_t n) {
+  void *p = aligned_alloc(64, (n + 63) / 64 * 64);
+  if (!p) {
+    fprintf(stderr, "bench_matmul: out of memory (%zu bytes)\n", n);
+    exit(1);
+  }
+  return p;
+}
+
+static uint64_t seed = 1;
+static float frand(void) {
+  seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((double)(seed >> 40) / (double)(1 << 24) * 2.0 - 1.0);
+}
+
+// ---- Machine limits ------------------------------------------------------------
+
+typedef struct {
+  const float *a;
+  size_t n;
+  double partial[1024];
+} sum_ctx_t;
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static double sum_avx512(const float *a, size_t b, size_t e) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (size_t i = b; i < e; i += 64) {
+    s0 = _mm512_add_ps(s0, _mm512_load_ps(a + i));
+    s1 = _mm512_add_ps(s1, _mm512_load_ps(a + i + 16));
+    s2 = _mm512_add_ps(s2, _mm512_load_ps(a + i + 32));
+    s3 = _mm512_add_ps(s3, _mm512_load_ps(a + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+#endif
+
+static double sum_plain(const float *a, size_t b, size_t e) {
+  float s[16] = {0};
+  for (size_t i = b; i < e; i += 16)
+    for (int q = 0; q < 16; q++) s[q] += a[i + q];
+  double t = 0;
+  for (int q = 0; q < 16; q++) t += s[q];
+  return t;
+}
+
+// Items are 64-float (256-byte) chunks.
+static void sum_worker(void *ctx, size_t b, size_t e, int thread) {
+  sum_ctx_t *c = ctx;
+#if defined(__x86_64__)
+  if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512) {
+    c->partial[thread] += sum_avx512(c->a, b * 64, e * 64);
+    return;
+  }
+#endif
+  c->partial[thread] += sum_plain(c->a, b * 64, e * 64);
+}
+
+static double read_bandwidth(rg_pool_t *pool) {
+  const size_t bytes = (size_t)512 << 20;
+  float *a = xmalloc(bytes);
+  size_t n = bytes / sizeof(float);
+  for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+  double best = 0;
+  for (int rep = 0; rep < 7; rep++) {
+    sum_ctx_t c = {.a = a, .n = n};
+    double t0 = now();
+    rg_pool_parallel_for(pool, n / 64, 1024, sum_worker, &c);
+    double dt = now() - t0, s = 0;
+    for (int i = 0; i < 1024; i++) s += c.partial[i];
+    if (s != (double)n) printf("  (sum check failed: %.0f)\n", s);
+    if (bytes / dt > best) best = bytes / dt;
+  }
+  free(a);
+  return best;
+}
+
+typedef struct {
+  long iters;
+  double sink[1024];
+} fma_ctx_t;
+
+#if defined(__x86_64__)
+// 16 independent chains: enough to cover FMA latency on two pipes.
+__attribute__((target("avx512f"))) static float fma_avx512(long iters) {
+  __m512 a[16], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (int q = 0; q < 16; q++) a[q] = _mm512_set1_ps((float)q);
+  for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16
+    for (int q = 0; q < 16; q++) a[q] = _mm512_fmadd_ps(a[q], m, c);
+  __m512 s = a[0];
+  for (int q = 1; q < 16; q++) s = _mm512_add_ps(s, a[q]);
+  return _mm512_reduce_add_ps(s);
+}
+#endif
+
+static void fma_worker(void *ctx, size_t b, size_t e, int thread) {
+  fma_ctx_t *c = ctx;
+#if defined(__x86_64__)
+  for (size_t i = b; i < e; i++) c->sink[thread] += fma_avx512(c->iters);
+#endif
+}
+
+static double fma_peak(rg_pool_t *pool) {
+  if (rg_cpu_isa_best() < RG_CPU_ISA_AVX512) return 0;
+  int th = rg_pool_threads(pool);
+  fma_ctx_t c = {.iters = 2000000};
+  double best = 0;
+  for (int rep = 0; rep < 5; rep++) {
+    double t0 = now();
+    rg_pool_parallel_for(pool, (size_t)th, 1, fma_worker, &c);
+    double dt = now() - t0;
+    double flops = (double)th * (double)c.iters * 16 * 16 * 2;
+    if (flops / dt > best) best = flops / dt;
+  }
+  return best;
+}
+
+// OpenBLAS on its own threads, the whole problem in one call.
+static double sgemm_gflops(int threads, int m, int n, int k) {
+  float *x = xmalloc((size_t)m * k * 4), *w = xmalloc((size_t)n * k * 4), *y = xmalloc((size_t)m * n * 4);
+  for (size_t i = 0; i < (size_t)m * k; i++) x[i] = frand();
+  for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
+  openblas_set_num_threads(threads);
+  double best = 0;
+  for (int rep = 0; rep < 6; rep++) {
+    double t0 = now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
+    double dt = now() - t0;
+    if (2.0 * m * n * k / dt > best) best = 2.0 * m * n * k / dt;
+  }
+  free(x), free(w), free(y);
+  return best;
+}
+
+// ---- Matmul measurements ------------------------------------------------------------
+
+// `copies` distinct copies of one random (n, k) weight of type t, so that
+// cycling through them streams from DRAM. Returns the base; copy c starts at
+// c * bytes.
+static unsigned char *make_copies(rg_wtype_t t, int64_t n, int64_t k, int copies, size_t *out_bytes) {
+  size_t rb;
+  die(rg_wtype_row_bytes(t, k, &rb));
+  size_t bytes = rb * (size_t)n;
+  unsigned char *w = xmalloc(bytes * (size_t)copies);
+  float *row = xmalloc((size_t)k * 4);
+  for (int64_t r = 0; r < n; r++) {
+    for (int64_t p = 0; p < k; p++) row[p] = frand();
+    die(rg_row_from_f32(t, row, w + (size_t)r * rb, k));
+  }
+  for (int c = 1; c < copies; c++) memcpy(w + (size_t)c * bytes, w, bytes);
+  free(row);
+  *out_bytes = bytes;
+  return w;
+}
+
+static int copies_for(size_t bytes) {
+  size_t want = (size_t)256 << 20;
+  int c = (int)((want + bytes - 1) / bytes);
+  return c < 2 ? 2 : c;
+}
+
+// Seconds per call, best of reps, each rep cycling through all copies.
+static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_wtype_t t, int64_t n, int64_t k,
+                          const unsigned char *w, size_t bytes, int copies, float *y, const rg_matmul_opts_t *o,
+                          int reps) {
+  double best = 1e30;
+  for (int rep = 0; rep < reps; rep++) {
+    double t0 = now();
+    for (int c = 0; c < copies; c++) {
+      rg_wmat_t wm = {w + (size_t)c * bytes, t, n, k};
+      die(rg_matmul_ex(pool, x, m, &wm, NULL, y, o));
+    }
+    double dt = (now() - t0) / copies;
+    if (dt < best) best = dt;
+  }
+  return best;
+}
+
+static const rg_wtype_t types[] = {RG_WTYPE_BF16, RG_WTYPE_F16, RG_WTYPE_Q8_0, RG_WTYPE_F32};
+
+static void decode_table(rg_pool_t *pool, double bw, double peak) {
+  printf("\ndecode (GEMV): weight GB/s streamed per call, and ratio to read bandwidth %.1f GB/s\n", bw / 1e9);
+  printf("%-6s %-12s %4s %-44s %9s %7s %7s %8s\n", "type", "n x k", "m", "kernel", "us/call", "GB/s", "vs bw",
+         "GFLOP/s");
+  const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}};
+  float *x = xmalloc(16 * 2048 * 4), *y = xmalloc(16 * 8192 * 4);
+  for (int i = 0; i < 16 * 2048; i++) x[i] = frand();
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+    for (int s = 0; s < 2; s++) {
+      int64_t n = shapes[s][0], k = shapes[s][1];
+      size_t bytes;
+      size_t rb;
+      die(rg_wtype_row_bytes(types[ti], k, &rb));
+      int copies = copies_for(rb * (size_t)n);
+      unsigned char *w = make_copies(types[ti], n, k, copies, &bytes);
+      for (int64_t m = 1; m <= 16; m += 15) {
+        double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, copies, y, NULL, 10);
+        rg_wmat_t wm = {w, types[ti], n, k};
+        double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
+        printf("%-6s %5lld x %-4lld %4lld %-44s %9.1f %7.1f %6.0f%% %8.1f", rg_wtype_name(types[ti]),
+               (long long)n, (long long)k, (long long)m, rg_matmul_kernel_name(&wm, m), dt * 1e6, gbs / 1e9,
+               100 * gbs / bw, gf / 1e9);
+        if (m > 1 && peak > 0) printf("  (%.0f%% of FMA peak)", 100 * gf / peak);
+        printf("\n");
+      }
+      free(w);
+    }
+  free(x), free(y);
+}
+
+// One decoder layer of Llama-3.2-1B (d 2048, 8 KV heads of 64, FFN 8192),
+// bf16, m = 1: q, k, v, o, gate, up, down, cycled over enough layers' copies
+// to exceed any cache.
+static void llama_layer(rg_pool_t *pool, double bw) {
+  const int64_t mats[7][2] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
+                              {8192, 2048}, {8192, 2048}, {2048, 8192}};
+  enum { LAYERS = 4 };
+  unsigned char *w[7];
+  size_t bytes[7], layer_bytes = 0;
+  for (int i = 0; i < 7; i++) {
+    w[i] = make_copies(RG_WTYPE_BF16, mats[i][0], mats[i][1], LAYERS, &bytes[i]);
+    layer_bytes += bytes[i];
+  }
+  float *x = xmalloc(8192 * 4), *y = xmalloc(8192 * 4);
+  for (int i = 0; i < 8192; i++) x[i] = frand();
+  double best = 1e30;
+  for (int rep = 0; rep < 8; rep++) {
+    double t0 = now();
+    for (int l = 0; l < LAYERS; l++)
+      for (int i = 0; i < 7; i++) {
+        rg_wmat_t wm = {w[i] + (size_t)l * bytes[i], RG_WTYPE_BF16, mats[i][0], mats[i][1]};
+        die(rg_matmul(pool, x, 1, &wm, NULL, y));
+      }
+    double dt = (now() - t0) / LAYERS;
+    if (dt < best) best = dt;
+  }
+  double gbs = (double)layer_bytes / best;
+  printf("llama-3.2-1b layer, bf16, m=1 (7 matrices, %.1f MB): %.0f us/layer, %.1f GB/s = %.0f%% of read bandwidth "
+         "(goal >= 85%%)\n",
+         layer_bytes / 1e6, best * 1e6, gbs / 1e9, 100 * gbs / bw);
+  for (int i = 0; i < 7; i++) free(w[i]);
+  free(x), free(y);
+}
+
+static void prefill_table(rg_pool_t *pool, double sgemm) {
+  const int64_t m = 512, n = 2048, k = 2048;
+  printf("\nprefill (GEMM) m=%lld n=%lld k=%lld: GFLOP/s and ratio to OpenBLAS sgemm %.1f GFLOP/s (goal >= 0.6)\n",
+         (long long)m, (long long)n, (long long)k, sgemm / 1e9);
+  printf("%-6s %-44s %9s %9s %8s\n", "type", "kernel", "ms/call", "GFLOP/s", "vs sgemm");
+  float *x = xmalloc((size_t)m * k * 4), *y = xmalloc((size_t)m * n * 4);
+  for (int64_t i = 0; i < m * k; i++) x[i] = frand();
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    size_t bytes;
+    unsigned char *w = make_copies(types[ti], n, k, 1, &bytes);
+    double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, 1, y, NULL, 8);
+    rg_wmat_t wm = {w, types[ti], n, k};
+    double gf = 2.0 * m * n * k / dt;
+    printf("%-6s %-44s %9.2f %9.1f %8.2f\n", rg_wtype_name(types[ti]), rg_matmul_kernel_name(&wm, m), dt * 1e3,
+           gf / 1e9, gf / sgemm);
+    free(w);
+  }
+  free(x), free(y);
+}
+
+// GEMV against GEMM over m (n = k = 2048, weights from DRAM): where the GEMM
+// path starts to win sets gemm_min_m in ops/cpu/matmul.c, and the bf16 rows
+// compare the widening kernel with vdpbf16ps (DP_MIN_M).
+static void crossover(rg_pool_t *pool) {
+  const int64_t n = 2048, k = 2048, ms[] = {1, 4, 8, 16, 32, 64, 128, 256, 512};
+  enum { NM = sizeof ms / sizeof ms[0] };
+  printf("\ncrossover, n = k = %lld: GFLOP/s by m\n%-22s", (long long)n, "type, path");
+  for (int i = 0; i < NM; i++) printf(" %6lld", (long long)ms[i]);
+  printf("\n");
+  float *x = xmalloc(512 * k * 4), *y = xmalloc(512 * n * 4);
+  for (int64_t i = 0; i < 512 * k; i++) x[i] = frand();
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    size_t bytes, rb;
+    die(rg_wtype_row_bytes(types[ti], k, &rb));
+    int copies = copies_for(rb * (size_t)n) / 4;  // 64 MiB: past L3, and quicker
+    unsigned char *w = make_copies(types[ti], n, k, copies, &bytes);
+    const struct {
+      const char *label;
+      rg_matmul_opts_t o;
+    } rows[] = {{"gemv", {.path = RG_MATMUL_GEMV}},
+                {"gemv widening (avx512)", {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV}},
+                {"gemm", {.path = RG_MATMUL_GEMM}}};
+    for (size_t r = 0; r < 3; r++) {
+      if (r == 1 && (types[ti] != RG_WTYPE_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16)) continue;
+      printf("%-4s %-17s", rg_wtype_name(types[ti]), rows[r].label);
+      for (int i = 0; i < NM; i++) {
+        int c = ms[i] >= 64 ? 1 : copies;
+        double dt = time_matmul(pool, x, ms[i], types[ti], n, k, w, bytes, c, y, &rows[r].o, ms[i] >= 64 ? 3 : 2);
+        printf(" %6.0f", 2.0 * ms[i] * n * k / dt / 1e9);
+      }
+      printf("\n");
+    }
+    free(w);
+  }
+  free(x), free(y);
+}
+
+// NMSE against the double reference for bf16 weights, per kernel: what
+// rounding x to bf16 (vdpbf16ps) costs next to widening the weights.
+static void accuracy(rg_pool_t *pool) {
+  const int64_t m = 64, n = 2048, k = 2048, nref = 64;
+  size_t bytes;
+  unsigned char *w = make_copies(RG_WTYPE_BF16, n, k, 1, &bytes);
+  float *x = xmalloc((size_t)(m * k) * 4), *y = xmalloc((size_t)(m * n) * 4), *ref = xmalloc((size_t)(m * nref) * 4);
+  for (int64_t i = 0; i < m * k; i++) x[i] = frand();
+  rg_wmat_t head = {w, RG_WTYPE_BF16, nref, k}, wm = {w, RG_WTYPE_BF16, n, k};
+  die(rg_matmul_ref(x, m, &head, NULL, ref));
+  printf("\naccuracy, bf16 weights, m=%lld k=%lld, NMSE against the double reference:\n", (long long)m, (long long)k);
+  const rg_matmul_opts_t os[] = {{.path = RG_MATMUL_GEMV}, {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV},
+                                 {.path = RG_MATMUL_GEMM}};
+  for (int v = 0; v < 3; v++) {
+    if (v == 1 && rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16) continue;
+    die(rg_matmul_ex(pool, x, m, &wm, NULL, y, &os[v]));
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < nref; j++) {
+        double d = (double)y[i * n + j] - ref[i * nref + j];
+        num += d * d, den += (double)ref[i * nref + j] * ref[i * nref + j];
+      }
+    printf("  %-48s %.2e\n", rg_matmul_kernel_name_ex(&wm, m, &os[v]), num / den);
+  }
+  free(w), free(x), free(y), free(ref);
+}
+
+int main(int argc, char **argv) {
+  int threads = argc > 1 ? atoi(argv[1]) : rg_cpu_count();
+  rg_pool_t *pool;
+  die(rg_pool_create(threads, &pool));
+  const char *ct = getenv("OPENBLAS_CORETYPE");
+  printf("bench_matmul: %d threads, kernels up to %s; OpenBLAS %s, core %s, OPENBLAS_CORETYPE=%s\n", threads,
+         rg_cpu_isa_name(rg_cpu_isa_best()), openblas_get_config(), openblas_get_corename(), ct ? ct : "(unset)");
+  if (ct) printf("  note: run as `env -u OPENBLAS_CORETYPE %s` to let OpenBLAS pick its best kernels\n", argv[0]);
+  double bw = read_bandwidth(pool);
+  double peak = fma_peak(pool);
+  double sg = sgemm_gflops(threads, 512, 2048, 2048);
+  printf("read bandwidth %.1f GB/s; f32 FMA peak %.0f GFLOP/s; OpenBLAS sgemm m=512 n=k=2048 on %d threads "
+         "%.1f GFLOP/s (%.0f%% of peak)\n",
+         bw / 1e9, peak / 1e9, threads, sg / 1e9, peak > 0 ? 100 * sg / peak : 0.0);
+  decode_table(pool, bw, peak);
+  llama_layer(pool, bw);
+  prefill_table(pool, sg);
+  accuracy(pool);
+  if (!(argc > 2 && strcmp(argv[2], "--no-crossover") == 0)) crossover(pool);
+  rg_pool_destroy(pool);
+  return 0;
+}

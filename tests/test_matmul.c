@@ -1,0 +1,450 @@
+// Matmul and weight-conversion tests: every fast path (each instruction-set
+// level × GEMV/GEMM × NULL/1-thread/2-thread pool × with/without bias)
+// against rg_matmul_ref over awkward shapes, compared by normalized mean
+// squared error, plus exact conversion round trips, the q8_0 error bound and
+// the messages for bad input.
+//
+// Tolerances (NMSE = sum (a-b)^2 / sum b^2), one per weight type. Every
+// kernel widens the weights to f32 exactly, as the reference does, so a fast
+// path differs from the double-accumulating reference only by f32 rounding
+// of the sums: NMSE ~ k * 2^-48 / 16 ≈ 1e-13 at k = 4128. The bound leaves
+// four orders of magnitude of room and still catches any wrong element.
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "devices/cpu/pool.h"
+#include "ops/convert.h"
+#include "ops/matmul.h"
+#include "tests/test.h"
+
+static const double tolerance[RG_WTYPE_COUNT] = {
+    [RG_WTYPE_F32] = 1e-7,
+    [RG_WTYPE_BF16] = 1e-7,
+    [RG_WTYPE_F16] = 1e-7,
+    [RG_WTYPE_Q8_0] = 1e-7,
+};
+
+static uint64_t rng_next(uint64_t *s) {  // splitmix64
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static float rng_uniform(uint64_t *s) {  // [-1, 1)
+  return (float)((double)(rng_next(s) >> 11) * 0x1p-52 - 1.0);
+}
+
+static double nmse(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - (double)b[i];
+    num += d * d;
+    den += (double)b[i] * (double)b[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+static int all_finite(const float *a, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(a[i])) return 0;
+  return 1;
+}
+
+// A random (n, k) weight of the given type, values in [-1, 1), stored as the
+// checkpoint would (rounded or quantized from f32). Caller frees.
+static void *make_weight(rg_wtype_t type, int64_t n, int64_t k, uint64_t *seed) {
+  size_t rb;
+  rg_status_t s = rg_wtype_row_bytes(type, k, &rb);
+  if (s) {
+    rg_status_free(s);
+    return NULL;
+  }
+  unsigned char *w = malloc(rb * (size_t)n);
+  float *row = malloc((size_t)k * sizeof(float));
+  if (!w || !row) abort();
+  for (int64_t r = 0; r < n; r++) {
+    for (int64_t p = 0; p < k; p++) row[p] = rng_uniform(seed);
+    s = rg_row_from_f32_isa(RG_CPU_ISA_SCALAR, type, row, w + (size_t)r * rb, k);
+    if (s) abort();
+  }
+  free(row);
+  return w;
+}
+
+static const int64_t shape_m[] = {1, 2, 3, 7, 16, 33, 130};
+static const int64_t shape_k[] = {32, 64, 96, 4096 + 32, 1, 5, 17, 1000};
+static const int64_t shape_n[] = {1, 3, 17, 64, 257};
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+// Every (m, k, n) of the lists up to a budget of multiply-adds, so each
+// value of each list meets many of the others; past it only two larger
+// shapes, to keep the suite within seconds under AddressSanitizer. The
+// scalar kernels, slow under the sanitizer and simpler, get a smaller budget
+// that still reaches every value.
+static int shape_wanted(rg_cpu_isa_t isa, int64_t m, int64_t k, int64_t n) {
+  if (isa == RG_CPU_ISA_SCALAR) return m * k * n <= (1 << 16);
+  return m * k * n <= (1 << 19) || (m == 16 && k == 4128 && n == 64) || (m == 130 && k == 1000 && n == 17);
+}
+
+typedef struct {
+  rg_pool_t *pools[3];  // NULL, 1 thread, 2 threads
+  float *y, *want;      // room for the largest output (y plus guards)
+} fixture_t;
+
+static const char *const pool_names[] = {"NULL", "1-thread", "2-thread"};
+enum { GUARDS = 8, MAX_M = 130, MAX_N = 257, MAX_K = 4128 };
+
+// Runs one shape through both paths, each with a NULL pool without bias, a
+// 1-thread pool with bias, and a 2-thread pool with and without. ref is the
+// reference for x as given; ref_r for x rounded to bf16, which the kernels
+// whose name says "x in bf16" compute (NULL where none can run). Returns 0
+// after reporting the first mismatch.
+static int check_shape(rg_test_ctx_t *t, fixture_t *f, rg_cpu_isa_t isa, const rg_wmat_t *w, const float *x,
+                       int64_t m, const float *bias, const float *ref, const float *ref_r) {
+  static const int combos[][2] = {{0, 0}, {1, 1}, {2, 0}, {2, 1}};
+  int64_t n = w->rows;
+  size_t ny = (size_t)(m * n);
+  for (int path = RG_MATMUL_GEMV; path <= RG_MATMUL_GEMM; path++)
+    for (size_t c = 0; c < COUNT(combos); c++) {
+      int pi = combos[c][0], with_bias = combos[c][1];
+      rg_matmul_opts_t o = {.isa = isa, .path = (rg_matmul_path_t)path};
+      const char *kernel = rg_matmul_kernel_name_ex(w, m, &o);
+      const float *base = strstr(kernel, "x in bf16") ? ref_r : ref;
+      if (!base) {
+        rg_test_fail(t, __FILE__, __LINE__, "%s rounds x, unexpected here", kernel);
+        return 0;
+      }
+      // The biased reference adds the bias to the f32 result once more: an
+      // extra rounding of 2^-24, far inside every tolerance.
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) f->want[i * n + j] = (float)((double)base[i * n + j] + (with_bias ? bias[j] : 0));
+      for (size_t i = 0; i < ny + GUARDS; i++) f->y[i] = -12345.0f;
+      rg_status_t s = rg_matmul_ex(f->pools[pi], x, m, w, with_bias ? bias : NULL, f->y, &o);
+      if (s) {
+        rg_test_fail(t, __FILE__, __LINE__, "%s: %s", kernel, rg_status_message(s));
+        rg_status_free(s);
+        return 0;
+      }
+      double e = nmse(f->y, f->want, ny);
+      int finite = all_finite(f->y, ny), guards = 1;
+      for (size_t i = ny; i < ny + GUARDS; i++) guards &= f->y[i] == -12345.0f;
+      if (!(e <= tolerance[w->type]) || !finite || !guards) {
+        rg_test_fail(t, __FILE__, __LINE__, "%s: m=%lld k=%lld n=%lld, %s pool, %s bias: nmse %.3g (tolerance %.3g)%s%s",
+                     kernel, (long long)m, (long long)w->cols, (long long)n, pool_names[pi],
+                     with_bias ? "with" : "without", e, tolerance[w->type], finite ? "" : ", non-finite output",
+                     guards ? "" : ", wrote past y");
+        return 0;
+      }
+    }
+  return 1;
+}
+
+static void check_paths(rg_test_ctx_t *t, rg_wtype_t type, rg_cpu_isa_t isa) {
+  rg_cpu_isa_t got;
+  rg_status_t st = rg_cpu_isa_resolve(isa, &got);
+  if (st) {
+    rg_test_skip(t, rg_status_message(st));
+    rg_status_free(st);
+    return;
+  }
+  int rounds_x = isa == RG_CPU_ISA_AVX512_BF16 && type == RG_WTYPE_BF16;
+  fixture_t f = {{NULL}, NULL, NULL};
+  RG_REQUIRE_OK(rg_pool_create(1, &f.pools[1]));
+  RG_REQUIRE_OK(rg_pool_create(2, &f.pools[2]));
+  f.y = malloc((MAX_M * MAX_N + GUARDS) * sizeof(float));
+  f.want = malloc(MAX_M * MAX_N * sizeof(float));
+  float *x = malloc(MAX_M * MAX_K * sizeof(float)), *xr = malloc(MAX_M * MAX_K * sizeof(float));
+  float *ref = malloc(MAX_M * MAX_N * sizeof(float)), *ref_r = malloc(MAX_M * MAX_N * sizeof(float));
+  float *bias = malloc(MAX_N * sizeof(float));
+  RG_REQUIRE(f.y && f.want && x && xr && ref && ref_r && bias);
+  uint64_t seed = 0x5eed0000u + (uint64_t)type * 131 + (uint64_t)isa;
+  int shapes = 0, ok = 1;
+  for (size_t ki = 0; ok && ki < COUNT(shape_k); ki++) {
+    int64_t k = shape_k[ki];
+    if (k % rg_wtype_block_elems(type)) continue;
+    for (size_t ni = 0; ok && ni < COUNT(shape_n); ni++) {
+      int64_t n = shape_n[ni];
+      void *wdata = make_weight(type, n, k, &seed);
+      RG_REQUIRE(wdata);
+      rg_wmat_t w = {wdata, type, n, k};
+      for (int64_t j = 0; j < n; j++) bias[j] = rng_uniform(&seed);
+      for (size_t mi = 0; ok && mi < COUNT(shape_m); mi++) {
+        int64_t m = shape_m[mi];
+        if (!shape_wanted(isa, m, k, n)) continue;
+        for (int64_t i = 0; i < m * k; i++) x[i] = rng_uniform(&seed);
+        RG_REQUIRE_OK(rg_matmul_ref(x, m, &w, NULL, ref));
+        if (rounds_x) {
+          for (int64_t i = 0; i < m * k; i++) xr[i] = rg_bf16_to_f32(rg_f32_to_bf16(x[i]));
+          RG_REQUIRE_OK(rg_matmul_ref(xr, m, &w, NULL, ref_r));
+        }
+        ok = check_shape(t, &f, isa, &w, x, m, bias, ref, rounds_x ? ref_r : NULL);
+        shapes++;
+      }
+      free(wdata);
+    }
+  }
+  RG_CHECK(!ok || shapes >= 40);
+  free(f.y), free(f.want), free(x), free(xr), free(ref), free(ref_r), free(bias);
+  rg_pool_destroy(f.pools[1]);
+  rg_pool_destroy(f.pools[2]);
+}
+
+#define PATH_TEST(isa_tag, isa, type_tag, type) \
+  RG_TEST(matmul_##isa_tag##_##type_tag##_matches_reference) { check_paths(t, type, isa); }
+#define PATH_TESTS(isa_tag, isa)                 \
+  PATH_TEST(isa_tag, isa, f32, RG_WTYPE_F32)     \
+  PATH_TEST(isa_tag, isa, bf16, RG_WTYPE_BF16)   \
+  PATH_TEST(isa_tag, isa, f16, RG_WTYPE_F16)     \
+  PATH_TEST(isa_tag, isa, q8_0, RG_WTYPE_Q8_0)
+PATH_TESTS(scalar, RG_CPU_ISA_SCALAR)
+PATH_TESTS(avx2, RG_CPU_ISA_AVX2)
+PATH_TESTS(avx512, RG_CPU_ISA_AVX512)
+// The avx512-bf16 level changes only the bf16 kernel (vdpbf16ps).
+PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, bf16, RG_WTYPE_BF16)
+
+// What rounding x to bf16 costs the vdpbf16ps kernel against the exact
+// reference, on a shape with enough outputs for the NMSE to settle: x's
+// rounding (relative error up to 2^-9) gives NMSE ~ 2^-18 / 3 ≈ 1.3e-6.
+RG_TEST(matmul_avx512bf16_accuracy_of_bf16_x) {
+  rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16, .path = RG_MATMUL_GEMV};
+  rg_cpu_isa_t got;
+  rg_status_t st = rg_cpu_isa_resolve(o.isa, &got);
+  if (st) {
+    rg_test_skip(t, rg_status_message(st));
+    rg_status_free(st);
+    return;
+  }
+  enum { M = 16, N = 64, K = 2048 };
+  uint64_t seed = 99;
+  void *wd = make_weight(RG_WTYPE_BF16, N, K, &seed);
+  float *x = malloc(M * K * sizeof(float)), *y = malloc(M * N * sizeof(float)), *ref = malloc(M * N * sizeof(float));
+  RG_REQUIRE(wd && x && y && ref);
+  for (int i = 0; i < M * K; i++) x[i] = rng_uniform(&seed);
+  rg_wmat_t w = {wd, RG_WTYPE_BF16, N, K};
+  RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, M, &o), "x in bf16") != NULL);
+  RG_REQUIRE_OK(rg_matmul_ref(x, M, &w, NULL, ref));
+  RG_REQUIRE_OK(rg_matmul_ex(NULL, x, M, &w, NULL, y, &o));
+  double e = nmse(y, ref, M * N);
+  if (!(e < 1e-5 && e > 1e-8)) rg_test_fail(t, __FILE__, __LINE__, "nmse %.3g, expected about 1.3e-6", e);
+  free(wd), free(x), free(y), free(ref);
+}
+
+// The reference itself, on numbers small enough to check by hand.
+RG_TEST(matmul_ref_small_example) {
+  // x (2, 3), W (2, 3) as f32 and bf16 (all values exact in bf16 and f16).
+  const float x[] = {1, 2, 3, -1, 0.5f, 0.25f};
+  const float wf[] = {1, 0, -1, 0.5f, 2, 4};
+  const float bias[] = {10, -10};
+  // y[0] = {1-3, 0.5+4+12} = {-2, 16.5}; y[1] = {-1-0.25, -0.5+1+1} = {-1.25, 1.5}
+  const float want[] = {8, 6.5f, 8.75f, -8.5f};
+  uint16_t wb[6], wh[6];
+  for (int i = 0; i < 6; i++) wb[i] = rg_f32_to_bf16(wf[i]), wh[i] = rg_f32_to_f16(wf[i]);
+  const void *datas[] = {wf, wb, wh};
+  for (int ty = 0; ty < 3; ty++) {
+    rg_wmat_t w = {datas[ty], (rg_wtype_t)ty, 2, 3};
+    float y[4];
+    RG_REQUIRE_OK(rg_matmul_ref(x, 2, &w, bias, y));
+    for (int i = 0; i < 4; i++) RG_CHECK(y[i] == want[i]);
+    RG_REQUIRE_OK(rg_matmul(NULL, x, 2, &w, bias, y));
+    for (int i = 0; i < 4; i++) RG_CHECK(y[i] == want[i]);
+  }
+  // q8_0: one row of 32 with d = 0.5 (f16 0x3800) and q = 0..31 against x = 1.
+  unsigned char blk[34] = {0x00, 0x38};
+  float ones[32], y1;
+  for (int i = 0; i < 32; i++) blk[2 + i] = (unsigned char)i, ones[i] = 1.0f;
+  rg_wmat_t wq = {blk, RG_WTYPE_Q8_0, 1, 32};
+  RG_REQUIRE_OK(rg_matmul_ref(ones, 1, &wq, NULL, &y1));
+  RG_CHECK(y1 == 0.5f * 496);
+  RG_REQUIRE_OK(rg_matmul(NULL, ones, 1, &wq, NULL, &y1));
+  RG_CHECK(y1 == 0.5f * 496);
+}
+
+// ---- Conversions ----------------------------------------------------------------
+
+static int same_bits_or_both_nan(float a, float b) {
+  if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+  return memcmp(&a, &b, sizeof a) == 0;
+}
+
+RG_TEST(matmul_convert_scalar_round_trips) {
+  // Every bf16 and f16 bit pattern widens and narrows back to itself; NaNs
+  // stay NaN.
+  int bad_bf16 = 0, bad_f16 = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    float fb = rg_bf16_to_f32((uint16_t)h), fh = rg_f16_to_f32((uint16_t)h);
+    if (isnan(fb) ? !isnan(rg_bf16_to_f32(rg_f32_to_bf16(fb))) : rg_f32_to_bf16(fb) != h) bad_bf16++;
+    if (isnan(fh) ? !isnan(rg_f16_to_f32(rg_f32_to_f16(fh))) : rg_f32_to_f16(fh) != h) bad_f16++;
+  }
+  RG_CHECK(bad_bf16 == 0);
+  RG_CHECK(bad_f16 == 0);
+  // Known values: limits, subnormals, ties to even.
+  RG_CHECK(rg_f32_to_f16(65504.0f) == 0x7bff);
+  RG_CHECK(rg_f32_to_f16(65519.0f) == 0x7bff);
+  RG_CHECK(rg_f32_to_f16(65520.0f) == 0x7c00);
+  RG_CHECK(rg_f32_to_f16(-INFINITY) == 0xfc00);
+  RG_CHECK(rg_f32_to_f16(0x1p-24f) == 0x0001);
+  RG_CHECK(rg_f32_to_f16(0x1p-25f) == 0x0000);        // tie: to even (0)
+  RG_CHECK(rg_f32_to_f16(3 * 0x1p-25f) == 0x0002);    // tie between 1 and 2: to 2
+  RG_CHECK(rg_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00);  // tie: to even (1.0)
+  RG_CHECK(rg_f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02);
+  RG_CHECK(rg_f16_to_f32(0x3555) == 0x1.554p-2f);
+  RG_CHECK(rg_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80);  // tie: to even
+  RG_CHECK(rg_f32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82);
+  RG_CHECK(rg_f32_to_bf16(3.4e38f) == 0x7f80);         // rounds past the largest bf16
+  RG_CHECK(isnan(rg_bf16_to_f32(rg_f32_to_bf16(NAN))));
+}
+
+// Each level's row conversions give the scalar helpers' bits, over every
+// 16-bit pattern one way and over random f32 bit patterns (plus all widened
+// 16-bit values, the round-trip cases) the other way.
+RG_TEST(matmul_convert_rows_match_scalar_at_every_level) {
+  enum { N16 = 65536, NR32 = 1 << 17 };
+  uint16_t *h = malloc(N16 * sizeof(uint16_t)), *h2 = malloc((N16 + NR32) * sizeof(uint16_t));
+  float *f = malloc((N16 + NR32) * sizeof(float));
+  RG_REQUIRE(h && h2 && f);
+  for (uint32_t i = 0; i < N16; i++) h[i] = (uint16_t)i;
+  uint64_t seed = 42;
+  int tested = 0;
+  for (int isa = RG_CPU_ISA_SCALAR; isa < RG_CPU_ISA_COUNT; isa++) {
+    rg_cpu_isa_t got;
+    rg_status_t st = rg_cpu_isa_resolve((rg_cpu_isa_t)isa, &got);
+    if (st) {
+      rg_status_free(st);
+      continue;
+    }
+    tested++;
+    for (int ty = RG_WTYPE_BF16; ty <= RG_WTYPE_F16; ty++) {
+      float (*widen)(uint16_t) = ty == RG_WTYPE_BF16 ? rg_bf16_to_f32 : rg_f16_to_f32;
+      uint16_t (*narrow)(float) = ty == RG_WTYPE_BF16 ? rg_f32_to_bf16 : rg_f32_to_f16;
+      // Odd lengths and offsets reach the vector tails.
+      RG_REQUIRE_OK(rg_row_to_f32_isa((rg_cpu_isa_t)isa, (rg_wtype_t)ty, h + 1, f + 1, N16 - 1));
+      f[0] = widen(0);
+      int bad = 0;
+      for (uint32_t i = 0; i < N16; i++) bad += !same_bits_or_both_nan(f[i], widen(h[i]));
+      if (bad) rg_test_fail(t, __FILE__, __LINE__, "%s %s->f32: %d of 65536 differ from scalar",
+                            rg_cpu_isa_name((rg_cpu_isa_t)isa), rg_wtype_name((rg_wtype_t)ty), bad);
+      for (uint32_t i = 0; i < NR32; i++) {
+        uint32_t b = (uint32_t)rng_next(&seed);
+        memcpy(&f[N16 + i], &b, 4);
+      }
+      RG_REQUIRE_OK(rg_row_from_f32_isa((rg_cpu_isa_t)isa, (rg_wtype_t)ty, f, h2, N16 + NR32 - 3));
+      bad = 0;
+      for (uint32_t i = 0; i < N16 + NR32 - 3; i++) {
+        uint16_t want = narrow(f[i]);
+        bad += isnan(f[i]) ? !isnan(widen(h2[i])) : h2[i] != want;
+      }
+      if (bad) rg_test_fail(t, __FILE__, __LINE__, "%s f32->%s: %d values differ from scalar",
+                            rg_cpu_isa_name((rg_cpu_isa_t)isa), rg_wtype_name((rg_wtype_t)ty), bad);
+    }
+  }
+  RG_CHECK(tested >= 1);
+  free(h), free(h2), free(f);
+}
+
+// Quantize -> dequantize: every error within half the block's scale, the
+// scale within 1/127 of the block's largest magnitude (to f16 rounding), and
+// values already on the grid come back exactly.
+RG_TEST(matmul_q8_0_error_bound) {
+  enum { N = 32 * 64 };
+  float x[N], back[N];
+  unsigned char q[N / 32 * 34];
+  uint64_t seed = 7;
+  const float scales[] = {1e-2f, 1.0f, 37.0f, 1e4f};
+  for (size_t s = 0; s < COUNT(scales); s++) {
+    for (int i = 0; i < N; i++) x[i] = scales[s] * rng_uniform(&seed) * (i % 97 == 0 ? 8.0f : 1.0f);
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;  // an all-zero block: d = 0
+    RG_REQUIRE_OK(rg_q8_0_quantize_row(x, q, N));
+    RG_REQUIRE_OK(rg_q8_0_dequantize_row(q, back, N));
+    for (int b = 0; b < N / 32; b++) {
+      uint16_t hd;
+      memcpy(&hd, q + 34 * b, 2);
+      float d = rg_f16_to_f32(hd), amax = 0;
+      for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
+      RG_CHECK(d <= amax / 127.0f * (1.0f + 0x1p-11f) && d >= amax / 127.0f * (1.0f - 0x1p-11f));
+      for (int i = 0; i < 32; i++) {
+        float err = fabsf(x[32 * b + i] - back[32 * b + i]);
+        if (!(err <= 0.5f * d * (1.0f + 1e-6f))) {
+          rg_test_fail(t, __FILE__, __LINE__, "scale %g block %d: |%g - %g| > d/2 = %g", (double)scales[s], b,
+                       (double)x[32 * b + i], (double)back[32 * b + i], 0.5 * d);
+          return;
+        }
+      }
+    }
+    // Every level dequantizes to the same bits.
+    for (int isa = RG_CPU_ISA_SCALAR; isa < RG_CPU_ISA_COUNT; isa++) {
+      float other[N];
+      rg_status_t st = rg_row_to_f32_isa((rg_cpu_isa_t)isa, RG_WTYPE_Q8_0, q, other, N);
+      if (st && rg_status_code(st) == RG_UNAVAILABLE) {
+        rg_status_free(st);
+        continue;
+      }
+      RG_REQUIRE_OK(st);
+      RG_CHECK(memcmp(other, back, sizeof back) == 0);
+    }
+  }
+  // On the grid: d = 0.25 (exact in f16), q spanning -127..127.
+  for (int i = 0; i < 64; i++) x[i] = 0.25f * (float)((i * 37) % 255 - 127);
+  x[0] = 0.25f * 127;
+  x[32] = -0.25f * 127;
+  RG_REQUIRE_OK(rg_q8_0_quantize_row(x, q, 64));
+  RG_REQUIRE_OK(rg_q8_0_dequantize_row(q, back, 64));
+  RG_CHECK(memcmp(x, back, 64 * sizeof(float)) == 0);
+}
+
+RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
+  float x[64] = {0}, y[4] = {1, 2, 3, 4};
+  unsigned char q[34 * 2] = {0};
+  size_t rb;
+  RG_CHECK_ERR(rg_wtype_row_bytes(RG_WTYPE_Q8_0, 40, &rb), "q8_0 rows must be a multiple of 32 wide");
+  RG_CHECK_OK(rg_wtype_row_bytes(RG_WTYPE_Q8_0, 64, &rb));
+  RG_CHECK(rb == 68);
+  RG_CHECK_OK(rg_wtype_row_bytes(RG_WTYPE_BF16, 5, &rb));
+  RG_CHECK(rb == 10);
+  RG_CHECK_ERR(rg_q8_0_quantize_row(x, q, 33), "q8_0 rows must be a multiple of 32 wide");
+  RG_CHECK_ERR(rg_q8_0_dequantize_row(q, x, 33), "q8_0 rows must be a multiple of 32 wide");
+  // A q8_0 weight whose rows are 40 wide: rejected, y untouched, no crash.
+  rg_wmat_t bad = {q, RG_WTYPE_Q8_0, 1, 40};
+  RG_CHECK_ERR(rg_matmul(NULL, x, 1, &bad, NULL, y), "q8_0 rows must be a multiple of 32 wide");
+  RG_CHECK_ERR(rg_matmul(NULL, x, 1, &bad, NULL, y), "weight (1, 40)");
+  RG_CHECK_ERR(rg_matmul_ref(x, 1, &bad, NULL, y), "q8_0 rows must be a multiple of 32 wide");
+  RG_CHECK(y[0] == 1 && y[1] == 2 && y[2] == 3 && y[3] == 4);
+  RG_CHECK(strcmp(rg_matmul_kernel_name(&bad, 1), "invalid") == 0);
+  // Values q8_0 cannot hold.
+  x[3] = NAN;
+  RG_CHECK_ERR(rg_q8_0_quantize_row(x, q, 32), "cannot hold value nan at index 3");
+  x[3] = 1e7f;
+  RG_CHECK_ERR(rg_q8_0_quantize_row(x, q, 32), "scale overflows f16");
+  x[3] = 0;
+  // Shapes and pointers.
+  rg_wmat_t w = {q, RG_WTYPE_Q8_0, 2, 32};
+  RG_CHECK_ERR(rg_matmul(NULL, x, -1, &w, NULL, y), "negative m");
+  RG_CHECK_ERR(rg_matmul(NULL, NULL, 1, &w, NULL, y), "x is NULL");
+  RG_CHECK_ERR(rg_matmul(NULL, x, 1, NULL, NULL, y), "no weight matrix");
+  rg_wmat_t empty = {q, RG_WTYPE_F32, 0, 32};
+  RG_CHECK_ERR(rg_matmul(NULL, x, 1, &empty, NULL, y), "both must be >= 1");
+  rg_wmat_t unknown = {q, (rg_wtype_t)99, 1, 32};
+  RG_CHECK_ERR(rg_matmul(NULL, x, 1, &unknown, NULL, y), "unknown weight type 99");
+  RG_CHECK_OK(rg_matmul(NULL, x, 0, &w, NULL, y));  // m = 0: nothing to do
+  rg_matmul_opts_t o = {.path = (rg_matmul_path_t)7};
+  RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &w, NULL, y, &o), "unknown path 7");
+  RG_CHECK(y[0] == 1 && y[3] == 4);
+  // A level above this CPU's is refused, not run.
+  if (rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16) {
+    o = (rg_matmul_opts_t){.isa = RG_CPU_ISA_AVX512_BF16};
+    RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &w, NULL, y, &o), "which this CPU lacks");
+  }
+}
+
+RG_TEST(matmul_kernel_names) {
+  unsigned char q[34] = {0};
+  rg_wmat_t w = {q, RG_WTYPE_Q8_0, 1, 32};
+  rg_matmul_opts_t o = {.isa = RG_CPU_ISA_SCALAR};
+  RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 1, &o), "scalar q8_0 gemv") == 0);
+  RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 512, &o), "openblas sgemm on scalar q8_0->f32 tiles") == 0);
+  w.type = RG_WTYPE_F32;
+  RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 512, &o), "openblas sgemm") == 0);
+  RG_CHECK(strstr(rg_matmul_kernel_name(&w, 1), "f32 gemv") != NULL);
+  RG_CHECK(strcmp(rg_wtype_name(RG_WTYPE_BF16), "bf16") == 0);
+  RG_CHECK(strcmp(rg_wtype_name((rg_wtype_t)42), "?") == 0);
+}
