@@ -44,13 +44,22 @@ static const rg_command_t commands[] = {
     {"plan", rg_cmd_plan, 1,
      "place a model's stages on a fleet; predict tokens/s, TTFT/TBT, tokens/$, tokens/W",
      "ridge plan --model llama-3.1-70b --fleet mixed --objective tokens-per-dollar"},
+    {"devices", rg_cmd_devices, 0,
+     "devices on this machine (CPU, CUDA, HIP, Level Zero, OpenCL) and drivers not present",
+     "ridge devices --json"},
+    {"testmodel", rg_cmd_testmodel, 0,
+     "write a random-weight model (safetensors + GGUF + tokenizer) for tests and benchmarks",
+     "ridge testmodel --arch llama --size tiny --out /tmp/tiny"},
+    {"run", rg_cmd_run, 0,
+     "run a model on this machine's CPU: stream text, report TTFT, tokens/s, GB/s vs limits",
+     "ridge run --model /tmp/tiny --prompt \"hello\" -n 32"},
     {"help", cmd_help, 0, "this overview, or one command's options", "ridge help model"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 // Verbs DESIGN.md names that this build does not have yet; asking for one
 // says so instead of guessing a spelling mistake.
-static const char *const planned[] = {"simulate", "run", "serve", "worker", "devices", "profile"};
+static const char *const planned[] = {"simulate", "serve", "worker", "profile"};
 
 int rg_cli_fail(const char *cmd, rg_status_t s) {
   if (!s) return 0;
@@ -89,7 +98,7 @@ static void print_help(FILE *f) {
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)
-    fprintf(f, "  %-8s  %s\n  %-8s  e.g. %s\n", commands[i].name, commands[i].summary, "",
+    fprintf(f, "  %-9s  %s\n  %-9s  e.g. %s\n", commands[i].name, commands[i].summary, "",
             commands[i].example);
   fprintf(f,
           "\n"
@@ -125,7 +134,7 @@ static rg_status_t unknown_command(const char *name) {
     if (!strcmp(planned[i], name))
       return rg_status_make(RG_INVALID_ARGUMENT,
                             "'%s' is planned but not in this build yet; commands: model, catalog, "
-                            "plan, help",
+                            "plan, devices, testmodel, help",
                             name);
   const char *names[N_COMMANDS];
   for (size_t i = 0; i < N_COMMANDS; i++) names[i] = commands[i].name;
@@ -133,11 +142,11 @@ static rg_status_t unknown_command(const char *name) {
   if (near)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "unknown command '%s'; did you mean '%s'? (commands: model, catalog, "
-                          "plan, help)",
+                          "plan, devices, testmodel, help)",
                           name, near);
   return rg_status_make(RG_INVALID_ARGUMENT,
-                        "unknown command '%s'; commands: model, catalog, plan, help (see ridge "
-                        "--help)",
+                        "unknown command '%s'; commands: model, catalog, plan, devices, "
+                        "testmodel, help (see ridge --help)",
                         name);
 }
 
@@ -224,14 +233,21 @@ int main(int argc, char **argv) {
     char *job[] = {"plan", "--model", RG_DEFAULT_MODEL, "--fleet", RG_DEFAULT_FLEET, NULL};
     if (!common.quiet)
       fprintf(stderr,
-              "ridge: no command given, so running the default job `ridge plan --model %s --fleet "
-              "%s`; choose your own with `ridge plan --model M --fleet F` (ridge --help lists "
-              "commands)\n",
+              "ridge: no command given, so running the default job: `ridge plan --model %s --fleet "
+              "%s`, then `ridge run` on the random-weight test model on this machine's CPU; choose "
+              "your own with `ridge plan --model M --fleet F` and `ridge run --model DIR` (ridge "
+              "--help lists commands)\n",
               RG_DEFAULT_MODEL, RG_DEFAULT_FLEET);
     errno = 0;
     rg_status_t s = check_config_dir(common.config_dir, from_flag);
     if (s) return rg_cli_fail(NULL, s);
-    return rg_cmd_plan(5, job, &common);
+    int rc = rg_cmd_plan(5, job, &common);
+    if (rc) return rc;
+    fflush(stdout);
+    printf("\nRunning the test model on this machine (random weights: the text is noise; the timings are real):\n");
+    fflush(stdout);
+    char *run_job[] = {"run", "-n", "48", NULL};
+    return rg_cmd_run(3, run_job, &common);
   }
 
   const rg_command_t *c = find_command(argv[i]);

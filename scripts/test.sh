@@ -9,7 +9,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! { cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRIDGE_SANITIZE=ON \
+if ! { cmake -S . -B build-test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRIDGE_SANITIZE=ON \
          -DCMAKE_C_COMPILER=clang -DRIDGE_FUZZ=ON >/dev/null &&
        cmake --build build-test -j"$(nproc)"; } >"$log" 2>&1; then
   cat "$log"

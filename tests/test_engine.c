@@ -1,0 +1,231 @@
+// The single-device engine: against the independent numpy reference, across
+// its two weight formats, batched against alone, chunked against whole, and
+// its failure modes (KV cache full, bad ids, bad files).
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "graphs/weights.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "tests/test.h"
+
+static const char *make_model(rg_test_ctx_t *t, rg_testmodel_arch_t arch, const char *sub) {
+  static char dir[1024];
+  snprintf(dir, sizeof dir, "%s/%s", rg_test_tmpdir(t), sub);
+  rg_testmodel_opts_t o = {0};
+  o.arch = arch;
+  o.size = RG_TESTMODEL_TINY;
+  o.dtype = RG_T_BF16;
+  o.gguf_type = RG_T_COUNT;
+  o.seed = 7;
+  rg_status_t st = rg_testmodel_write(dir, &o, NULL);
+  if (st) {
+    rg_test_fail(t, __FILE__, __LINE__, "testmodel: %s", rg_status_message(st));
+    rg_status_free(st);
+    return NULL;
+  }
+  return dir;
+}
+
+static double nmse(const float *a, const float *b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - b[i];
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+// Greedy generation from `path`; returns malloc'd tokens and logits.
+static rg_status_t greedy(const char *path, const int32_t *prompt, size_t n_prompt, int64_t n, int32_t **tokens,
+                          float **logits, int64_t *vocab) {
+  rg_engine_t *e;
+  RG_RETURN_IF_ERROR(rg_engine_create(path, NULL, &e));
+  *vocab = rg_engine_vocab(e);
+  *logits = calloc((size_t)(n * *vocab), sizeof(float));
+  rg_gen_params_t p = {0};
+  p.sampler.top_p = 1;  // greedy: temperature 0
+  p.n_new = n;
+  p.dump_logits = *logits;
+  rg_gen_stats_t st;
+  int32_t *out[1] = {NULL};
+  const int32_t *prompts[1] = {prompt};
+  rg_status_t s = rg_generate(e, prompts, &n_prompt, 1, &p, out, &st);
+  rg_engine_destroy(e);
+  *tokens = out[0];
+  return s;
+}
+
+static void check_against_numpy(rg_test_ctx_t *t, rg_testmodel_arch_t arch, const char *sub) {
+  if (access("/usr/bin/python3", X_OK)) RG_SKIP("/usr/bin/python3 is missing (scripts/install-deps.sh installs it)");
+  if (system("/usr/bin/python3 -c 'import numpy' 2>/dev/null")) RG_SKIP("numpy is missing (python3-numpy)");
+  const char *dir = make_model(t, arch, sub);
+  RG_REQUIRE(dir);
+  char cmd[4096];
+  // Prefill and 32 decode steps: 33 rows of logits.
+  snprintf(cmd, sizeof cmd,
+           "run --model %s --prompt-ids 1,17,42,300,5,99,7 -n 33 --temperature 0 --no-measure --dump-logits %s/l.npy",
+           dir, rg_test_tmpdir(t));
+  char *out;
+  int rc = rg_test_run_ridge(t, cmd, &out);
+  RG_CHECK(rc == 0);
+  if (rc) printf("%s\n", out);
+  free(out);
+  snprintf(cmd, sizeof cmd,
+           "/usr/bin/python3 %s/tests/reference/ridge_ref.py compare --model %s --prompt-ids 1,17,42,300,5,99,7 "
+           "--logits %s/l.npy --tol 1e-4 -q 2>&1",
+           RIDGE_SOURCE_DIR, dir, rg_test_tmpdir(t));
+  FILE *p = popen(cmd, "r");
+  RG_REQUIRE(p);
+  char buf[8192];
+  size_t n = fread(buf, 1, sizeof buf - 1, p);
+  buf[n] = 0;
+  int st = pclose(p);
+  printf("    numpy reference (%s): %s", sub, buf);
+  RG_CHECK(st == 0);
+  RG_CHECK_CONTAINS(buf, "rows 33");
+}
+
+RG_TEST(engine_llama_matches_numpy_reference) { check_against_numpy(t, RG_TESTMODEL_LLAMA, "llama"); }
+RG_TEST(engine_moe_matches_numpy_reference) { check_against_numpy(t, RG_TESTMODEL_MOE, "moe"); }
+
+RG_TEST(engine_gguf_and_safetensors_give_same_tokens) {
+  const char *dir = make_model(t, RG_TESTMODEL_LLAMA, "m");
+  RG_REQUIRE(dir);
+  char gguf[1100];
+  snprintf(gguf, sizeof gguf, "%s/model.gguf", dir);
+  int32_t prompt[] = {3, 14, 15, 92, 65};
+  int32_t *a = NULL, *b = NULL;
+  float *la = NULL, *lb = NULL;
+  int64_t va, vb;
+  RG_CHECK_OK(greedy(dir, prompt, 5, 24, &a, &la, &va));
+  RG_CHECK_OK(greedy(gguf, prompt, 5, 24, &b, &lb, &vb));
+  if (a && b) {
+    RG_CHECK(va == vb);
+    RG_CHECK(!memcmp(a, b, 24 * sizeof(int32_t)));
+    RG_CHECK(nmse(la, lb, (size_t)(24 * va)) < 1e-10);
+  }
+  free(a), free(b), free(la), free(lb);
+}
+
+RG_TEST(engine_batched_and_chunked_match_alone) {
+  const char *dir = make_model(t, RG_TESTMODEL_LLAMA, "m");
+  RG_REQUIRE(dir);
+  rg_engine_t *e;
+  RG_REQUIRE_OK(rg_engine_create(dir, NULL, &e));
+  int64_t V = rg_engine_vocab(e);
+  // Three prompts of different lengths, alone and then decoded together.
+  int32_t p0[] = {5, 6, 7}, p1[40], p2[] = {9};
+  for (int i = 0; i < 40; i++) p1[i] = (int32_t)(i * 7 % 300 + 1);
+  const int32_t *prompts[] = {p0, p1, p2};
+  size_t lens[] = {3, 40, 1};
+  int32_t *alone[3], *together[3];
+  rg_gen_params_t p = {0};
+  p.sampler.top_p = 1;
+  p.n_new = 12;
+  rg_gen_stats_t st;
+  for (int i = 0; i < 3; i++) RG_REQUIRE_OK(rg_generate(e, &prompts[i], &lens[i], 1, &p, &alone[i], &st));
+  p.prefill_chunk = 5;  // prompts split across steps and mixed in one step
+  RG_REQUIRE_OK(rg_generate(e, prompts, lens, 3, &p, together, &st));
+  for (int i = 0; i < 3; i++) {
+    RG_CHECK(!memcmp(alone[i], together[i], 12 * sizeof(int32_t)));
+    free(alone[i]);
+    free(together[i]);
+  }
+  RG_CHECK(st.decode_steps == 11);
+  RG_CHECK(st.new_tokens == 36);
+  // Every sequence's blocks went back to the pool.
+  RG_CHECK(rg_engine_free_tokens(e) >= 16 * 4096);
+  (void)V;
+  rg_engine_destroy(e);
+}
+
+RG_TEST(engine_kv_full_fails_cleanly_and_recovers) {
+  const char *dir = make_model(t, RG_TESTMODEL_LLAMA, "m");
+  RG_REQUIRE(dir);
+  rg_engine_options_t o = {0};
+  o.kv_tokens = 64;  // four blocks of 16
+  o.block_size = 16;
+  rg_engine_t *e;
+  RG_REQUIRE_OK(rg_engine_create(dir, &o, &e));
+  int a, b;
+  RG_REQUIRE_OK(rg_engine_seq_new(e, &a));
+  RG_REQUIRE_OK(rg_engine_seq_new(e, &b));
+  int32_t toks[48];
+  for (int i = 0; i < 48; i++) toks[i] = i + 1;
+  float *logits = malloc((size_t)rg_engine_vocab(e) * 2 * sizeof(float));
+  rg_batch_entry_t e1 = {a, toks, 48, 1};
+  RG_CHECK_OK(rg_engine_forward(e, &e1, 1, logits));
+  RG_CHECK(rg_engine_free_tokens(e) == 16);
+  rg_batch_entry_t e2 = {b, toks, 20, 1};  // needs two blocks, one is free
+  RG_CHECK_ERR(rg_engine_forward(e, &e2, 1, logits), "KV cache full: this step needs 2 more blocks of 16 tokens but 1 are free");
+  RG_CHECK(rg_engine_seq_len(e, b) == 0);  // nothing changed
+  RG_CHECK(rg_engine_free_tokens(e) == 16);
+  rg_engine_seq_free(e, a);
+  RG_CHECK_OK(rg_engine_forward(e, &e2, 1, logits));
+  RG_CHECK(rg_engine_seq_len(e, b) == 20);
+  int32_t bad = 1 << 30;
+  rg_batch_entry_t e3 = {b, &bad, 1, 1};
+  RG_CHECK_ERR(rg_engine_forward(e, &e3, 1, logits), "token id 1073741824 is outside the vocabulary");
+  rg_batch_entry_t e4 = {7, toks, 1, 1};
+  RG_CHECK_ERR(rg_engine_forward(e, &e4, 1, logits), "sequence 7 does not exist");
+  free(logits);
+  rg_engine_destroy(e);
+}
+
+RG_TEST(cli_run_streams_and_reports) {
+  const char *dir = make_model(t, RG_TESTMODEL_MOE, "m");
+  RG_REQUIRE(dir);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "run --model %s --prompt 'hello world' -n 8 --temperature 0 --json", dir);
+  char *out;
+  int rc = rg_test_run_ridge(t, cmd, &out);
+  RG_CHECK(rc == 0);
+  cJSON *j = cJSON_Parse(out);
+  RG_REQUIRE(j);
+  RG_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens")) == 8);
+  RG_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "decode_tokens_per_s")) > 0);
+  RG_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "read_bandwidth_gb_per_s")) > 0);
+  RG_CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "device_class")), "local-cpu"));
+  cJSON_Delete(j);
+  free(out);
+  snprintf(cmd, sizeof cmd, "run --model %s --prompt 'hello world' -n 4 --temperature 0 --no-measure", dir);
+  rc = rg_test_run_ridge(t, cmd, &out);
+  RG_CHECK(rc == 0);
+  RG_CHECK_CONTAINS(out, "hello world");
+  RG_CHECK_CONTAINS(out, "TTFT");
+  RG_CHECK_CONTAINS(out, "tokens/s");
+  free(out);
+}
+
+RG_TEST(cli_run_bad_inputs) {
+  char *out;
+  int rc = rg_test_run_ridge(t, "run --model /nonexistent/model -n 4", &out);
+  RG_CHECK(rc == 2);
+  RG_CHECK_CONTAINS(out, "ridge run: ");
+  RG_CHECK_CONTAINS(out, "/nonexistent/model");
+  free(out);
+  rc = rg_test_run_ridge(t, "run -n 0", &out);
+  RG_CHECK(rc == 2);
+  RG_CHECK_CONTAINS(out, "-n: expected a whole number from 1");
+  free(out);
+  rc = rg_test_run_ridge(t, "run --prompt-ids 1,x,3", &out);
+  RG_CHECK(rc == 2);
+  RG_CHECK_CONTAINS(out, "--prompt-ids: expected comma-separated token ids");
+  free(out);
+  // A truncated weights file names the file.
+  const char *dir = make_model(t, RG_TESTMODEL_LLAMA, "cut");
+  RG_REQUIRE(dir);
+  char path[1200], cmd[2400];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  RG_REQUIRE(truncate(path, 5000) == 0);
+  snprintf(cmd, sizeof cmd, "run --model %s -n 4 --no-measure", dir);
+  rc = rg_test_run_ridge(t, cmd, &out);
+  RG_CHECK(rc != 0 && rc < 128);
+  RG_CHECK_CONTAINS(out, "model.safetensors");
+  free(out);
+}
