@@ -22,7 +22,7 @@ static const char usage[] =
     "usage: ridge run [--model DIR|FILE] [--prompt TEXT | --prompt-ids 1,2,3] [-n N]\n"
     "                 [--temperature T] [--top-k K] [--top-p P] [--seed S] [--chat]\n"
     "                 [--batch B] [--threads N] [--kv-dtype f32|bf16|f16] [--max-context C]\n"
-    "                 [--dump-logits FILE.npy] [--no-measure] [--json]\n"
+    "                 [--dump-logits FILE.npy] [--isa I] [--no-measure] [--json]\n"
     "\n"
     "Runs a model on this machine's CPU: prefill the prompt, then decode N tokens,\n"
     "streaming the text as it is generated. Reports time to first token, decode\n"
@@ -42,6 +42,8 @@ static const char usage[] =
     "  --kv-dtype T     KV cache dtype (default bf16)\n"
     "  --dump-logits F  write the logits behind every generated token of sequence 0 as a\n"
     "                   float32 .npy of shape (N, vocab)\n"
+    "  --isa I          cap the kernels: scalar, avx2, avx512, avx512-bf16 (default: the best\n"
+    "                   this CPU has; avx512 keeps bf16 matmuls' activations in f32)\n"
     "  --no-measure     skip measuring the machine's limits (saves ~0.3 s)\n"
     "  --json           statistics as JSON (text is not streamed)\n"
     "\n"
@@ -51,7 +53,7 @@ static const char usage[] =
     "  ridge run --model /tmp/tiny/model.gguf --temperature 0 -n 32\n";
 
 typedef struct {
-  const char *model, *prompt, *prompt_ids, *dump, *kvdt;
+  const char *model, *prompt, *prompt_ids, *dump, *kvdt, *isa;
   long long n, top_k, seed, batch, threads, max_context;
   double temperature, top_p;
   int chat, json, no_measure;
@@ -87,7 +89,8 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
       {"kv-dtype", required_argument, 0, 'K'},    {"max-context", required_argument, 0, 'C'},
       {"dump-logits", required_argument, 0, 'D'}, {"chat", no_argument, 0, 'c'},
       {"no-measure", no_argument, 0, 'N'},        {"json", no_argument, 0, 'j'},
-      {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+      {"isa", required_argument, 0, 'A'},         {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
   a->n = 64;
   a->top_k = 40;
@@ -97,7 +100,7 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
   a->json = common->json;
   rg_cli_getopt_reset();
   int c;
-  while ((c = getopt_long(argc, argv, ":m:p:I:n:t:k:P:s:b:T:K:C:D:cNjh", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":m:p:I:n:t:k:P:s:b:T:K:C:D:A:cNjh", longs, NULL)) != -1) {
     switch (c) {
       case 'm': a->model = optarg; break;
       case 'p': a->prompt = optarg; break;
@@ -112,6 +115,7 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
       case 'K': a->kvdt = optarg; break;
       case 'C': RG_RETURN_IF_ERROR(parse_num("--max-context", optarg, 16, 1 << 24, &a->max_context)); break;
       case 'D': a->dump = optarg; break;
+      case 'A': a->isa = optarg; break;
       case 'c': a->chat = 1; break;
       case 'N': a->no_measure = 1; break;
       case 'j': a->json = 1; break;
@@ -242,6 +246,12 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common) {
     if (rg_dtype_parse(a->kvdt, &eo.kv_dtype) || (eo.kv_dtype != RG_F32 && eo.kv_dtype != RG_BF16 && eo.kv_dtype != RG_F16))
       return rg_status_make(RG_INVALID_ARGUMENT, "--kv-dtype: expected f32, bf16 or f16, got '%s'", a->kvdt);
     eo.kv_dtype_set = 1;
+  }
+  if (a->isa) {
+    int found = 0;
+    for (int i = 0; i < RG_CPU_ISA_COUNT; i++)
+      if (!strcmp(a->isa, rg_cpu_isa_name((rg_cpu_isa_t)i))) eo.isa = i, found = 1;
+    if (!found) return rg_status_make(RG_INVALID_ARGUMENT, "--isa: expected auto, scalar, avx2, avx512 or avx512-bf16, got '%s'", a->isa);
   }
   if ((st = rg_engine_create(model_path, &eo, &e))) return st;
   const rg_tokenizer_t *tok = rg_engine_tokenizer(e);

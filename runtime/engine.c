@@ -61,6 +61,7 @@ struct rg_engine_s {
   rg_wmat_t lm_head;
   float *final_norm;
   rg_moe_mode_t moe_mode;
+  rg_matmul_opts_t mm_opts;
   // KV
   rg_kv_cache_t *kv;
   rg_wtype_t kv_type;
@@ -224,6 +225,12 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
   RG_RETURN_IF_ERROR(rg_weights_check(e->w, a));
   RG_RETURN_IF_ERROR(load_tokenizer(e, path));
 
+  if (opt && opt->isa != RG_CPU_ISA_AUTO) {
+    rg_cpu_isa_t isa;
+    RG_RETURN_IF_ERROR(rg_cpu_isa_resolve((rg_cpu_isa_t)opt->isa, &isa));
+    RG_RETURN_IF_ERROR(rg_ops_set_isa(isa));
+    e->mm_opts.isa = isa;
+  }
   rg_register_available_devices();
   rg_device_options_t dopt = {0};
   dopt.threads = opt ? opt->threads : 0;
@@ -417,7 +424,7 @@ static rg_status_t mm(rg_engine_t *e, const float *x, int64_t m, const rg_wmat_t
   RG_RETURN_IF_ERROR(rg_wtype_row_bytes(w->type, w->cols, &row_bytes));
   e->c.weight_bytes += (double)row_bytes * (double)w->rows;
   e->c.flops += 2.0 * (double)m * (double)w->rows * (double)w->cols;
-  return rg_matmul(e->pool, x, m, w, bias, y);
+  return rg_matmul_ex(e->pool, x, m, w, bias, y, &e->mm_opts);
 }
 
 // Takes the blocks every entry needs before touching anything, so a step

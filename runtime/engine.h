@@ -40,6 +40,10 @@ typedef struct {
   int64_t kv_tokens;    // KV capacity in tokens over all sequences; 0 = max_seqs * max_context
   int64_t max_context;  // per sequence; 0 = min(model maximum, 4096)
   int max_seqs;         // 0 = 16
+  // Cap on the CPU kernels' instruction set (RG_CPU_ISA_AUTO = the best the
+  // CPU has). AVX512 rather than AVX512_BF16 keeps activations in f32 in
+  // bf16 matmuls: slower, but exact to f32 rounding, for checking.
+  int isa;              // an rg_cpu_isa_t from ops/convert.h
 } rg_engine_options_t;
 
 RG_MUST_USE rg_status_t rg_engine_create(const char *model_path, const rg_engine_options_t *opt,

@@ -874,6 +874,32 @@ def cmd_selftest(args):
     return 0
 
 
+def cmd_make(args):
+    """Write a tiny random checkpoint of one family, for the C engine's tests.
+
+    The variants the C engine does not run yet are left out: Mixtral gets no
+    sliding window and Qwen3-MoE no dense-only layers.
+    """
+    rng = np.random.default_rng(args.seed)
+    cfg, t = _tiny_checkpoint(args.kind, rng)
+    if args.kind == "mixtral":
+        cfg.pop("sliding_window", None)
+    if args.kind == "qwen3_moe":
+        cfg["mlp_only_layers"] = []
+        h = cfg["hidden_size"]
+        p = "model.layers.1."
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            t.pop(p + "mlp.%s.weight" % n, None)
+        t[p + "mlp.gate.weight"] = ((0.5 * rng.standard_normal((4, h))).astype(np.float32), "BF16")
+        for e in range(4):
+            for n, shape in (("gate_proj", (40, h)), ("up_proj", (40, h)), ("down_proj", (h, 40))):
+                arr = (rng.standard_normal(shape) / math.sqrt(shape[-1])).astype(np.float32)
+                t[p + "mlp.experts.%d.%s.weight" % (e, n)] = (arr, "BF16")
+    _write_checkpoint(args.out, cfg, t, args.shards)
+    print(args.out)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="numpy reference forward pass for ridge")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -896,8 +922,14 @@ def main(argv=None):
     c.add_argument("--f64", action="store_true", help="reference in float64")
     c.add_argument("-q", "--quiet", action="store_true", help="no per-row table, just the summary")
     sub.add_parser("selftest", help="tiny random models: cached vs full recompute")
+    m = sub.add_parser("make", help="write a tiny random checkpoint of one family")
+    m.add_argument("--kind", required=True, choices=["llama", "qwen2", "qwen3", "mixtral", "qwen3_moe"])
+    m.add_argument("--out", required=True, help="directory to write config.json and safetensors into")
+    m.add_argument("--seed", type=int, default=1)
+    m.add_argument("--shards", type=int, default=1)
     args = ap.parse_args(argv)
-    return {"generate": cmd_generate, "compare": cmd_compare, "selftest": cmd_selftest}[args.cmd](args)
+    return {"generate": cmd_generate, "compare": cmd_compare, "selftest": cmd_selftest,
+            "make": cmd_make}[args.cmd](args)
 
 
 if __name__ == "__main__":
