@@ -1,19 +1,28 @@
 // Matmul throughput against this machine's own limits, measured in the same
-// run: STREAM-style read bandwidth (summing a large array on the same number
-// of threads), f32 FMA peak, and OpenBLAS sgemm. Then
-//   decode  GEMV m = 1 and 16 for f32/bf16/f16/q8_0 at n = k = 2048 and
-//           n = 8192, k = 2048, plus one Llama-3.2-1B-shaped bf16 layer:
-//           GB/s of weights streamed and the ratio to the read bandwidth;
-//   prefill GEMM m = 512, n = k = 2048: GFLOP/s and the ratio to sgemm;
-//   the crossover between the two paths over m, which sets GEMM_MIN_M.
+// run: STREAM-style read bandwidth (summing a 512 MiB array on the same
+// number of threads), f32 FMA peak, and OpenBLAS sgemm on its own threads.
+// Then
+//   decode   GEMV m = 1 and 16 for bf16/f16/q8_0/f32 at n = k = 2048 and
+//            n = 8192, k = 2048, plus one Llama-3.2-1B-shaped bf16 layer at
+//            m = 1: GB/s of weights streamed and the ratio to the read
+//            bandwidth (m = 16 is compute-bound here: also % of FMA peak);
+//   prefill  m = 512, n = k = 2048: GFLOP/s and the ratio to sgemm;
+//   accuracy of the bf16 kernels against the double reference;
+//   crossover GFLOP/s of the GEMV and GEMM paths over m, which set
+//            DP_MIN_M and gemm_min_m() in ops/cpu/matmul.c.
 // Weights are cycled through enough copies (>= 256 MiB) that every call
 // streams them from DRAM, as a real model's layers do. Timings are the best
 // of several repetitions. Prints ratios; never fails on a timing.
 //
-// Run it as `env -u OPENBLAS_CORETYPE build/bench_matmul [threads]`: this
-// environment pins OPENBLAS_CORETYPE=Haswell, which holds OpenBLAS to its
-// AVX2 kernels, and a process cannot reliably unset it for itself before
-// OpenBLAS reads it at load time. The value seen is printed.
+// The m = 1 kernels can read faster than the plain sum (105-135% on a 2-core
+// Zen 5 VM, also with a 1 GiB footprint): their software prefetch keeps
+// more lines in flight than the sum's hardware prefetchers do.
+//
+// Run it as `env -u OPENBLAS_CORETYPE build/bench_matmul [threads]
+// [--no-crossover]`: this environment pins OPENBLAS_CORETYPE=Haswell, which
+// holds OpenBLAS to its AVX2 kernels, and a process cannot reliably unset it
+// for itself before OpenBLAS reads it at load time. The value seen is
+// printed, and the matmul's choice of path follows the kernels OpenBLAS uses.
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +94,7 @@ static double sum_plain(const float *a, size_t b, size_t e) {
   return t;
 }
 
-// Items are 64-float (256-byte) chunks.
+// Items are 64-float (256-byte) chunks; each thread sums one contiguous share.
 static void sum_worker(void *ctx, size_t b, size_t e, int thread) {
   sum_ctx_t *c = ctx;
 #if defined(__x86_64__)
@@ -97,6 +106,7 @@ static void sum_worker(void *ctx, size_t b, size_t e, int thread) {
   c->partial[thread] += sum_plain(c->a, b * 64, e * 64);
 }
 
+// STREAM-style read bandwidth: the best of 7 sums of a 512 MiB array.
 static double read_bandwidth(rg_pool_t *pool) {
   const size_t bytes = (size_t)512 << 20;
   float *a = xmalloc(bytes);
@@ -159,7 +169,8 @@ static double fma_peak(rg_pool_t *pool) {
 
 // OpenBLAS on its own threads, the whole problem in one call.
 static double sgemm_gflops(int threads, int m, int n, int k) {
-  float *x = xmalloc((size_t)m * k * 4), *w = xmalloc((size_t)n * k * 4), *y = xmalloc((size_t)m * n * 4);
+  float *x = xmalloc((size_t)m * k * 4), *w = xmalloc((size_t)n * k * 4),
+        *y = xmalloc((size_t)m * n * 4);
   for (size_t i = 0; i < (size_t)m * k; i++) x[i] = frand();
   for (size_t i = 0; i < (size_t)n * k; i++) w[i] = frand();
   openblas_set_num_threads(threads);
@@ -179,7 +190,8 @@ static double sgemm_gflops(int threads, int m, int n, int k) {
 // `copies` distinct copies of one random (n, k) weight of type t, so that
 // cycling through them streams from DRAM. Returns the base; copy c starts at
 // c * bytes.
-static unsigned char *make_copies(rg_wtype_t t, int64_t n, int64_t k, int copies, size_t *out_bytes) {
+static unsigned char *make_copies(rg_wtype_t t, int64_t n, int64_t k, int copies,
+                                  size_t *out_bytes) {
   size_t rb;
   die(rg_wtype_row_bytes(t, k, &rb));
   size_t bytes = rb * (size_t)n;
@@ -202,9 +214,9 @@ static int copies_for(size_t bytes) {
 }
 
 // Seconds per call, best of reps, each rep cycling through all copies.
-static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_wtype_t t, int64_t n, int64_t k,
-                          const unsigned char *w, size_t bytes, int copies, float *y, const rg_matmul_opts_t *o,
-                          int reps) {
+static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_wtype_t t, int64_t n,
+                          int64_t k, const unsigned char *w, size_t bytes, int copies, float *y,
+                          const rg_matmul_opts_t *o, int reps) {
   double best = 1e30;
   for (int rep = 0; rep < reps; rep++) {
     double t0 = now();
@@ -221,9 +233,10 @@ static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_wtype_t
 static const rg_wtype_t types[] = {RG_WTYPE_BF16, RG_WTYPE_F16, RG_WTYPE_Q8_0, RG_WTYPE_F32};
 
 static void decode_table(rg_pool_t *pool, double bw, double peak) {
-  printf("\ndecode (GEMV): weight GB/s streamed per call, and ratio to read bandwidth %.1f GB/s\n", bw / 1e9);
-  printf("%-6s %-12s %4s %-44s %9s %7s %7s %8s\n", "type", "n x k", "m", "kernel", "us/call", "GB/s", "vs bw",
-         "GFLOP/s");
+  printf("\ndecode (GEMV): weight GB/s streamed per call, and ratio to read bandwidth %.1f GB/s\n",
+         bw / 1e9);
+  printf("%-6s %-12s %4s %-44s %9s %7s %7s %8s\n", "type", "n x k", "m", "kernel", "us/call",
+         "GB/s", "vs bw", "GFLOP/s");
   const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}};
   float *x = xmalloc(16 * 2048 * 4), *y = xmalloc(16 * 8192 * 4);
   for (int i = 0; i < 16 * 2048; i++) x[i] = frand();
@@ -239,10 +252,10 @@ static void decode_table(rg_pool_t *pool, double bw, double peak) {
         double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, copies, y, NULL, 10);
         rg_wmat_t wm = {w, types[ti], n, k};
         double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
-        printf("%-6s %5lld x %-4lld %4lld %-44s %9.1f %7.1f %6.0f%% %8.1f", rg_wtype_name(types[ti]),
-               (long long)n, (long long)k, (long long)m, rg_matmul_kernel_name(&wm, m), dt * 1e6, gbs / 1e9,
-               100 * gbs / bw, gf / 1e9);
-        if (m > 1 && peak > 0) printf("  (%.0f%% of FMA peak)", 100 * gf / peak);
+        printf("%-6s %5lld x %-4lld %4lld %-44s %9.1f %7.1f %6.0f%% %8.1f",
+               rg_wtype_name(types[ti]), (long long)n, (long long)k, (long long)m,
+               rg_matmul_kernel_name(&wm, m), dt * 1e6, gbs / 1e9, 100 * gbs / bw, gf / 1e9);
+        if (m > 1 && peak > 0) printf("  (%.0f%% of f32 FMA peak)", 100 * gf / peak);
         printf("\n");
       }
       free(w);
@@ -254,7 +267,7 @@ static void decode_table(rg_pool_t *pool, double bw, double peak) {
 // bf16, m = 1: q, k, v, o, gate, up, down, cycled over enough layers' copies
 // to exceed any cache.
 static void llama_layer(rg_pool_t *pool, double bw) {
-  const int64_t mats[7][2] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
+  const int64_t mats[7][2] = {{2048, 2048}, {512, 2048},  {512, 2048}, {2048, 2048},
                               {8192, 2048}, {8192, 2048}, {2048, 8192}};
   enum { LAYERS = 4 };
   unsigned char *w[7];
@@ -277,17 +290,21 @@ static void llama_layer(rg_pool_t *pool, double bw) {
     if (dt < best) best = dt;
   }
   double gbs = (double)layer_bytes / best;
-  printf("llama-3.2-1b layer, bf16, m=1 (7 matrices, %.1f MB): %.0f us/layer, %.1f GB/s = %.0f%% of read bandwidth "
-         "(goal >= 85%%)\n",
-         layer_bytes / 1e6, best * 1e6, gbs / 1e9, 100 * gbs / bw);
+  printf(
+      "llama-3.2-1b layer, bf16, m=1 (7 matrices, %.1f MB): %.0f us/layer, %.1f GB/s = %.0f%% of "
+      "read bandwidth "
+      "(goal >= 85%%)\n",
+      layer_bytes / 1e6, best * 1e6, gbs / 1e9, 100 * gbs / bw);
   for (int i = 0; i < 7; i++) free(w[i]);
   free(x), free(y);
 }
 
 static void prefill_table(rg_pool_t *pool, double sgemm) {
   const int64_t m = 512, n = 2048, k = 2048;
-  printf("\nprefill (GEMM) m=%lld n=%lld k=%lld: GFLOP/s and ratio to OpenBLAS sgemm %.1f GFLOP/s (goal >= 0.6)\n",
-         (long long)m, (long long)n, (long long)k, sgemm / 1e9);
+  printf(
+      "\nprefill (GEMM) m=%lld n=%lld k=%lld: GFLOP/s and ratio to OpenBLAS sgemm %.1f GFLOP/s "
+      "(goal >= 0.6)\n",
+      (long long)m, (long long)n, (long long)k, sgemm / 1e9);
   printf("%-6s %-44s %9s %9s %8s\n", "type", "kernel", "ms/call", "GFLOP/s", "vs sgemm");
   float *x = xmalloc((size_t)m * k * 4), *y = xmalloc((size_t)m * n * 4);
   for (int64_t i = 0; i < m * k; i++) x[i] = frand();
@@ -297,8 +314,8 @@ static void prefill_table(rg_pool_t *pool, double sgemm) {
     double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, 1, y, NULL, 8);
     rg_wmat_t wm = {w, types[ti], n, k};
     double gf = 2.0 * m * n * k / dt;
-    printf("%-6s %-44s %9.2f %9.1f %8.2f\n", rg_wtype_name(types[ti]), rg_matmul_kernel_name(&wm, m), dt * 1e3,
-           gf / 1e9, gf / sgemm);
+    printf("%-6s %-44s %9.2f %9.1f %8.2f\n", rg_wtype_name(types[ti]),
+           rg_matmul_kernel_name(&wm, m), dt * 1e3, gf / 1e9, gf / sgemm);
     free(w);
   }
   free(x), free(y);
@@ -327,11 +344,13 @@ static void crossover(rg_pool_t *pool) {
                 {"gemv widening (avx512)", {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV}},
                 {"gemm", {.path = RG_MATMUL_GEMM}}};
     for (size_t r = 0; r < 3; r++) {
-      if (r == 1 && (types[ti] != RG_WTYPE_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16)) continue;
+      if (r == 1 && (types[ti] != RG_WTYPE_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16))
+        continue;
       printf("%-4s %-17s", rg_wtype_name(types[ti]), rows[r].label);
       for (int i = 0; i < NM; i++) {
         int c = ms[i] >= 64 ? 1 : copies;
-        double dt = time_matmul(pool, x, ms[i], types[ti], n, k, w, bytes, c, y, &rows[r].o, ms[i] >= 64 ? 3 : 2);
+        double dt = time_matmul(pool, x, ms[i], types[ti], n, k, w, bytes, c, y, &rows[r].o,
+                                ms[i] >= 64 ? 3 : 2);
         printf(" %6.0f", 2.0 * ms[i] * n * k / dt / 1e9);
       }
       printf("\n");
@@ -347,12 +366,15 @@ static void accuracy(rg_pool_t *pool) {
   const int64_t m = 64, n = 2048, k = 2048, nref = 64;
   size_t bytes;
   unsigned char *w = make_copies(RG_WTYPE_BF16, n, k, 1, &bytes);
-  float *x = xmalloc((size_t)(m * k) * 4), *y = xmalloc((size_t)(m * n) * 4), *ref = xmalloc((size_t)(m * nref) * 4);
+  float *x = xmalloc((size_t)(m * k) * 4), *y = xmalloc((size_t)(m * n) * 4),
+        *ref = xmalloc((size_t)(m * nref) * 4);
   for (int64_t i = 0; i < m * k; i++) x[i] = frand();
   rg_wmat_t head = {w, RG_WTYPE_BF16, nref, k}, wm = {w, RG_WTYPE_BF16, n, k};
   die(rg_matmul_ref(x, m, &head, NULL, ref));
-  printf("\naccuracy, bf16 weights, m=%lld k=%lld, NMSE against the double reference:\n", (long long)m, (long long)k);
-  const rg_matmul_opts_t os[] = {{.path = RG_MATMUL_GEMV}, {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV},
+  printf("\naccuracy, bf16 weights, m=%lld k=%lld, NMSE against the double reference:\n",
+         (long long)m, (long long)k);
+  const rg_matmul_opts_t os[] = {{.path = RG_MATMUL_GEMV},
+                                 {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV},
                                  {.path = RG_MATMUL_GEMM}};
   for (int v = 0; v < 3; v++) {
     if (v == 1 && rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16) continue;
@@ -373,15 +395,20 @@ int main(int argc, char **argv) {
   rg_pool_t *pool;
   die(rg_pool_create(threads, &pool));
   const char *ct = getenv("OPENBLAS_CORETYPE");
-  printf("bench_matmul: %d threads, kernels up to %s; OpenBLAS %s, core %s, OPENBLAS_CORETYPE=%s\n", threads,
-         rg_cpu_isa_name(rg_cpu_isa_best()), openblas_get_config(), openblas_get_corename(), ct ? ct : "(unset)");
-  if (ct) printf("  note: run as `env -u OPENBLAS_CORETYPE %s` to let OpenBLAS pick its best kernels\n", argv[0]);
+  printf("bench_matmul: %d threads, kernels up to %s; OpenBLAS %s, core %s, OPENBLAS_CORETYPE=%s\n",
+         threads, rg_cpu_isa_name(rg_cpu_isa_best()), openblas_get_config(),
+         openblas_get_corename(), ct ? ct : "(unset)");
+  if (ct)
+    printf("  note: run as `env -u OPENBLAS_CORETYPE %s` to let OpenBLAS pick its best kernels\n",
+           argv[0]);
   double bw = read_bandwidth(pool);
   double peak = fma_peak(pool);
   double sg = sgemm_gflops(threads, 512, 2048, 2048);
-  printf("read bandwidth %.1f GB/s; f32 FMA peak %.0f GFLOP/s; OpenBLAS sgemm m=512 n=k=2048 on %d threads "
-         "%.1f GFLOP/s (%.0f%% of peak)\n",
-         bw / 1e9, peak / 1e9, threads, sg / 1e9, peak > 0 ? 100 * sg / peak : 0.0);
+  printf(
+      "read bandwidth (sum of 512 MiB on %d threads) %.1f GB/s; f32 FMA peak %.0f GFLOP/s; "
+      "OpenBLAS sgemm "
+      "m=512 n=k=2048 on %d threads %.1f GFLOP/s (%.0f%% of peak)\n",
+      threads, bw / 1e9, peak / 1e9, threads, sg / 1e9, peak > 0 ? 100 * sg / peak : 0.0);
   decode_table(pool, bw, peak);
   llama_layer(pool, bw);
   prefill_table(pool, sg);

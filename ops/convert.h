@@ -28,10 +28,10 @@
 #include "base/status.h"
 
 // X-macro list: type, name, weights per block, bytes per block.
-#define RG_WTYPE_MAP(X)           \
-  X(RG_WTYPE_F32, "f32", 1, 4)    \
-  X(RG_WTYPE_BF16, "bf16", 1, 2)  \
-  X(RG_WTYPE_F16, "f16", 1, 2)    \
+#define RG_WTYPE_MAP(X)          \
+  X(RG_WTYPE_F32, "f32", 1, 4)   \
+  X(RG_WTYPE_BF16, "bf16", 1, 2) \
+  X(RG_WTYPE_F16, "f16", 1, 2)   \
   X(RG_WTYPE_Q8_0, "q8_0", 32, 34)
 
 typedef enum {
@@ -58,11 +58,11 @@ RG_MUST_USE rg_status_t rg_wtype_row_bytes(rg_wtype_t t, int64_t cols, size_t *o
 //   avx512-bf16  avx512 + AVX512_BF16 (vdpbf16ps)
 // AUTO means "the highest this CPU has"; it is the zero value so a zeroed
 // options struct asks for the default.
-#define RG_CPU_ISA_MAP(X)                  \
-  X(RG_CPU_ISA_AUTO, "auto")               \
-  X(RG_CPU_ISA_SCALAR, "scalar")           \
-  X(RG_CPU_ISA_AVX2, "avx2")               \
-  X(RG_CPU_ISA_AVX512, "avx512")           \
+#define RG_CPU_ISA_MAP(X)        \
+  X(RG_CPU_ISA_AUTO, "auto")     \
+  X(RG_CPU_ISA_SCALAR, "scalar") \
+  X(RG_CPU_ISA_AVX2, "avx2")     \
+  X(RG_CPU_ISA_AVX512, "avx512") \
   X(RG_CPU_ISA_AVX512_BF16, "avx512-bf16")
 
 typedef enum {
@@ -131,8 +131,8 @@ static inline uint16_t rg_f32_to_f16(float f) {
     memcpy(&r, &v, sizeof r);
     return (uint16_t)(sign | (r - 0x4b000000u));
   }
-  a -= 112u << 23;                  // rebias the exponent from 127 to 15
-  a += 0xfffu + ((a >> 13) & 1u);   // round 23 mantissa bits to 10, ties to even
+  a -= 112u << 23;                 // rebias the exponent from 127 to 15
+  a += 0xfffu + ((a >> 13) & 1u);  // round 23 mantissa bits to 10, ties to even
   return (uint16_t)(sign | (a >> 13));
 }
 

@@ -7,19 +7,26 @@
 //   bias  (n)     f32, optional
 //   y     (m, n)  f32; y[i][j] = sum_p x[i][p] * W[j][p] + bias[j]
 //
-// Products and sums are f32 on every path (the reference sums in double).
-// Weights are widened to f32 exactly inside the kernels, so the fast paths
-// differ from the reference only by f32 summation order.
+// Accumulation is f32 on every path (the reference sums in double). Weights
+// are widened to f32 exactly, so most paths differ from the reference only
+// by f32 summation order (NMSE ~1e-13). The one exception: bf16 weights at
+// m >= 8 on a CPU with AVX512_BF16 use vdpbf16ps against x rounded to bf16
+// (NMSE ~1e-6, twice the multiply-adds per instruction); cap the level at
+// RG_CPU_ISA_AVX512 to keep x in f32 there.
 //
-// Two regimes, picked per call from m (see rg_matmul_kernel_name()):
-//   GEMV  small m (decode): memory-bound. Each weight row is streamed from
-//         memory once per call and dotted with all m rows of x, which stay
-//         in cache; output rows are split across the pool's threads. Kernels
-//         for avx512, avx2 and scalar, chosen at run time.
-//   GEMM  large m (prefill): compute-bound. OpenBLAS sgemm, called
-//         single-threaded from each pool thread on its share of the output
-//         columns; bf16/f16/q8_0 weights are first widened tile by tile into
-//         a per-thread f32 buffer (a small cost next to the O(m) reuse).
+// Two paths, picked per call from m, the weight type, the CPU, and which
+// kernels OpenBLAS runs (rg_matmul_kernel_name() says which):
+//   GEMV  ridge's kernels (avx512, avx512-bf16, avx2, scalar; chosen at run
+//         time). Each weight row is streamed from memory once per call and
+//         dotted with all m rows of x, which stay in cache; output rows are
+//         split across the pool's threads, each streaming one contiguous
+//         share. Decode (small m) is memory-bound and runs here; so does
+//         prefill wherever these kernels beat sgemm (bf16 with vdpbf16ps
+//         always; f16/q8_0 when OpenBLAS runs its AVX2 kernels).
+//   GEMM  OpenBLAS sgemm, called single-threaded from each pool thread on
+//         its share of the output columns; bf16/f16/q8_0 weights are first
+//         widened tile by tile into a per-thread f32 buffer (a small cost
+//         next to the m-fold reuse).
 //
 // Threads: pool may be NULL (the caller's thread does everything). The GEMM
 // path sets OpenBLAS to one thread (openblas_set_num_threads(1), a
@@ -44,9 +51,9 @@ typedef struct {
   int64_t cols;  // k: input features; a multiple of 32 for q8_0
 } rg_wmat_t;
 
-#define RG_MATMUL_PATH_MAP(X)   \
-  X(RG_MATMUL_AUTO, "auto")     \
-  X(RG_MATMUL_GEMV, "gemv")     \
+#define RG_MATMUL_PATH_MAP(X) \
+  X(RG_MATMUL_AUTO, "auto")   \
+  X(RG_MATMUL_GEMV, "gemv")   \
   X(RG_MATMUL_GEMM, "gemm")
 
 typedef enum {
@@ -69,9 +76,8 @@ typedef struct {
 RG_MUST_USE rg_status_t rg_matmul(rg_pool_t *pool, const float *x, int64_t m, const rg_wmat_t *w,
                                   const float *bias, float *y);
 // Same, with overrides. An isa above what the CPU has fails with RG_UNAVAILABLE.
-RG_MUST_USE rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m,
-                                     const rg_wmat_t *w, const float *bias, float *y,
-                                     const rg_matmul_opts_t *opts);
+RG_MUST_USE rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wmat_t *w,
+                                     const float *bias, float *y, const rg_matmul_opts_t *opts);
 
 // The argument checks rg_matmul and rg_matmul_ref make, for callers that
 // want to validate a layer once before running it many times.
@@ -84,9 +90,9 @@ RG_MUST_USE rg_status_t rg_matmul_ref(const float *x, int64_t m, const rg_wmat_t
                                       const float *bias, float *y);
 
 // The kernel rg_matmul_ex would run for this weight and m, for reports:
-// "avx512 bf16 gemv", "openblas sgemm", "openblas sgemm on avx512 q8_0->f32
-// tiles". opts may be NULL. A static string; "invalid" for arguments
-// rg_matmul would reject.
+// "avx512 bf16 gemv", "avx512-bf16 bf16 gemv (vdpbf16ps, x in bf16)",
+// "openblas sgemm", "openblas sgemm on avx512 q8_0->f32 tiles". opts may be
+// NULL. A static string; "invalid" for arguments rg_matmul would reject.
 const char *rg_matmul_kernel_name(const rg_wmat_t *w, int64_t m);
 const char *rg_matmul_kernel_name_ex(const rg_wmat_t *w, int64_t m, const rg_matmul_opts_t *opts);
 

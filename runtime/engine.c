@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "devices/devices.h"
 #include "graphs/weights.h"
@@ -75,6 +77,11 @@ struct rg_engine_s {
   rg_engine_counters_t c;
   char describe[256];
   double weight_bytes;
+  // Matrices copied into anonymous huge-page memory (see copy_weights).
+  int copy;
+  void **copies;
+  size_t *copy_bytes;
+  size_t n_copies, cap_copies;
 };
 
 static double now(void) {
@@ -97,12 +104,43 @@ static rg_status_t wtype_of(const rg_tensor_t *t, rg_wtype_t *out) {
   }
 }
 
+// Decode streams every weight once per token, and file-backed mappings use
+// 4 KiB pages: the TLB misses cost a third of the bandwidth here (measured:
+// 0.59 of read bandwidth from the mapping, ~0.9 from huge pages). So, when
+// asked, each matrix is copied into anonymous memory the kernel may back with
+// 2 MiB pages. The mapping stays the source; the copy costs load time and
+// resident memory, so it is off for models that would not fit twice.
+static rg_status_t copy_weights(rg_engine_t *e, const void *src, size_t bytes, const void **out) {
+  size_t len = (bytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory copying %zu bytes of weights", bytes);
+  madvise(p, len, MADV_HUGEPAGE);
+  memcpy(p, src, bytes);
+  if (e->n_copies == e->cap_copies) {
+    size_t cap = e->cap_copies ? e->cap_copies * 2 : 64;
+    void **nc = realloc(e->copies, cap * sizeof(void *));
+    size_t *nb = nc ? realloc(e->copy_bytes, cap * sizeof(size_t)) : NULL;
+    if (nc) e->copies = nc;
+    if (!nc || !nb) {
+      munmap(p, len);
+      return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    }
+    e->copy_bytes = nb;
+    e->cap_copies = cap;
+  }
+  e->copies[e->n_copies] = p;
+  e->copy_bytes[e->n_copies++] = len;
+  *out = p;
+  return NULL;
+}
+
 static rg_status_t get_mat(rg_engine_t *e, const char *name, int64_t rows, int64_t cols, rg_wmat_t *out) {
   const rg_tensor_t *t;
   int64_t shape[2] = {rows, cols};
   RG_RETURN_IF_ERROR(rg_weights_expect(e->w, name, 2, shape, &t));
   RG_RETURN_IF_ERROR(wtype_of(t, &out->type));
   out->data = t->data;
+  if (e->copy) RG_RETURN_IF_ERROR(copy_weights(e, t->data, (size_t)t->nbytes, &out->data));
   out->rows = rows;
   out->cols = cols;
   e->weight_bytes += (double)t->nbytes;
@@ -218,6 +256,15 @@ static rg_status_t load_tokenizer(rg_engine_t *e, const char *path) {
 
 static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_options_t *opt) {
   RG_RETURN_IF_ERROR(rg_weights_open(path, &e->w));
+  if (opt && opt->load == RG_LOAD_COPY) {
+    e->copy = 1;
+  } else if (!opt || opt->load == RG_LOAD_AUTO) {
+    // Copy when the weights fit in a quarter of physical memory.
+    uint64_t total = 0;
+    for (size_t i = 0; i < rg_weights_count(e->w); i++) total += rg_weights_at(e->w, i)->nbytes;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    e->copy = pages > 0 && page > 0 && (double)total < 0.25 * (double)pages * (double)page;
+  }
   RG_RETURN_IF_ERROR(rg_weights_arch(e->w, &e->arch));
   const rg_arch_t *a = e->arch;
   RG_RETURN_IF_ERROR(check_family(a));
@@ -332,6 +379,9 @@ void rg_engine_destroy(rg_engine_t *e) {
   rg_kv_cache_destroy(e->kv);
   scratch_free(&e->s);
   if (e->rope_ready) rg_rope_deinit(&e->rope);
+  for (size_t i = 0; i < e->n_copies; i++) munmap(e->copies[i], e->copy_bytes[i]);
+  free(e->copies);
+  free(e->copy_bytes);
   rg_device_close(e->dev);
   rg_tokenizer_destroy(e->tok);
   rg_arch_destroy(e->arch);

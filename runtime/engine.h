@@ -44,6 +44,10 @@ typedef struct {
   // CPU has). AVX512 rather than AVX512_BF16 keeps activations in f32 in
   // bf16 matmuls: slower, but exact to f32 rounding, for checking.
   int isa;              // an rg_cpu_isa_t from ops/convert.h
+  // How matrices are held: AUTO copies them into huge-page memory when the
+  // weights fit in a quarter of RAM (decode streams them faster), else they
+  // are used from the read-only file mapping.
+  enum { RG_LOAD_AUTO, RG_LOAD_MMAP, RG_LOAD_COPY } load;
 } rg_engine_options_t;
 
 RG_MUST_USE rg_status_t rg_engine_create(const char *model_path, const rg_engine_options_t *opt,

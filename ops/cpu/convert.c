@@ -38,11 +38,19 @@ static const char *const isa_names[] = {
 };
 _Static_assert(sizeof isa_names / sizeof isa_names[0] == RG_CPU_ISA_COUNT, "isa table");
 
-static int wtype_ok(rg_wtype_t t) { return (unsigned)t < RG_WTYPE_COUNT; }
+static int wtype_ok(rg_wtype_t t) {
+  return (unsigned)t < RG_WTYPE_COUNT;
+}
 
-const char *rg_wtype_name(rg_wtype_t t) { return wtype_ok(t) ? wtype_info[t].name : "?"; }
-int64_t rg_wtype_block_elems(rg_wtype_t t) { return wtype_ok(t) ? wtype_info[t].block_elems : 0; }
-int64_t rg_wtype_block_bytes(rg_wtype_t t) { return wtype_ok(t) ? wtype_info[t].block_bytes : 0; }
+const char *rg_wtype_name(rg_wtype_t t) {
+  return wtype_ok(t) ? wtype_info[t].name : "?";
+}
+int64_t rg_wtype_block_elems(rg_wtype_t t) {
+  return wtype_ok(t) ? wtype_info[t].block_elems : 0;
+}
+int64_t rg_wtype_block_bytes(rg_wtype_t t) {
+  return wtype_ok(t) ? wtype_info[t].block_bytes : 0;
+}
 
 rg_status_t rg_wtype_row_bytes(rg_wtype_t t, int64_t cols, size_t *out_bytes) {
   *out_bytes = 0;
@@ -79,10 +87,10 @@ static rg_cpu_isa_t detect(void) {
   // ECX bit 29 is the same thing. (Every AVX2 CPU shipped so far has it.)
   unsigned a, b, c, d;
   int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-  const char *miss = !__builtin_cpu_supports("avx2") ? "avx2"
+  const char *miss = !__builtin_cpu_supports("avx2")  ? "avx2"
                      : !__builtin_cpu_supports("fma") ? "fma"
-                     : !f16c                           ? "f16c"
-                                                       : NULL;
+                     : !f16c                          ? "f16c"
+                                                      : NULL;
   if (miss) {
     isa_missing[RG_CPU_ISA_AVX2] = isa_missing[RG_CPU_ISA_AVX512] =
         isa_missing[RG_CPU_ISA_AVX512_BF16] = miss;
@@ -111,7 +119,9 @@ static rg_cpu_isa_t detect(void) {
 
 static rg_cpu_isa_t best_isa;
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
-static void detect_once_fn(void) { best_isa = detect(); }
+static void detect_once_fn(void) {
+  best_isa = detect();
+}
 
 rg_cpu_isa_t rg_cpu_isa_best(void) {
   pthread_once(&detect_once, detect_once_fn);
@@ -162,7 +172,7 @@ static void q8_0_dequant_scalar(const uint8_t *s, float *d, int64_t n) {
 // ---- AVX2 rows ------------------------------------------------------------
 
 __attribute__((target(T_AVX2))) static void bf16_to_f32_avx2(const uint16_t *s, float *d,
-                                                              int64_t n) {
+                                                             int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + i)));
@@ -172,7 +182,7 @@ __attribute__((target(T_AVX2))) static void bf16_to_f32_avx2(const uint16_t *s, 
 }
 
 __attribute__((target(T_AVX2))) static void f16_to_f32_avx2(const uint16_t *s, float *d,
-                                                             int64_t n) {
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
@@ -180,7 +190,7 @@ __attribute__((target(T_AVX2))) static void f16_to_f32_avx2(const uint16_t *s, f
 }
 
 __attribute__((target(T_AVX2))) static void f32_to_f16_avx2(const float *s, uint16_t *d,
-                                                             int64_t n) {
+                                                            int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128((__m128i *)(d + i),
@@ -189,7 +199,7 @@ __attribute__((target(T_AVX2))) static void f32_to_f16_avx2(const float *s, uint
 }
 
 __attribute__((target(T_AVX2))) static void q8_0_dequant_avx2(const uint8_t *s, float *d,
-                                                               int64_t n) {
+                                                              int64_t n) {
   for (int64_t b = 0; b < n / 32; b++, s += 34, d += 32) {
     uint16_t h;
     memcpy(&h, s, 2);
@@ -204,7 +214,7 @@ __attribute__((target(T_AVX2))) static void q8_0_dequant_avx2(const uint8_t *s, 
 // ---- AVX-512 rows -----------------------------------------------------------
 
 __attribute__((target(T_AVX512))) static void bf16_to_f32_avx512(const uint16_t *s, float *d,
-                                                                  int64_t n) {
+                                                                 int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
     __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, s + i));
@@ -216,13 +226,14 @@ __attribute__((target(T_AVX512))) static void bf16_to_f32_avx512(const uint16_t 
 // would be one instruction but flushes subnormals to zero, which breaks the
 // exact round trip the header promises.)
 __attribute__((target(T_AVX512))) static void f32_to_bf16_avx512(const float *s, uint16_t *d,
-                                                                  int64_t n) {
+                                                                 int64_t n) {
   const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
   const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
     __m512i b = _mm512_castps_si512(_mm512_maskz_loadu_ps(k, s + i));
-    __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(b, 16), one)));
+    __m512i r = _mm512_add_epi32(
+        b, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(b, 16), one)));
     __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, absmask), inf);
     r = _mm512_mask_or_epi32(r, nan, b, _mm512_set1_epi32(0x400000));  // quiet NaN, unrounded
     _mm256_mask_storeu_epi16(d + i, k, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
@@ -230,7 +241,7 @@ __attribute__((target(T_AVX512))) static void f32_to_bf16_avx512(const float *s,
 }
 
 __attribute__((target(T_AVX512))) static void f16_to_f32_avx512(const uint16_t *s, float *d,
-                                                                 int64_t n) {
+                                                                int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
     _mm512_mask_storeu_ps(d + i, k, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, s + i)));
@@ -238,7 +249,7 @@ __attribute__((target(T_AVX512))) static void f16_to_f32_avx512(const uint16_t *
 }
 
 __attribute__((target(T_AVX512))) static void f32_to_f16_avx512(const float *s, uint16_t *d,
-                                                                 int64_t n) {
+                                                                int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
     __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(k, s + i), _MM_FROUND_TO_NEAREST_INT);
@@ -247,7 +258,7 @@ __attribute__((target(T_AVX512))) static void f32_to_f16_avx512(const float *s, 
 }
 
 __attribute__((target(T_AVX512))) static void q8_0_dequant_avx512(const uint8_t *s, float *d,
-                                                                   int64_t n) {
+                                                                  int64_t n) {
   for (int64_t b = 0; b < n / 32; b++, s += 34, d += 32) {
     uint16_t h;
     memcpy(&h, s, 2);

@@ -1,25 +1,27 @@
 // CPU matmul: y = x W^T (+ bias) for f32/bf16/f16/q8_0 weights (ops/matmul.h).
 //
-// Sections: job setup and dispatch; the GEMV kernels (scalar, AVX2,
-// AVX-512), which stream each weight row once and dot it with every row of x;
-// the GEMM path, which hands f32 tiles of W to OpenBLAS. Vector kernels are
-// compiled with function-level target attributes and chosen at run time, so
-// one binary runs on any x86-64.
+// Sections: shared helpers; the GEMV kernels (scalar, AVX2, AVX-512,
+// AVX512_BF16), which stream each weight row once and dot it with every row
+// of x; the work split across threads; the GEMM path, which hands f32 tiles
+// of W to OpenBLAS; the choice between them and the entry points. Vector
+// kernels are compiled with function-level target attributes and chosen at
+// run time, so the build needs no -m flags and one binary runs on any x86-64.
 //
-// GEMV register blocking: a tile is NR = 4 weight rows × MR rows of x
-// (MR <= 4 on AVX-512, 2 on AVX2, whose 16 registers hold no more). The 4
-// weight rows are widened to f32 once per step and reused for all MR rows of
-// x; for m > MR the same 4 rows are dotted again with the next MR rows of x,
-// now from L1. So every weight byte comes from DRAM once per call, and x
-// (m × k floats, 128 KiB for m = 16, k = 2048) stays in L2.
+// GEMV register tiles are NR = 4 weight rows × 4 rows of x (AVX-512; 2 rows
+// of x on AVX2, whose 16 registers hold no more), or 1 × 1 for a single row
+// of x (see tile_avx512). A tile widens its weights to f32 once per step and
+// reuses them for every row of x in it; for m > 4 the same weight rows are
+// dotted again with the next rows of x, now from L1. So every weight byte
+// comes from DRAM once per call, and x (m × k floats; 128 KiB at m = 16,
+// k = 2048) stays in L2.
+#include "ops/matmul.h"
+
 #include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
-
-#include "ops/matmul.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -53,27 +55,43 @@ typedef struct {
   // GEMM path: one f32 tile buffer of tile_rows × k per thread.
   float *tiles;
   int64_t tile_rows;
-  // Work handed out in chunks of `chunk` items (GEMV: groups of NR rows;
-  // GEMM: tiles) from a shared counter rather than in fixed shares, so a
-  // thread the OS preempts does not hold the whole call back.
-  atomic_size_t next;
-  size_t items, chunk;
+  // Work split (see claim()): items are GEMV groups of NR rows or GEMM
+  // tiles; shares[t] packs thread t's unclaimed range, front | back << 32.
+  _Atomic uint64_t *shares;
+  int n_shares;
+  uint32_t chunk;
 } job_t;
 
-// Pointers to NR weight rows starting at row r; rows past the end repeat the
+// Pointers to nr weight rows starting at row r; rows past the end repeat the
 // last one, so tiles need no remainder variants (the extra results are
 // dropped when stored).
-static void tile_rows_at(const job_t *j, int64_t r, const unsigned char *rows[NR]) {
-  for (int q = 0; q < NR; q++) {
+static void tile_rows_at(const job_t *j, int64_t r, int nr, const unsigned char *rows[NR]) {
+  for (int q = 0; q < nr; q++) {
     int64_t rr = r + q < j->n ? r + q : j->n - 1;
     rows[q] = j->w + (size_t)rr * j->row_bytes;
   }
 }
 
-static void store_tile(const job_t *j, int64_t i0, int mr, int64_t r0, float acc[][NR]) {
-  int nr = j->n - r0 < NR ? (int)(j->n - r0) : NR;
-  for (int i = 0; i < mr; i++)
-    for (int q = 0; q < nr; q++) j->y[(i0 + i) * j->n + r0 + q] = acc[i][q] + (j->bias ? j->bias[r0 + q] : 0.0f);
+// Stores mv rows of x by up to nr weight rows of results, plus the bias.
+static void store_tile(const job_t *j, int64_t i0, int mv, int64_t r0, int nr, float acc[][NR]) {
+  if (j->n - r0 < nr) nr = (int)(j->n - r0);
+  for (int i = 0; i < mv; i++)
+    for (int q = 0; q < nr; q++)
+      j->y[(i0 + i) * j->n + r0 + q] = acc[i][q] + (j->bias ? j->bias[r0 + q] : 0.0f);
+}
+
+// How far ahead the tiles prefetch weights: the same offset in the next
+// tile's rows (nrt rows on), which is the next memory this thread streams.
+// Each weight row is its own stream, and at a row's end the hardware
+// prefetchers retrain on fresh pages (a bf16 row of k = 2048 is exactly one
+// 4 KiB page), so without this the first lines of every row arrive at full
+// DRAM latency. Measured with 4-row tiles at m = 1, bf16, n = k = 2048, 2
+// threads, against STREAM-style read bandwidth: 40% with no software
+// prefetch, 55% 1 KiB ahead within the row, 75-84% one tile ahead. At least
+// 1 KiB ahead for short rows.
+INLINE size_t prefetch_ahead(const job_t *j, int nrt) {
+  size_t g = (size_t)nrt * j->row_bytes;
+  return g < 1024 ? 1024 : g;
 }
 
 // ---- Scalar GEMV ------------------------------------------------------------
@@ -113,7 +131,8 @@ static void gemv_scalar(const job_t *j, int64_t r0, int64_t r1) {
       float acc[MB][8] = {{0}};
       for (int64_t c = 0; c < j->k; c += CH) {
         int len = j->k - c < CH ? (int)(j->k - c) : CH;
-        size_t off = j->type == RG_WTYPE_Q8_0 ? (size_t)c / 32 * 34 : (size_t)c * (j->row_bytes / (size_t)j->k);
+        size_t off = j->type == RG_WTYPE_Q8_0 ? (size_t)c / 32 * 34
+                                              : (size_t)c * (j->row_bytes / (size_t)j->k);
         // Cannot fail: the type and k were checked before the job started.
         rg_status_free(rg_row_to_f32_isa(RG_CPU_ISA_SCALAR, j->type, row + off, wbuf, len));
         for (int i = 0; i < mb; i++) {
@@ -137,7 +156,7 @@ static void gemv_scalar(const job_t *j, int64_t r0, int64_t r1) {
 #if RG_X86
 // ---- AVX2 GEMV ----------------------------------------------------------------
 
-// 8 weights of a row from element p (a multiple of 8), widened to f32.
+// 8 float-type weights of a row from element p (a multiple of 8), widened to f32.
 INLINE __attribute__((target(T_AVX2))) __m256 w8_avx2(rg_wtype_t t, const unsigned char *row,
                                                       int64_t p) {
   switch (t) {
@@ -147,35 +166,33 @@ INLINE __attribute__((target(T_AVX2))) __m256 w8_avx2(rg_wtype_t t, const unsign
       __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * p)));
       return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     }
-    case RG_WTYPE_F16:
+    default:  // f16 (q8_0 has its own tile)
       return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * p)));
-    default: {  // q8_0
-      const unsigned char *blk = row + 34 * (p / 32);
-      uint16_t h;
-      memcpy(&h, blk, 2);
-      __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + p % 32)));
-      return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), _mm256_cvtepi32_ps(q));
-    }
   }
 }
 
-// An NR × MR tile over the whole of k. The tail (k % 8 values, float types
-// only) goes through zero-padded copies so the vector loop never reads past a
-// row.
+// An NR × MR tile of a float type over the whole of k. The tail (k % 8
+// values) goes through zero-padded copies so the vector loop never reads
+// past a row.
 INLINE __attribute__((target(T_AVX2))) void tile_avx2(const job_t *j, rg_wtype_t t, int MR,
                                                       int64_t i0, int64_t r0) {
   const unsigned char *rows[NR];
-  tile_rows_at(j, r0, rows);
+  tile_rows_at(j, r0, NR, rows);
   const float *xs[2];
   for (int i = 0; i < 2; i++) xs[i] = j->x + (i0 + (i < MR ? i : 0)) * j->k;
   __m256 acc[2][NR];
   for (int i = 0; i < MR; i++)
     for (int q = 0; q < NR; q++) acc[i][q] = _mm256_setzero_ps();
   int64_t k = j->k, p = 0;
+  const size_t pf = prefetch_ahead(j, NR), eb = t == RG_WTYPE_F32 ? 4 : 2;
   for (; p + 8 <= k; p += 8) {
     __m256 wv[NR];
 #pragma GCC unroll 4
-    for (int q = 0; q < NR; q++) wv[q] = w8_avx2(t, rows[q], p);
+    for (int q = 0; q < NR; q++) {
+      if (!((size_t)p * eb & 63))
+        _mm_prefetch((const char *)rows[q] + (size_t)p * eb + pf, _MM_HINT_T0);
+      wv[q] = w8_avx2(t, rows[q], p);
+    }
 #pragma GCC unroll 2
     for (int i = 0; i < MR; i++) {
       __m256 xv = _mm256_loadu_ps(xs[i] + p);
@@ -201,24 +218,27 @@ INLINE __attribute__((target(T_AVX2))) void tile_avx2(const job_t *j, rg_wtype_t
       s = _mm_add_ss(s, _mm_movehdup_ps(s));
       out[i][q] = _mm_cvtss_f32(s);
     }
-  store_tile(j, i0, MR, r0, out);
+  store_tile(j, i0, MR, r0, NR, out);
 }
 
 // q8_0 on AVX2: the block's scale is widened once per block and row (not per
 // 8 weights), and each row's 8 weights are scaled and used at once, so the
 // tile fits the 16 registers: 8 sums, 4 scales, 2 of x, 1 of weights.
-INLINE __attribute__((target(T_AVX2))) void tile_q8_avx2(const job_t *j, int MR, int64_t i0, int64_t r0) {
+INLINE __attribute__((target(T_AVX2))) void tile_q8_avx2(const job_t *j, int MR, int64_t i0,
+                                                         int64_t r0) {
   const unsigned char *rows[NR];
-  tile_rows_at(j, r0, rows);
+  tile_rows_at(j, r0, NR, rows);
   const float *xs[2];
   for (int i = 0; i < 2; i++) xs[i] = j->x + (i0 + (i < MR ? i : 0)) * j->k;
   __m256 acc[2][NR];
   for (int i = 0; i < MR; i++)
     for (int q = 0; q < NR; q++) acc[i][q] = _mm256_setzero_ps();
+  const size_t pf = prefetch_ahead(j, NR);
   for (int64_t b = 0; b < j->k / 32; b++) {
     __m256 d[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
+      if (!(b & 1)) _mm_prefetch((const char *)rows[q] + (size_t)b * 34 + pf, _MM_HINT_T0);
       uint16_t h;
       memcpy(&h, rows[q] + (size_t)b * 34, 2);
       d[q] = _mm256_set1_ps(_cvtsh_ss(h));
@@ -229,7 +249,8 @@ INLINE __attribute__((target(T_AVX2))) void tile_q8_avx2(const job_t *j, int MR,
 #pragma GCC unroll 4
       for (int q = 0; q < NR; q++) {
         const unsigned char *qs = rows[q] + (size_t)b * 34 + 2 + s;
-        __m256 w = _mm256_mul_ps(d[q], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)qs))));
+        __m256 w = _mm256_mul_ps(
+            d[q], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)qs))));
         acc[0][q] = _mm256_fmadd_ps(w, x0, acc[0][q]);
         if (MR > 1) acc[1][q] = _mm256_fmadd_ps(w, x1, acc[1][q]);
       }
@@ -243,19 +264,19 @@ INLINE __attribute__((target(T_AVX2))) void tile_q8_avx2(const job_t *j, int MR,
       v = _mm_add_ss(v, _mm_movehdup_ps(v));
       out[i][q] = _mm_cvtss_f32(v);
     }
-  store_tile(j, i0, MR, r0, out);
+  store_tile(j, i0, MR, r0, NR, out);
 }
 
-#define AVX2_TILES(name, tile)                                                             \
+#define AVX2_TILES(name, tile)                                                               \
   __attribute__((target(T_AVX2))) static void name(const job_t *j, int64_t r0, int64_t r1) { \
-    for (int64_t c0 = 0; c0 < j->m; c0 += j->m_chunk) {                                    \
-      int64_t c1 = j->m - c0 < j->m_chunk ? j->m : c0 + j->m_chunk;                        \
-      for (int64_t r = r0; r < r1; r += NR) {                                              \
-        int64_t i0 = c0;                                                                   \
-        for (; i0 + 2 <= c1; i0 += 2) tile(2, i0, r);                                      \
-        if (i0 < c1) tile(1, i0, r);                                                       \
-      }                                                                                    \
-    }                                                                                      \
+    for (int64_t c0 = 0; c0 < j->m; c0 += j->m_chunk) {                                      \
+      int64_t c1 = j->m - c0 < j->m_chunk ? j->m : c0 + j->m_chunk;                          \
+      for (int64_t r = r0; r < r1; r += NR) {                                                \
+        int64_t i0 = c0;                                                                     \
+        for (; i0 + 2 <= c1; i0 += 2) tile(2, i0, r);                                        \
+        if (i0 < c1) tile(1, i0, r);                                                         \
+      }                                                                                      \
+    }                                                                                        \
   }
 #define TILE2_F32(MR, i0, r) tile_avx2(j, RG_WTYPE_F32, MR, i0, r)
 #define TILE2_BF16(MR, i0, r) tile_avx2(j, RG_WTYPE_BF16, MR, i0, r)
@@ -268,14 +289,10 @@ AVX2_TILES(gemv_avx2_q8_0, TILE2_Q8_0)
 
 // ---- AVX-512 GEMV -------------------------------------------------------------
 
-// Weights are prefetched this many bytes ahead of the loads: far enough to
-// cover DRAM latency at the per-core streaming rate, near enough to stay in L1.
-enum { PF_AHEAD = 1024 };
-
 // 16 float-type weights of a row from element p, widened to f32; elements
 // outside `mask` read as 0 and are not touched in memory.
 INLINE __attribute__((target(T_AVX512))) __m512 w16_avx512(rg_wtype_t t, const unsigned char *row,
-                                                          int64_t p, __mmask16 mask) {
+                                                           int64_t p, __mmask16 mask) {
   switch (t) {
     case RG_WTYPE_F32:
       return _mm512_maskz_loadu_ps(mask, (const float *)row + p);
@@ -288,25 +305,40 @@ INLINE __attribute__((target(T_AVX512))) __m512 w16_avx512(rg_wtype_t t, const u
   }
 }
 
-// Bytes of one row that 32 weights take (the main loop's step).
+// Bytes of one row that 32 weights of a float type take (a loop step).
 INLINE size_t step_bytes(rg_wtype_t t) {
-  return t == RG_WTYPE_F32 ? 128 : t == RG_WTYPE_Q8_0 ? 34 : 64;
+  return t == RG_WTYPE_F32 ? 128 : 64;
 }
 
-// An NR × MR tile of the float types over the whole of k, 32 values a step.
-INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_wtype_t t, int MR, int mv,
-                                                          int64_t i0, int64_t r0) {
+// Tiles are NRT weight rows × MR rows of x, of which the first mv are real
+// (the others repeat row mv-1 and are not stored). Two shapes are built:
+//   1 × 1  one row of x (m = 1, or the last row of a larger m): one weight
+//          row at a time, so each thread reads one sequential stream, as a
+//          STREAM sum does. At m = 1 that reached ~100% of the sum's
+//          bandwidth where 4 rows at a time (4 streams) reached 80-85%.
+//   4 × 4  more rows of x: each widened weight vector feeds 4 FMAs and each
+//          x vector 4, so loads stay below the FMA rate. (1 × 4, one stream
+//          but every x vector loaded once per weight row, ran out of load
+//          bandwidth: 25-28 against 35-44 GB/s at m = 2..4.)
+// With one weight row and one row of x, the two halves of a step go to
+// separate sums, which halves the chain of dependent FMAs the loop waits on.
+
+// The float types, 32 values a step.
+INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_wtype_t t, int NRT,
+                                                          int MR, int mv, int64_t i0, int64_t r0) {
   const unsigned char *rows[NR];
-  tile_rows_at(j, r0, rows);
+  tile_rows_at(j, r0, NRT, rows);
   const float *xs[4];
   for (int i = 0; i < 4; i++) xs[i] = j->x + (i0 + (i < mv ? i : 0)) * j->k;
-  __m512 acc[4][NR];
+  __m512 acc[4][NR], acc2[4];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; i++)
+  for (int i = 0; i < MR; i++) {
+    acc2[i] = _mm512_setzero_ps();
 #pragma GCC unroll 4
-    for (int q = 0; q < NR; q++) acc[i][q] = _mm512_setzero_ps();
+    for (int q = 0; q < NRT; q++) acc[i][q] = _mm512_setzero_ps();
+  }
   const int64_t k = j->k;
-  const size_t sb = step_bytes(t);
+  const size_t sb = step_bytes(t), pf = prefetch_ahead(j, NRT);
   // One loop body for all steps: the last, partial one of a row whose k is
   // not a multiple of 32 just runs with shorter masks (full-mask loads cost
   // the same as plain ones, and one copy of the body compiles twice as fast).
@@ -314,20 +346,28 @@ INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_wty
   for (int64_t p = 0; p < k; p += 32, off += sb) {
     int64_t rem = k - p;
     __mmask16 m0 = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
-    __mmask16 m1 = rem >= 32 ? (__mmask16)0xffff : rem > 16 ? (__mmask16)((1u << (rem - 16)) - 1) : 0;
+    __mmask16 m1 = rem >= 32  ? (__mmask16)0xffff
+                   : rem > 16 ? (__mmask16)((1u << (rem - 16)) - 1)
+                              : 0;
     __m512 w0[NR], w1[NR];
 #pragma GCC unroll 4
-    for (int q = 0; q < NR; q++) {
-      _mm_prefetch((const char *)rows[q] + off + PF_AHEAD, _MM_HINT_T0);
-      if (sb > 64) _mm_prefetch((const char *)rows[q] + off + PF_AHEAD + 64, _MM_HINT_T0);
+    for (int q = 0; q < NRT; q++) {
+      _mm_prefetch((const char *)rows[q] + off + pf, _MM_HINT_T0);
+      if (sb > 64) _mm_prefetch((const char *)rows[q] + off + pf + 64, _MM_HINT_T0);
       w0[q] = w16_avx512(t, rows[q], p, m0);
       w1[q] = w16_avx512(t, rows[q], p + 16, m1);
     }
 #pragma GCC unroll 4
     for (int i = 0; i < MR; i++) {
-      __m512 x0 = _mm512_maskz_loadu_ps(m0, xs[i] + p), x1 = _mm512_maskz_loadu_ps(m1, xs[i] + p + 16);
+      __m512 x0 = _mm512_maskz_loadu_ps(m0, xs[i] + p),
+             x1 = _mm512_maskz_loadu_ps(m1, xs[i] + p + 16);
+      if (NRT == 1) {
+        acc[i][0] = _mm512_fmadd_ps(w0[0], x0, acc[i][0]);
+        acc2[i] = _mm512_fmadd_ps(w1[0], x1, acc2[i]);
+        continue;
+      }
 #pragma GCC unroll 4
-      for (int q = 0; q < NR; q++) {
+      for (int q = 0; q < NRT; q++) {
         acc[i][q] = _mm512_fmadd_ps(w0[q], x0, acc[i][q]);
         acc[i][q] = _mm512_fmadd_ps(w1[q], x1, acc[i][q]);
       }
@@ -335,87 +375,120 @@ INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_wty
   }
   float out[4][NR] = {{0}};  // zeroed only to quiet -Wmaybe-uninitialized at -O3
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; i++)
+  for (int i = 0; i < MR; i++) {
+    if (NRT == 1) acc[i][0] = _mm512_add_ps(acc[i][0], acc2[i]);
 #pragma GCC unroll 4
-    for (int q = 0; q < NR; q++) out[i][q] = _mm512_reduce_add_ps(acc[i][q]);
-  store_tile(j, i0, mv, r0, out);
+    for (int q = 0; q < NRT; q++) out[i][q] = _mm512_reduce_add_ps(acc[i][q]);
+  }
+  store_tile(j, i0, mv, r0, NRT, out);
 }
 
-// The q8_0 tile: one block (32 weights) a step. For one or two rows of x the
-// block's scale is applied to each block's partial dot product rather than
-// to every weight: at m = 1 that saves a third of the vector work, which is
-// what keeps this kernel ahead of DRAM (41 against 34 GB/s a core from L2).
-INLINE __attribute__((target(T_AVX512))) void tile_q8_avx512(const job_t *j, int MR, int mv, int64_t i0, int64_t r0) {
+// q8_0, 4 × 4, one block (32 weights) a step: each block's weights are
+// scaled once and feed the 4 rows of x.
+INLINE __attribute__((target(T_AVX512))) void tile_q8_4x4(const job_t *j, int mv, int64_t i0,
+                                                          int64_t r0) {
   const unsigned char *rows[NR];
-  tile_rows_at(j, r0, rows);
+  tile_rows_at(j, r0, NR, rows);
   const float *xs[4];
   for (int i = 0; i < 4; i++) xs[i] = j->x + (i0 + (i < mv ? i : 0)) * j->k;
   __m512 acc[4][NR];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; i++)
+  for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) acc[i][q] = _mm512_setzero_ps();
   const int64_t nb = j->k / 32;
+  const size_t pf = prefetch_ahead(j, NR);
   for (int64_t b = 0; b < nb; b++) {
-    __m512 lo[NR], hi[NR], d[NR];
+    __m512 lo[NR], hi[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
       const unsigned char *blk = rows[q] + (size_t)b * 34;
-      if (!(b & 1)) _mm_prefetch((const char *)blk + PF_AHEAD, _MM_HINT_T0);  // one per 68 bytes
+      if (!(b & 1)) _mm_prefetch((const char *)blk + pf, _MM_HINT_T0);  // one per 68 bytes
       uint16_t h;
       memcpy(&h, blk, 2);
-      d[q] = _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
-      lo[q] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
-      hi[q] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
-    }
-    if (MR >= 3) {
-      // Enough rows of x to share the work of scaling the weights instead.
-#pragma GCC unroll 4
-      for (int q = 0; q < NR; q++) lo[q] = _mm512_mul_ps(d[q], lo[q]), hi[q] = _mm512_mul_ps(d[q], hi[q]);
+      __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
+      lo[q] = _mm512_mul_ps(
+          d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))));
+      hi[q] = _mm512_mul_ps(
+          d,
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18)))));
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < 4; i++) {
       __m512 x0 = _mm512_loadu_ps(xs[i] + 32 * b), x1 = _mm512_loadu_ps(xs[i] + 32 * b + 16);
 #pragma GCC unroll 4
-      for (int q = 0; q < NR; q++) {
-        if (MR >= 3)
-          acc[i][q] = _mm512_fmadd_ps(hi[q], x1, _mm512_fmadd_ps(lo[q], x0, acc[i][q]));
-        else
-          acc[i][q] = _mm512_fmadd_ps(d[q], _mm512_fmadd_ps(hi[q], x1, _mm512_mul_ps(lo[q], x0)), acc[i][q]);
-      }
+      for (int q = 0; q < NR; q++)
+        acc[i][q] = _mm512_fmadd_ps(hi[q], x1, _mm512_fmadd_ps(lo[q], x0, acc[i][q]));
     }
   }
-  float out[4][NR] = {{0}};  // zeroed only to quiet -Wmaybe-uninitialized at -O3
+  float out[4][NR];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; i++)
+  for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) out[i][q] = _mm512_reduce_add_ps(acc[i][q]);
-  store_tile(j, i0, mv, r0, out);
+  store_tile(j, i0, mv, r0, NR, out);
 }
 
-// Rows [r0, r1) for all of x, one m_chunk of x at a time. Tiles take 4 rows
-// of x, or 1 (decode at m = 1); 2 or 3 leftover rows run in a 4-row tile
-// that repeats the last row, which costs FMAs only where memory sets the
-// pace, and halves the variants to compile.
-#define AVX512_TILES(T, name, tile)                                                              \
-  __attribute__((target(T))) static void name(const job_t *j, int64_t r0, int64_t r1) {          \
-    for (int64_t c0 = 0; c0 < j->m; c0 += j->m_chunk) {                                          \
-      int64_t c1 = j->m - c0 < j->m_chunk ? j->m : c0 + j->m_chunk;                              \
-      for (int64_t r = r0; r < r1; r += NR) {                                                    \
-        for (int64_t i0 = c0; i0 < c1; i0 += 4) {                                                \
-          int mv = c1 - i0 < 4 ? (int)(c1 - i0) : 4;                                             \
-          if (mv == 1)                                                                           \
-            tile(1, 1, i0, r);                                                                   \
-          else                                                                                   \
-            tile(4, mv, i0, r);                                                                  \
-        }                                                                                        \
-      }                                                                                          \
-    }                                                                                            \
+// The 32 weights of q8_0 block `blk` dotted with x (32 floats), unscaled.
+INLINE __attribute__((target(T_AVX512))) __m512 q8_dot(const unsigned char *blk, const float *x) {
+  __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
+  __m512 hi =
+      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
+  return _mm512_fmadd_ps(hi, _mm512_loadu_ps(x + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(x)));
+}
+
+INLINE __attribute__((target(T_AVX512))) __m512 q8_scale(const unsigned char *blk) {
+  uint16_t h;
+  memcpy(&h, blk, 2);
+  return _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
+}
+
+// q8_0, 1 × 1, two blocks a step into two sums. Each block's scale goes onto
+// its partial dot product instead of onto every weight: a third less vector
+// work, which is what keeps this kernel near DRAM speed at m = 1.
+INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_t i0, int64_t r) {
+  const unsigned char *row = j->w + (size_t)r * j->row_bytes;
+  const float *x = j->x + i0 * j->k;
+  const size_t pf = 2 * prefetch_ahead(j, 1);  // 2 rows ahead: 75% -> 80-87% of bandwidth
+  const int64_t nb = j->k / 32;
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    const unsigned char *blk = row + (size_t)b * 34;
+    _mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
+    a0 = _mm512_fmadd_ps(q8_scale(blk), q8_dot(blk, x + 32 * b), a0);
+    a1 = _mm512_fmadd_ps(q8_scale(blk + 34), q8_dot(blk + 34, x + 32 * b + 32), a1);
   }
-#define TILE_F32(MR, mv, i0, r) tile_avx512(j, RG_WTYPE_F32, MR, mv, i0, r)
-#define TILE_BF16(MR, mv, i0, r) tile_avx512(j, RG_WTYPE_BF16, MR, mv, i0, r)
-#define TILE_F16(MR, mv, i0, r) tile_avx512(j, RG_WTYPE_F16, MR, mv, i0, r)
-#define TILE_Q8_0(MR, mv, i0, r) tile_q8_avx512(j, MR, mv, i0, r)
+  if (b < nb)
+    a0 = _mm512_fmadd_ps(q8_scale(row + (size_t)b * 34), q8_dot(row + (size_t)b * 34, x + 32 * b),
+                         a0);
+  float out[1][NR] = {{_mm512_reduce_add_ps(_mm512_add_ps(a0, a1))}};
+  store_tile(j, i0, 1, r, 1, out);
+}
+
+// Rows [r0, r1) for all of x, one m_chunk of x at a time, in groups of NR
+// rows; within a group, rows of x 4 at a time (4 × 4), a single leftover
+// row of x against each of the group's rows in turn (1 × 1).
+#define AVX512_TILES(T, name, tile)                                                     \
+  __attribute__((target(T))) static void name(const job_t *j, int64_t r0, int64_t r1) { \
+    for (int64_t c0 = 0; c0 < j->m; c0 += j->m_chunk) {                                 \
+      int64_t c1 = j->m - c0 < j->m_chunk ? j->m : c0 + j->m_chunk;                     \
+      for (int64_t r = r0; r < r1; r += NR) {                                           \
+        int64_t re = r + NR < r1 ? r + NR : r1;                                         \
+        for (int64_t i0 = c0; i0 < c1; i0 += 4) {                                       \
+          int mv = c1 - i0 < 4 ? (int)(c1 - i0) : 4;                                    \
+          if (mv > 1)                                                                   \
+            tile(4, 4, mv, i0, r);                                                      \
+          else                                                                          \
+            for (int64_t rr = r; rr < re; rr++) tile(1, 1, 1, i0, rr);                  \
+        }                                                                               \
+      }                                                                                 \
+    }                                                                                   \
+  }
+#define TILE_F32(NRT, MR, mv, i0, r) tile_avx512(j, RG_WTYPE_F32, NRT, MR, mv, i0, r)
+#define TILE_BF16(NRT, MR, mv, i0, r) tile_avx512(j, RG_WTYPE_BF16, NRT, MR, mv, i0, r)
+#define TILE_F16(NRT, MR, mv, i0, r) tile_avx512(j, RG_WTYPE_F16, NRT, MR, mv, i0, r)
+#define TILE_Q8_0(NRT, MR, mv, i0, r) (NRT == 1 ? tile_q8_1x1(j, i0, r) : tile_q8_4x4(j, mv, i0, r))
 AVX512_TILES(T_AVX512, gemv_avx512_f32, TILE_F32)
 AVX512_TILES(T_AVX512, gemv_avx512_bf16, TILE_BF16)
 AVX512_TILES(T_AVX512, gemv_avx512_f16, TILE_F16)
@@ -423,49 +496,59 @@ AVX512_TILES(T_AVX512, gemv_avx512_q8_0, TILE_Q8_0)
 
 // ---- AVX512_BF16 GEMV: vdpbf16ps on bf16 weights and x rounded to bf16 ---------
 
-// The same NR × MR tiling, but the weights go to vdpbf16ps as they are
-// stored, against x rounded to bf16 once per call: one instruction does 32
+// The 4 × 4 tiling, but the weights go to vdpbf16ps as they are stored,
+// against x rounded to bf16 once per call: one instruction does 32
 // multiply-adds where the widening kernel needs two FMAs plus the widening.
 // Products of two bf16 are exact in f32 and the sums are f32, so the only
-// extra error is x's rounding (relative 2^-9 per element; NMSE ~1e-6).
-INLINE __attribute__((target(T_AVX512BF16))) void tile_dpbf16(const job_t *j, int MR, int mv, int64_t i0,
-                                                               int64_t r0) {
+// extra error is x's rounding (relative 2^-9 per element; NMSE ~1e-6). Used
+// from m = DP_MIN_M (8) on, where a partial block of x rows (mv < 4) is rare
+// enough to just repeat its last row.
+INLINE __attribute__((target(T_AVX512BF16))) void tile_dpbf16(const job_t *j, int mv, int64_t i0,
+                                                              int64_t r0) {
   const unsigned char *rows[NR];
-  tile_rows_at(j, r0, rows);
+  tile_rows_at(j, r0, NR, rows);
   const uint16_t *xs[4];
   for (int i = 0; i < 4; i++) xs[i] = j->xb + (i0 + (i < mv ? i : 0)) * j->kp;
   __m512 acc[4][NR];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; i++)
+  for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) acc[i][q] = _mm512_setzero_ps();
   const int64_t k = j->k;
-  int64_t p = 0;
-  for (; p < k; p += 32) {
+  const size_t pf = prefetch_ahead(j, NR);
+  for (int64_t p = 0; p < k; p += 32) {
     // x is zero-padded to kp; the weights' last partial step is masked.
     __mmask32 mask = k - p >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << (k - p)) - 1);
     __m512bh wv[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
-      _mm_prefetch((const char *)rows[q] + 2 * p + PF_AHEAD, _MM_HINT_T0);
+      _mm_prefetch((const char *)rows[q] + 2 * p + pf, _MM_HINT_T0);
       wv[q] = (__m512bh)_mm512_maskz_loadu_epi16(mask, rows[q] + 2 * p);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < 4; i++) {
       __m512bh xv = (__m512bh)_mm512_loadu_si512(xs[i] + p);
 #pragma GCC unroll 4
       for (int q = 0; q < NR; q++) acc[i][q] = _mm512_dpbf16_ps(acc[i][q], wv[q], xv);
     }
   }
-  float out[4][NR] = {{0}};  // zeroed only to quiet -Wmaybe-uninitialized at -O3
+  float out[4][NR];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; i++)
+  for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) out[i][q] = _mm512_reduce_add_ps(acc[i][q]);
-  store_tile(j, i0, mv, r0, out);
+  store_tile(j, i0, mv, r0, NR, out);
 }
-#define TILE_DP(MR, mv, i0, r) tile_dpbf16(j, MR, mv, i0, r)
-AVX512_TILES(T_AVX512BF16, gemv_dpbf16, TILE_DP)
+
+__attribute__((target(T_AVX512BF16))) static void gemv_dpbf16(const job_t *j, int64_t r0,
+                                                              int64_t r1) {
+  for (int64_t c0 = 0; c0 < j->m; c0 += j->m_chunk) {
+    int64_t c1 = j->m - c0 < j->m_chunk ? j->m : c0 + j->m_chunk;
+    for (int64_t r = r0; r < r1; r += NR)
+      for (int64_t i0 = c0; i0 < c1; i0 += 4)
+        tile_dpbf16(j, c1 - i0 < 4 ? (int)(c1 - i0) : 4, i0, r);
+  }
+}
 #endif  // RG_X86
 
 typedef void (*gemv_fn)(const job_t *j, int64_t r0, int64_t r1);
@@ -490,20 +573,47 @@ typedef struct {
   gemv_fn fn;
 } gemv_ctx_t;
 
-// Claims the next chunk of items; returns 0 when none is left.
-static int next_chunk(job_t *j, size_t *b, size_t *e) {
-  *b = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-  if (*b >= j->items) return 0;
-  *e = j->items - *b < j->chunk ? j->items : *b + j->chunk;
-  return 1;
+// The work split. Each participating thread owns a contiguous share of the
+// items and claims it front to back, `chunk` items at a time, so it streams
+// one region of memory and its prefetches run ahead into its own next chunk
+// (handing chunks out round-robin from one counter cost 10-15% of bandwidth
+// on a 32 MiB matrix). A thread that finishes its share claims chunks from the
+// back of the others', so a thread the OS preempts does not hold the call back.
+static int claim_from(_Atomic uint64_t *share, uint32_t chunk, int from_back, size_t *b,
+                      size_t *e) {
+  uint64_t v = atomic_load_explicit(share, memory_order_relaxed);
+  for (;;) {
+    uint32_t f = (uint32_t)v, k = (uint32_t)(v >> 32);
+    if (f >= k) return 0;
+    uint32_t nf = f, nk = k;
+    if (from_back)
+      nk = k - f > chunk ? k - chunk : f;
+    else
+      nf = k - f > chunk ? f + chunk : k;
+    if (atomic_compare_exchange_weak_explicit(share, &v, nf | (uint64_t)nk << 32,
+                                              memory_order_relaxed, memory_order_relaxed)) {
+      *b = from_back ? nk : f;
+      *e = from_back ? k : nf;
+      return 1;
+    }
+  }
 }
 
-// Each participating thread takes chunks of NR-row groups until none is left.
-static void gemv_worker(void *ctx, size_t unused_b, size_t unused_e, int thread) {
+// The next chunk for the thread that owns share `me`; 0 when all are done.
+static int claim(job_t *j, int me, size_t *b, size_t *e) {
+  if (claim_from(&j->shares[me], j->chunk, 0, b, e)) return 1;
+  for (int d = 1; d < j->n_shares; d++)
+    if (claim_from(&j->shares[(me + d) % j->n_shares], j->chunk, 1, b, e)) return 1;
+  return 0;
+}
+
+// Item `me` of the pool's split is the share this thread owns; it claims
+// chunks of NR-row groups until none is left anywhere.
+static void gemv_worker(void *ctx, size_t me, size_t unused_e, int thread) {
   const gemv_ctx_t *c = ctx;
   job_t *j = c->job;
   size_t b, e;
-  while (next_chunk(j, &b, &e)) {
+  while (claim(j, (int)me, &b, &e)) {
     int64_t r1 = (int64_t)e * NR < j->n ? (int64_t)e * NR : j->n;
     c->fn(j, (int64_t)b * NR, r1);
   }
@@ -514,7 +624,8 @@ static void x_to_bf16_worker(void *ctx, size_t b, size_t e, int thread) {
   const job_t *j = ctx;
   uint16_t *xb = (uint16_t *)j->xb;
   for (size_t i = b; i < e; i++) {
-    rg_status_free(rg_row_from_f32_isa(j->isa, RG_WTYPE_BF16, j->x + i * (size_t)j->k, xb + i * (size_t)j->kp, j->k));
+    rg_status_free(rg_row_from_f32_isa(j->isa, RG_WTYPE_BF16, j->x + i * (size_t)j->k,
+                                       xb + i * (size_t)j->kp, j->k));
     memset(xb + i * (size_t)j->kp + j->k, 0, (size_t)(j->kp - j->k) * sizeof(uint16_t));
   }
 }
@@ -527,20 +638,22 @@ static void sgemm_cols(const job_t *j, const float *wt, int64_t r0, int64_t cols
   float *y = j->y + r0;
   float beta = 0.0f;
   if (j->bias) {
-    for (int64_t i = 0; i < j->m; i++) memcpy(y + i * j->n, j->bias + r0, (size_t)cols * sizeof(float));
+    for (int64_t i = 0; i < j->m; i++)
+      memcpy(y + i * j->n, j->bias + r0, (size_t)cols * sizeof(float));
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->m, (blasint)cols, (blasint)j->k, 1.0f,
-              j->x, (blasint)j->k, wt, (blasint)j->k, beta, y, (blasint)j->n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)j->m, (blasint)cols, (blasint)j->k,
+              1.0f, j->x, (blasint)j->k, wt, (blasint)j->k, beta, y, (blasint)j->n);
 }
 
-// Each participating thread takes chunks of tiles until none is left.
-static void gemm_worker(void *ctx, size_t unused_b, size_t unused_e, int thread) {
+// As gemv_worker, over tiles; the tile buffer is the pool thread's own.
+static void gemm_worker(void *ctx, size_t me, size_t unused_e, int thread) {
   job_t *j = ctx;
   float *buf = j->tiles ? j->tiles + (size_t)thread * (size_t)j->tile_rows * (size_t)j->k : NULL;
   size_t b, e;
-  while (next_chunk(j, &b, &e)) {
-    int64_t r0 = (int64_t)b * j->tile_rows, r1 = (int64_t)e * j->tile_rows < j->n ? (int64_t)e * j->tile_rows : j->n;
+  while (claim(j, (int)me, &b, &e)) {
+    int64_t r0 = (int64_t)b * j->tile_rows,
+            r1 = (int64_t)e * j->tile_rows < j->n ? (int64_t)e * j->tile_rows : j->n;
     if (j->type == RG_WTYPE_F32) {
       sgemm_cols(j, (const float *)(j->w + (size_t)r0 * j->row_bytes), r0, r1 - r0);
       continue;
@@ -549,48 +662,65 @@ static void gemm_worker(void *ctx, size_t unused_b, size_t unused_e, int thread)
       int64_t rows = r1 - t0 < j->tile_rows ? r1 - t0 : j->tile_rows;
       for (int64_t r = 0; r < rows; r++) {
         // Cannot fail: type, k and isa were checked before the job started.
-        rg_status_free(rg_row_to_f32_isa(j->isa, j->type, j->w + (size_t)(t0 + r) * j->row_bytes, buf + r * j->k, j->k));
+        rg_status_free(rg_row_to_f32_isa(j->isa, j->type, j->w + (size_t)(t0 + r) * j->row_bytes,
+                                         buf + r * j->k, j->k));
       }
       sgemm_cols(j, buf, t0, rows);
     }
   }
 }
 
-// Runs fn on `threads` threads of the pool at most, over `items` items
-// handed out `chunk` at a time, and no more threads than there are chunks
-// of at least `grain` items.
-static void run_chunked(rg_pool_t *pool, job_t *j, size_t items, size_t grain, size_t chunk, rg_pool_fn_t fn,
-                        void *ctx) {
+// How many threads a job of `items` items runs on: one per `grain` items,
+// at most the pool's threads and `cap`.
+static size_t share_count(rg_pool_t *pool, size_t items, size_t grain, size_t cap) {
   size_t threads = (size_t)rg_pool_threads(pool), want = (items + grain - 1) / grain;
+  if (threads > cap) threads = cap;
   if (want < threads) threads = want;
-  if (threads < 1) threads = 1;
-  atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-  j->items = items;
-  j->chunk = chunk < 1 ? 1 : chunk;
-  // The pool's own split gives each participating thread one item: the
-  // worker ignores it and takes chunks from j->next instead.
+  return threads < 1 ? 1 : threads;
+}
+
+// Runs fn on `threads` of the pool's threads, each owning an equal
+// contiguous share of the items, claimed `chunk` items at a time.
+enum { MAX_SHARES = 256 };
+static void run_shared(rg_pool_t *pool, job_t *j, size_t items, size_t threads, size_t chunk,
+                       rg_pool_fn_t fn, void *ctx) {
+  _Atomic uint64_t shares[MAX_SHARES];
+  for (size_t t = 0; t < threads; t++) {
+    uint64_t f = items * t / threads, k = items * (t + 1) / threads;
+    atomic_init(&shares[t], f | k << 32);
+  }
+  j->shares = shares;
+  j->n_shares = (int)threads;
+  j->chunk = chunk < 1 ? 1 : chunk > UINT32_MAX ? UINT32_MAX : (uint32_t)chunk;
+  // The pool gives each of `threads` threads one item, its share's index,
+  // and runs item t on pool thread t.
   rg_pool_parallel_for(pool, threads, 1, fn, ctx);
+  j->shares = NULL;
 }
 
 // ---- Choice of path, names, entry points ----------------------------------------
 
-// Tuning. Crossovers measured on a 2-core Zen 5 (AVX-512, AVX512_BF16),
-// single-threaded, weights from cache, n = 128..256, k = 1024..2048, best of
-// many interleaved runs (bench/bench_matmul.c reports the full-size ones):
+// Tuning, measured with bench/bench_matmul.c (2 threads, n = k = 2048) on
+// a 2-core Zen 5 (AVX-512, AVX512_BF16), GFLOP/s of GEMV / GEMM path:
+//
+//   OpenBLAS AVX-512 kernels     m=32      64       128      512
+//     bf16 (vdpbf16ps)          390/124  447/198  474/256  375/323
+//     f16                       259/125  293/201  230/255  199/321
+//     q8_0                      263/158  284/227  259/279  234/331
+//     f32                       208/166  230/251  181/293  157/339
+//   OpenBLAS AVX2 kernels (OPENBLAS_CORETYPE=Haswell, as this environment
+//   sets): sgemm reaches ~190 GFLOP/s, so the GEMV kernels win at every m
+//   for bf16, f16 and q8_0 (m = 512: 388/190, 197/186, 218/193) and up to
+//   m = 128 for f32 (187/188).
 //
 // - bf16 goes to vdpbf16ps from m = DP_MIN_M on. Below it both bf16 kernels
 //   wait on memory, so the exact widening one is used; from about m = 8 the
-//   widening kernel runs out of FMA throughput (~170 GFLOP/s a core against
-//   the ~200 that m = 16 needs to keep up with DRAM), vdpbf16ps has twice.
-//   It then also beats sgemm at every m (m = 512: 230 against 177 GFLOP/s
-//   a core for OpenBLAS's AVX-512 kernels), so bf16 never takes the GEMM path.
-// - The GEMV kernels lose to sgemm from m = 64 (f32) or 128 (f16, q8_0, bf16
-//   widened) when OpenBLAS runs its AVX-512 kernels. With its AVX2 kernels
-//   (OPENBLAS_CORETYPE=Haswell, as this environment sets) sgemm is ~100
-//   GFLOP/s a core: the GEMV kernels win at every m for the converted types
-//   (m = 512 f16: 110 against 97) and up to m = 256 for f32.
-// - The AVX2 GEMV kernels (16 registers, 2 rows of x at a time) lose from
-//   m = 16 (f32), 32 (q8_0) or 64 (bf16, f16); the scalar ones from m = 8.
+//   widening kernel runs out of FMA throughput (m = 8: 284 against 201
+//   GFLOP/s). vdpbf16ps then beats sgemm at every m, so bf16 never takes the
+//   GEMM path where the CPU has AVX512_BF16.
+// - The AVX2 GEMV kernels (16 registers, 2 rows of x at a time) lose to
+//   sgemm from m = 16 (f32), 32 (q8_0) or 64 (bf16, f16); the scalar ones
+//   from m = 8 (measured single-threaded against OpenBLAS's AVX2 kernels).
 enum { DP_MIN_M = 8 };
 #define NEVER INT64_MAX
 
@@ -604,8 +734,8 @@ static int openblas_avx512(void) {
 }
 
 static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_wtype_t t) {
-  static const int64_t avx512_fast_blas[RG_WTYPE_COUNT] = {64, 128, 128, 128};
-  static const int64_t avx512_slow_blas[RG_WTYPE_COUNT] = {256, NEVER, NEVER, NEVER};
+  static const int64_t avx512_fast_blas[RG_WTYPE_COUNT] = {64, 96, 96, 96};
+  static const int64_t avx512_slow_blas[RG_WTYPE_COUNT] = {128, NEVER, NEVER, NEVER};
   static const int64_t avx2[RG_WTYPE_COUNT] = {16, 64, 64, 32};
   if (isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_WTYPE_BF16) return NEVER;
   if (isa >= RG_CPU_ISA_AVX512) {
@@ -625,7 +755,8 @@ typedef struct {
 static plan_t plan_for(rg_cpu_isa_t isa, rg_wtype_t t, int64_t m, const rg_matmul_opts_t *o) {
   plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0};
   if (p.path == RG_MATMUL_AUTO) p.path = m >= gemm_min_m(isa, t) ? RG_MATMUL_GEMM : RG_MATMUL_GEMV;
-  p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_WTYPE_BF16 && m >= DP_MIN_M;
+  p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_WTYPE_BF16 &&
+         m >= DP_MIN_M;
   return p;
 }
 
@@ -666,7 +797,9 @@ const char *rg_matmul_kernel_name_ex(const rg_wmat_t *w, int64_t m, const rg_mat
   return name_of(isa, w->type, plan_for(isa, w->type, m, opts));
 }
 
-const char *rg_matmul_kernel_name(const rg_wmat_t *w, int64_t m) { return rg_matmul_kernel_name_ex(w, m, NULL); }
+const char *rg_matmul_kernel_name(const rg_wmat_t *w, int64_t m) {
+  return rg_matmul_kernel_name_ex(w, m, NULL);
+}
 
 static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   uint16_t *xb = NULL;
@@ -675,8 +808,8 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
     j->kp = (j->k + 31) / 32 * 32;
     xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
     if (!xb)
-      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to round x (%lld x %lld) to bf16", (long long)j->m,
-                            (long long)j->k);
+      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to round x (%lld x %lld) to bf16",
+                            (long long)j->m, (long long)j->k);
     j->xb = xb;
     x_row_bytes = (size_t)j->kp * sizeof(uint16_t);
     rg_pool_parallel_for(pool, (size_t)j->m, 16, x_to_bf16_worker, j);
@@ -684,17 +817,18 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   // About 384 KiB of x per pass: in L2 next to the weight rows being reused.
   j->m_chunk = (int64_t)((384u << 10) / x_row_bytes) / 4 * 4;
   if (j->m_chunk < 4) j->m_chunk = 4;
-  // A thread's share should be worth waking it for: at least ~64 KiB of
-  // weight traffic (counting one pass per 4 rows of x).
-  // Chunks of about 256 KiB of weights, or 1/8 of a thread's share if
-  // that is less, balance the threads without many trips to the counter.
+  // Work is counted in weight traffic, one pass over a group of rows per 4
+  // rows of x. A thread is woken for at least ~64 KiB of it; threads claim
+  // chunks of ~256 KiB, or 1/8 of a share if less: small enough to
+  // rebalance, large enough to claim rarely.
   size_t groups = (size_t)((j->n + NR - 1) / NR);
   size_t per_group = NR * j->row_bytes * (size_t)((j->m + 3) / 4);
   size_t grain = (65536 + per_group - 1) / per_group;
-  size_t chunk = (262144 + per_group - 1) / per_group, eighth = groups / (8 * (size_t)rg_pool_threads(pool));
+  size_t chunk = (262144 + per_group - 1) / per_group,
+         eighth = groups / (8 * (size_t)rg_pool_threads(pool));
   if (chunk > eighth) chunk = eighth > grain ? eighth : grain;
   gemv_ctx_t c = {j, pick_gemv(j->isa, j->type, p.dp)};
-  run_chunked(pool, j, groups, grain, chunk, gemv_worker, &c);
+  run_shared(pool, j, groups, share_count(pool, groups, grain, MAX_SHARES), chunk, gemv_worker, &c);
   free(xb);
   return NULL;
 }
@@ -708,28 +842,39 @@ static rg_status_t run_gemm(rg_pool_t *pool, job_t *j) {
   tr = tr < 64 ? 64 : tr > 512 ? 512 : tr / 16 * 16;
   if (tr > j->n) tr = j->n;
   j->tile_rows = tr;
-  int threads = rg_pool_threads(pool);
+  // OpenBLAS takes each call's work buffer from a table sized when it was
+  // built (from its MAX_THREADS, 64 in Debian's build) and aborts the process
+  // when more calls run at once than the table holds ("too many memory
+  // regions"), so at most 32 threads call it concurrently.
+  size_t tiles = (size_t)((j->n + tr - 1) / tr), threads = share_count(pool, tiles, 1, 32);
   if (j->type != RG_WTYPE_F32) {
-    j->tiles = malloc((size_t)threads * (size_t)tr * (size_t)j->k * sizeof(float));
+    j->tiles = malloc(threads * (size_t)tr * (size_t)j->k * sizeof(float));
     if (!j->tiles)
-      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory for %d f32 tiles of %lld x %lld", threads,
-                            (long long)tr, (long long)j->k);
+      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory for %zu f32 tiles of %lld x %lld",
+                            threads, (long long)tr, (long long)j->k);
   }
   // The pool decides the parallelism; OpenBLAS must not add its own threads
   // on top (a process-wide setting, so it is re-asserted on every call).
   if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-  run_chunked(pool, j, (size_t)((j->n + tr - 1) / tr), 1, 1, gemm_worker, j);
+  run_shared(pool, j, tiles, threads, 1, gemm_worker, j);
   free(j->tiles);
   j->tiles = NULL;
   return NULL;
 }
 
-rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wmat_t *w, const float *bias,
-                         float *y, const rg_matmul_opts_t *opts) {
+rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wmat_t *w,
+                         const float *bias, float *y, const rg_matmul_opts_t *opts) {
   RG_RETURN_IF_ERROR(rg_matmul_check(x, m, w, bias, y));
   if (opts && (unsigned)opts->path >= RG_MATMUL_PATH_COUNT)
     return rg_status_make(RG_INVALID_ARGUMENT, "matmul: unknown path %d", (int)opts->path);
-  job_t j = {.x = x, .m = m, .n = w->rows, .k = w->cols, .w = w->data, .type = w->type, .bias = bias, .y = y};
+  job_t j = {.x = x,
+             .m = m,
+             .n = w->rows,
+             .k = w->cols,
+             .w = w->data,
+             .type = w->type,
+             .bias = bias,
+             .y = y};
   RG_RETURN_IF_ERROR(rg_cpu_isa_resolve(opts ? opts->isa : RG_CPU_ISA_AUTO, &j.isa));
   RG_RETURN_IF_ERROR(rg_wtype_row_bytes(w->type, w->cols, &j.row_bytes));
   if (m == 0) return NULL;
@@ -737,6 +882,7 @@ rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wm
   return p.path == RG_MATMUL_GEMM ? run_gemm(pool, &j) : run_gemv(pool, &j, p);
 }
 
-rg_status_t rg_matmul(rg_pool_t *pool, const float *x, int64_t m, const rg_wmat_t *w, const float *bias, float *y) {
+rg_status_t rg_matmul(rg_pool_t *pool, const float *x, int64_t m, const rg_wmat_t *w,
+                      const float *bias, float *y) {
   return rg_matmul_ex(pool, x, m, w, bias, y, NULL);
 }

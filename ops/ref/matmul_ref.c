@@ -12,7 +12,8 @@ rg_status_t rg_matmul_check(const float *x, int64_t m, const rg_wmat_t *w, const
     return rg_status_make(RG_INVALID_ARGUMENT, "matmul: unknown weight type %d", (int)w->type);
   if (m < 0) return rg_status_make(RG_INVALID_ARGUMENT, "matmul: negative m (%lld)", (long long)m);
   if (w->rows < 1 || w->cols < 1)
-    return rg_status_make(RG_INVALID_ARGUMENT, "matmul: %s weight has shape (%lld, %lld); both must be >= 1",
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "matmul: %s weight has shape (%lld, %lld); both must be >= 1",
                           rg_wtype_name(w->type), (long long)w->rows, (long long)w->cols);
   // OpenBLAS here takes 32-bit sizes; no transformer layer comes near.
   if (m > INT32_MAX || w->rows > INT32_MAX || w->cols > INT32_MAX)
@@ -20,9 +21,13 @@ rg_status_t rg_matmul_check(const float *x, int64_t m, const rg_wmat_t *w, const
                           (long long)m, (long long)w->rows, (long long)w->cols);
   size_t row_bytes;
   rg_status_t s = rg_wtype_row_bytes(w->type, w->cols, &row_bytes);
-  if (s) return rg_status_wrap(s, "matmul: weight (%lld, %lld)", (long long)w->rows, (long long)w->cols);
+  if (s)
+    return rg_status_wrap(s, "matmul: weight (%lld, %lld)", (long long)w->rows, (long long)w->cols);
   if (m > 0 && (!x || !y || !w->data))
-    return rg_status_make(RG_INVALID_ARGUMENT, "matmul: %s is NULL", !x ? "x" : !y ? "y" : "weight data");
+    return rg_status_make(RG_INVALID_ARGUMENT, "matmul: %s is NULL",
+                          !x   ? "x"
+                          : !y ? "y"
+                               : "weight data");
   return NULL;
 }
 
@@ -50,14 +55,17 @@ static float weight_at(rg_wtype_t t, const unsigned char *row, int64_t p) {
   }
 }
 
-rg_status_t rg_matmul_ref(const float *x, int64_t m, const rg_wmat_t *w, const float *bias, float *y) {
+rg_status_t rg_matmul_ref(const float *x, int64_t m, const rg_wmat_t *w, const float *bias,
+                          float *y) {
   RG_RETURN_IF_ERROR(rg_matmul_check(x, m, w, bias, y));
   if (m == 0) return NULL;
   int64_t n = w->rows, k = w->cols;
   size_t row_bytes;
   RG_RETURN_IF_ERROR(rg_wtype_row_bytes(w->type, k, &row_bytes));
   float *wr = malloc((size_t)k * sizeof(float));
-  if (!wr) return rg_status_make(RG_OUT_OF_MEMORY, "matmul_ref: no memory for a row of %lld", (long long)k);
+  if (!wr)
+    return rg_status_make(RG_OUT_OF_MEMORY, "matmul_ref: no memory for a row of %lld",
+                          (long long)k);
   for (int64_t j = 0; j < n; j++) {
     const unsigned char *row = (const unsigned char *)w->data + (size_t)j * row_bytes;
     for (int64_t p = 0; p < k; p++) wr[p] = weight_at(w->type, row, p);
