@@ -368,23 +368,7 @@ static void attn_range_scalar(const attn_job_t *J, size_t j0, size_t j1, float *
 }
 
 #ifdef RG_X86
-// The same exp as ops/cpu/kernels.c (Cephes expf; -inf -> 0, NaN stays).
-RG_T512 static inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-104.0f), x);
-  x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
+#include "ops/cpu/simd_exp.h"
 
 // out[j] = sum of the lanes of a[j], j < 16: a transpose folded into adds
 // (45 shuffles and adds instead of 16 full reductions). The halving steps
