@@ -93,8 +93,8 @@ static void print_help(FILE *f) {
           "activation moves between them), works out each stage's FLOPs and bytes and so which\n"
           "roof of which device class bounds it (its roofline), and searches placements of\n"
           "stages on device groups that maximise throughput, tokens per dollar or tokens per\n"
-          "watt within the fleet's memory and links. This build holds the planning side;\n"
-          "the simulator and the runtime (simulate, run, serve) are to come.\n"
+          "watt within the fleet's memory and links. It also runs models on this machine's\n"
+          "CPU (ridge run); the simulator, the multi-device runtime and serve are to come.\n"
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)
@@ -103,7 +103,7 @@ static void print_help(FILE *f) {
   fprintf(f,
           "\n"
           "With no command, ridge runs its main job on built-in defaults:\n"
-          "  ridge plan --model %s --fleet %s\n"
+          "  ridge plan --model %s --fleet %s, then ridge run (the random-weight test model)\n"
           "\n"
           "Global options (before the command):\n"
           "  --config-dir DIR  where configs live (default: $RIDGE_CONFIG_DIR, else\n"
