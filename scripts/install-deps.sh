@@ -3,7 +3,7 @@
 # missing, so it is cheap to run every time.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config libyaml-dev libcjson-dev libglpk-dev libpcre2-dev
-      libopenblas-dev clang python3 python3-numpy)
+      libopenblas-dev clang libclang-rt-dev python3 python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
