@@ -158,13 +158,7 @@ static void print_option_row(rg_table_t *t, const rg_plan_option_t *o, const rg_
 }
 
 static rg_status_t explain_stages(const rg_plan_request_t *req, const rg_placement_t *p, FILE *f) {
-  const rg_workload_t *w = req->workload;
-  double prompt = w->session.present ? w->session.append_tokens : w->prompt.mean;
-  double prefix = w->session.present ? w->session.prefix_tokens : 0;
-  double outt = w->session.present ? w->session.output_tokens : w->output.mean;
-  int m = p->micro_batches > 0 ? p->micro_batches : 1;
-  rg_shape_t s = {RG_PHASE_DECODE, (p->batch + m - 1) / m, 1, (int64_t)(prefix + prompt + outt / 2),
-                  p->weight_dtype, p->kv_dtype, RG_BF16};
+  rg_shape_t s = rg_placement_decode_shape(req, p);
   rg_stage_cost_t c[RG_MAX_STAGE_COSTS];
   size_t n;
   RG_RETURN_IF_ERROR(rg_stage_costs(req->model, &s, c, RG_MAX_STAGE_COSTS, &n));
@@ -178,15 +172,8 @@ static rg_status_t explain_stages(const rg_plan_request_t *req, const rg_placeme
               rg_fmt_quantity(c[i].bytes, RG_UNIT_BYTES, b1, sizeof b1));
       continue;
     }
-    if (c[i].kind == RG_STAGE_KV_TRANSFER || c[i].kind == RG_STAGE_KV_OFFLOAD || c[i].kind == RG_STAGE_KV_RELOAD)
-      continue;
-    int slot = 0;
-    switch (c[i].kind) {
-      case RG_STAGE_EMBED: slot = RG_SLOT_EMBED; break;
-      case RG_STAGE_ATTENTION: slot = RG_SLOT_ATTENTION; break;
-      case RG_STAGE_LM_HEAD: slot = RG_SLOT_LM_HEAD; break;
-      default: slot = RG_SLOT_FFN; break;
-    }
+    int slot = rg_slot_of_stage(c[i].kind);
+    if (slot < 0) continue;  // KV moves: bytes only, nothing to place on a roof
     const rg_group_t *g = &p->groups[p->slot_group[slot]];
     double ridge = rg_class_ridge(g->cls, p->weight_dtype);
     const char *roof = c[i].intensity >= ridge ? "compute roof" : "memory roof (bandwidth-bound)";
@@ -209,9 +196,8 @@ static rg_status_t print_human(const rg_plan_t *plan, const rg_plan_request_t *r
           rg_fmt_quantity(rg_arch_weight_bytes(a, req->weight_dtype), RG_UNIT_BYTES, b2, sizeof b2),
           rg_dtype_name(req->weight_dtype));
   fprintf(f, "fleet     %s: %s\n", req->fleet->name, fl);
-  fprintf(f, "workload  %s: prompt %.0f, output %.0f tokens", w->name,
-          w->session.present ? w->session.append_tokens : w->prompt.mean,
-          w->session.present ? w->session.output_tokens : w->output.mean);
+  rg_request_shape_t rq = rg_workload_request(w);
+  fprintf(f, "workload  %s: prompt %.0f, output %.0f tokens", w->name, rq.prompt, rq.output);
   if (w->session.present) fprintf(f, " on a %.0f-token cached prefix", w->session.prefix_tokens);
   fprintf(f, "; SLO TTFT %s, TBT %s\n", w->slo_ttft > 0 ? rg_fmt_quantity(w->slo_ttft, RG_UNIT_TIME, b1, sizeof b1) : "none",
           w->slo_tbt > 0 ? rg_fmt_quantity(w->slo_tbt, RG_UNIT_TIME, b2, sizeof b2) : "none");
@@ -258,7 +244,7 @@ static rg_status_t print_human(const rg_plan_t *plan, const rg_plan_request_t *r
           rg_fmt_grouped(o->tokens_per_s, b1, sizeof b1), rg_fmt_quantity(o->cost_per_s, RG_UNIT_PRICE, b2, sizeof b2),
           o->power / 1e3, o->tokens_per_dollar / 1e3, o->tokens_per_joule);
   if (w->rate > 0) {
-    double demand = w->rate * (w->session.present ? w->session.output_tokens : w->output.mean);
+    double demand = w->rate * rq.output;
     fprintf(f, "  the workload asks %s tokens/s (%.3g req/s): the plan covers %.2fx of it%s\n",
             rg_fmt_grouped(demand, b1, sizeof b1), w->rate, o->tokens_per_s / demand,
             o->tokens_per_s < demand ? "; queues grow without bound at that rate (TTFT shown at 95% load)" : "");

@@ -55,7 +55,7 @@ int rg_objective_parse(const char *s, rg_objective_t *out) {
   return 1;
 }
 
-int rg__slot_of_kind(rg_stage_kind_t k) {
+int rg_slot_of_stage(rg_stage_kind_t k) {
   switch (k) {
     case RG_STAGE_EMBED: return RG_SLOT_EMBED;
     case RG_STAGE_ATTENTION: return RG_SLOT_ATTENTION;
@@ -147,7 +147,7 @@ static rg_status_t run_step(const rg_plan_request_t *req, const rg_placement_t *
   int runs_attn[RG_MAX_GROUPS] = {0}, runs_ffn[RG_MAX_GROUPS] = {0};
   for (size_t i = 0; i < n; i++) {
     if (costs[i].is_part) continue;
-    int slot = rg__slot_of_kind(costs[i].kind);
+    int slot = rg_slot_of_stage(costs[i].kind);
     if (slot < 0) continue;
     int g = prefill_all ? p->slot_group[RG_SLOT_PREFILL] : p->slot_group[slot];
     out->group_time[g] += stage_time(&costs[i], &p->groups[g], p->weight_dtype, &out->t_comp[g],
@@ -181,30 +181,62 @@ static rg_status_t run_step(const rg_plan_request_t *req, const rg_placement_t *
   return NULL;
 }
 
-// Bytes each device of each group holds: its share of the weights of the
-// stages it runs, the KV if attention runs there, and activation workspace.
-static rg_status_t memory_use(const rg_plan_request_t *req, const rg_placement_t *p,
-                              double ctx_tokens, double *use) {
-  const rg_arch_t *a = req->model;
-  rg_shape_t s = {RG_PHASE_DECODE, 1, 1, 1, p->weight_dtype, p->kv_dtype, RG_BF16};
+rg_status_t rg_slot_weights(const rg_arch_t *a, rg_dtype_t weight_dtype, rg_dtype_t kv_dtype,
+                            double w[RG_SLOT_COUNT]) {
+  rg_shape_t s = {RG_PHASE_DECODE, 1, 1, 1, weight_dtype, kv_dtype, RG_BF16};
   rg_stage_cost_t costs[RG_MAX_STAGE_COSTS];
   size_t n;
   RG_RETURN_IF_ERROR(rg_stage_costs(a, &s, costs, RG_MAX_STAGE_COSTS, &n));
+  for (int i = 0; i < RG_SLOT_COUNT; i++) w[i] = 0;
+  for (size_t i = 0; i < n; i++) {
+    int slot = costs[i].is_part ? -1 : rg_slot_of_stage(costs[i].kind);
+    if (slot >= 0) w[slot] += costs[i].resident_weight_bytes;
+  }
+  return NULL;
+}
+
+rg_request_shape_t rg_workload_request(const rg_workload_t *w) {
+  const rg_session_t *ses = &w->session;
+  rg_request_shape_t r = {ses->present ? ses->append_tokens : w->prompt.mean, ses->present ? ses->prefix_tokens : 0,
+                          ses->present ? ses->output_tokens : w->output.mean};
+  if (r.prompt < 1) r.prompt = 1;
+  if (r.output < 1) r.output = 1;
+  return r;
+}
+
+rg_shape_t rg_placement_decode_shape(const rg_plan_request_t *req, const rg_placement_t *p) {
+  rg_request_shape_t r = rg_workload_request(req->workload);
+  int m = p->micro_batches > 0 ? p->micro_batches : 1;
+  rg_shape_t s = {RG_PHASE_DECODE, (p->batch + m - 1) / m, 1, (int64_t)(r.prefix + r.prompt + r.output / 2),
+                  p->weight_dtype, p->kv_dtype, RG_BF16};
+  return s;
+}
+
+rg_shape_t rg_placement_prefill_shape(const rg_plan_request_t *req, const rg_placement_t *p) {
+  rg_request_shape_t r = rg_workload_request(req->workload);
+  rg_shape_t s = {RG_PHASE_PREFILL, 1, (int64_t)r.prompt, (int64_t)r.prefix, p->weight_dtype, p->kv_dtype, RG_BF16};
+  return s;
+}
+
+// Bytes each device of each group holds: its share of the weights of the
+// stages it runs (a prefill-decode prefill group holds them all), the KV if
+// attention runs there, and activation workspace.
+static rg_status_t memory_use(const rg_plan_request_t *req, const rg_placement_t *p,
+                              double ctx_tokens, double *use) {
+  const rg_arch_t *a = req->model;
+  double slot_w[RG_SLOT_COUNT];
+  RG_RETURN_IF_ERROR(rg_slot_weights(a, p->weight_dtype, p->kv_dtype, slot_w));
   double w[RG_MAX_GROUPS] = {0};
   int holds[RG_MAX_GROUPS][RG_SLOT_COUNT] = {{0}};
-  for (size_t i = 0; i < n; i++) {
-    if (costs[i].is_part) continue;
-    int slot = rg__slot_of_kind(costs[i].kind);
-    if (slot < 0) continue;
+  int pg = p->mode == RG_MODE_PD ? p->slot_group[RG_SLOT_PREFILL] : -1;
+  for (int slot = 0; slot < RG_SLOT_COUNT; slot++) {
+    if (slot == RG_SLOT_PREFILL) continue;
     int g = p->slot_group[slot];
-    w[g] += costs[i].resident_weight_bytes;
+    w[g] += slot_w[slot];
     holds[g][slot] = 1;
-    if (p->mode == RG_MODE_PD) {
-      int pg = p->slot_group[RG_SLOT_PREFILL];
-      if (pg != g) {
-        w[pg] += costs[i].resident_weight_bytes;
-        holds[pg][slot] = 1;
-      }
+    if (pg >= 0 && pg != g) {
+      w[pg] += slot_w[slot];
+      holds[pg][slot] = 1;
     }
   }
   double kv_tok = rg_arch_kv_bytes_per_token(a, p->kv_dtype);
@@ -307,11 +339,8 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
   memset(pred, 0, sizeof(*pred));
   const rg_workload_t *w = req->workload;
   const rg_session_t *ses = &w->session;
-  double prompt = ses->present ? ses->append_tokens : w->prompt.mean;
-  double prefix = ses->present ? ses->prefix_tokens : 0;
-  double out_tokens = ses->present ? ses->output_tokens : w->output.mean;
-  if (prompt < 1) prompt = 1;
-  if (out_tokens < 1) out_tokens = 1;
+  rg_request_shape_t rq = rg_workload_request(w);
+  double prompt = rq.prompt, prefix = rq.prefix, out_tokens = rq.output;
   double ctx_end = prefix + prompt + out_tokens;
 
   // Memory first: a placement that does not fit predicts nothing.
@@ -333,9 +362,7 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
 
   // Decode step with m micro-batches in flight.
   int m = p->micro_batches > 0 ? p->micro_batches : 1;
-  int b = (p->batch + m - 1) / m;
-  rg_shape_t ds = {RG_PHASE_DECODE, b, 1, (int64_t)(prefix + prompt + out_tokens / 2),
-                   p->weight_dtype, p->kv_dtype, RG_BF16};
+  rg_shape_t ds = rg_placement_decode_shape(req, p);
   step_t st;
   RG_RETURN_IF_ERROR(run_step(req, p, &ds, 0, &st));
   double slowest = st.link_time;
@@ -349,8 +376,7 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
   // Prefill: a single prompt for TTFT; prompts batched up to a chunk for the
   // per-request cost, since short prompts share the weight reads.
   int pd = p->mode == RG_MODE_PD;
-  rg_shape_t ps = {RG_PHASE_PREFILL, 1, (int64_t)prompt, (int64_t)prefix, p->weight_dtype,
-                   p->kv_dtype, RG_BF16};
+  rg_shape_t ps = rg_placement_prefill_shape(req, p);
   step_t pf1;
   RG_RETURN_IF_ERROR(run_step(req, p, &ps, pd, &pf1));
   int64_t pbatch = (int64_t)(PREFILL_CHUNK / prompt);

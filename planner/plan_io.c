@@ -433,18 +433,13 @@ static rg_status_t svg_panel(FILE *f, const rg_plan_request_t *req, const rg_pla
     fprintf(f, " (ridge %.0f)</text>\n", ridge);
   }
   // Stage points at their intensity, on the roof of the class they run on.
-  const rg_workload_t *w = req->workload;
-  double prompt = w->session.present ? w->session.append_tokens : w->prompt.mean;
-  double ctx = w->session.present ? w->session.prefix_tokens : 0;
-  rg_shape_t s = {ph, ph == RG_PHASE_DECODE ? p->batch : 1, ph == RG_PHASE_DECODE ? 1 : (int64_t)fmax(prompt, 1),
-                  (int64_t)(ph == RG_PHASE_DECODE ? ctx + prompt + w->output.mean / 2 : ctx), p->weight_dtype,
-                  p->kv_dtype, RG_BF16};
+  rg_shape_t s = ph == RG_PHASE_DECODE ? rg_placement_decode_shape(req, p) : rg_placement_prefill_shape(req, p);
   rg_stage_cost_t costs[RG_MAX_STAGE_COSTS];
   size_t n;
   RG_RETURN_IF_ERROR(rg_stage_costs(req->model, &s, costs, RG_MAX_STAGE_COSTS, &n));
   int row = 0;
   for (size_t i = 0; i < n; i++) {
-    int slot = rg__slot_of_kind(costs[i].kind);
+    int slot = rg_slot_of_stage(costs[i].kind);
     if (slot < 0 || costs[i].intensity <= 0) continue;
     if (costs[i].is_part && strcmp(costs[i].name, "attention.core") && strcmp(costs[i].name, "moe.experts"))
       continue;

@@ -207,6 +207,8 @@ typedef enum {
   RG_SLOT_COUNT
 } rg_slot_t;
 const char *rg_slot_name(rg_slot_t s);
+// The slot a stage kind is placed by, or -1 for the moves (kv_*, activation).
+int rg_slot_of_stage(rg_stage_kind_t k);
 
 typedef enum { RG_KV_AUTO, RG_KV_TIER, RG_KV_RECOMPUTE } rg_kv_policy_t;
 
@@ -312,6 +314,26 @@ typedef struct {
 // nothing fits or meets the SLOs.
 RG_MUST_USE rg_status_t rg_plan_solve(const rg_plan_request_t *req,
                                       rg_plan_t *out);
+// One request step as the planner costs it: new prompt tokens, the cached
+// prefix they extend, and the tokens generated. Agentic sessions use their
+// per-step figures, other workloads their means; prompt and output are at
+// least 1.
+typedef struct {
+  double prompt, prefix, output;
+} rg_request_shape_t;
+rg_request_shape_t rg_workload_request(const rg_workload_t *w);
+
+// The step shapes the cost model runs for a placement: decode, one
+// micro-batch of sequences at mid-generation context; prefill, one prompt on
+// its prefix. Reports and pictures use these so they show what was costed.
+rg_shape_t rg_placement_decode_shape(const rg_plan_request_t *req, const rg_placement_t *p);
+rg_shape_t rg_placement_prefill_shape(const rg_plan_request_t *req, const rg_placement_t *p);
+
+// Resident weight bytes per slot (embed, attention, ffn, lm_head; 0 for
+// prefill), which sizes groups.
+RG_MUST_USE rg_status_t rg_slot_weights(const rg_arch_t *a, rg_dtype_t weight_dtype, rg_dtype_t kv_dtype,
+                                        double w[RG_SLOT_COUNT]);
+
 // Predicts one placement; fills pred. Non-OK when it does not fit memory.
 RG_MUST_USE rg_status_t rg_placement_predict(const rg_plan_request_t *req,
                                              const rg_placement_t *p,

@@ -5,7 +5,6 @@
 #include "base/units.h"
 #include "planner/planner.h"
 
-int rg__slot_of_kind(rg_stage_kind_t k);
 rg_link_t rg__link_between(const rg_fleet_t *f, const rg_group_t *a, const rg_group_t *b);
 double rg__group_capacity(const rg_group_t *g);
 // Fills tp/pp of a group from its size and the fleet's devices per node.

@@ -251,26 +251,12 @@ static int pins_ok(const rg_plan_request_t *req, const rg_placement_t *p) {
   return 1;
 }
 
-// Weight bytes per slot, for sizing groups before the full check.
-static rg_status_t slot_weights(const rg_plan_request_t *req, double *w) {
-  rg_shape_t sh = {RG_PHASE_DECODE, 1, 1, 1, req->weight_dtype, req->kv_dtype, RG_BF16};
-  rg_stage_cost_t c[RG_MAX_STAGE_COSTS];
-  size_t n;
-  RG_RETURN_IF_ERROR(rg_stage_costs(req->model, &sh, c, RG_MAX_STAGE_COSTS, &n));
-  for (int i = 0; i < RG_SLOT_COUNT; i++) w[i] = 0;
-  for (size_t i = 0; i < n; i++) {
-    int slot = c[i].is_part ? -1 : rg__slot_of_kind(c[i].kind);
-    if (slot >= 0) w[slot] += c[i].resident_weight_bytes;
-  }
-  return NULL;
-}
-
 #define SIZE_STEPS 3
 
 static rg_status_t enumerate(search_t *s) {
   const rg_plan_request_t *req = s->req;
   double w[RG_SLOT_COUNT];
-  RG_RETURN_IF_ERROR(slot_weights(req, w));
+  RG_RETURN_IF_ERROR(rg_slot_weights(req->model, req->weight_dtype, req->kv_dtype, w));
   double all = w[RG_SLOT_EMBED] + w[RG_SLOT_ATTENTION] + w[RG_SLOT_FFN] + w[RG_SLOT_LM_HEAD];
   int sizes[MAX_CLASSES][32], n_sizes[MAX_CLASSES];
   for (int i = 0; i < s->n_cls; i++) n_sizes[i] = valid_sizes(s, i, sizes[i], 32);
