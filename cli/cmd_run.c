@@ -168,35 +168,15 @@ static rg_status_t parse_ids(const char *s, int32_t **out, size_t *n) {
 // The default model: the tiny random-weight test model, written once into
 // the user's cache directory so every `ridge run` without --model is fast.
 static rg_status_t default_model(char *out, size_t len, int quiet) {
-  const char *cache = getenv("XDG_CACHE_HOME");
-  const char *home = getenv("HOME");
-  char base[2048];
-  if (cache && *cache) snprintf(base, sizeof base, "%s/ridge", cache);
-  else if (home && *home) snprintf(base, sizeof base, "%s/.cache/ridge", home);
-  else snprintf(base, sizeof base, "/tmp/ridge-cache");
-  snprintf(out, len, "%s/testmodel-llama-tiny-%s", base, RIDGE_VERSION);
-  char cfg[4200];
-  snprintf(cfg, sizeof cfg, "%s/model.safetensors", out);
-  struct stat st;
-  if (stat(cfg, &st) == 0) return NULL;
-  // Create the parents; testmodel creates the leaf.
-  char tmp[2048];
-  snprintf(tmp, sizeof tmp, "%s", base);
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = 0;
-      mkdir(tmp, 0755);
-      *p = '/';
-    }
-  mkdir(tmp, 0755);
-  if (!quiet) fprintf(stderr, "ridge run: no --model given; writing the random-weight test model to %s\n", out);
   rg_testmodel_opts_t o = {0};
   o.arch = RG_TESTMODEL_LLAMA;
   o.size = RG_TESTMODEL_TINY;
   o.dtype = RG_T_BF16;
   o.gguf_type = RG_T_COUNT;
-  o.force = 1;
-  return rg_testmodel_write(out, &o, NULL);
+  int written;
+  RG_RETURN_IF_ERROR(rg_testmodel_cached(&o, out, len, &written));
+  if (written && !quiet) fprintf(stderr, "ridge run: no --model given; wrote the random-weight test model to %s\n", out);
+  return NULL;
 }
 
 typedef struct {

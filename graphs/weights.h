@@ -315,4 +315,12 @@ typedef struct {
 RG_MUST_USE rg_status_t rg_testmodel_write(const char *dir, const rg_testmodel_opts_t *o,
                                            rg_testmodel_info_t *info);
 
+// The test model o describes (seed 0, o->force ignored) in the user's cache,
+// $XDG_CACHE_HOME/ridge or ~/.cache/ridge (else /tmp/ridge-cache), as
+// testmodel-<arch>-<size>-<ridge version>: written there the first time,
+// reused after. *out_dir receives the directory; *out_written is set when
+// this call wrote it.
+RG_MUST_USE rg_status_t rg_testmodel_cached(const rg_testmodel_opts_t *o, char *out_dir, size_t len,
+                                            int *out_written);
+
 #endif  // RG_GRAPHS_WEIGHTS_H
