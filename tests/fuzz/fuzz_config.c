@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/yaml.h"
+#include "tests/fuzz/fuzz_memfd.h"
 #include "graphs/graphs.h"
 #include "planner/planner.h"
 
@@ -29,14 +30,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   rg_doc_destroy(doc);
 
   // The file-based loaders read a memfd through /proc so nothing touches disk.
-  int fd = memfd_create("fuzz", 0);
-  if (fd < 0) return 0;
-  if (write(fd, data, size) != (ssize_t)size) {
-    close(fd);
-    return 0;
-  }
   char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int fd = rg_fuzz_memfd("fuzz", data, size, path, sizeof path);
+  if (fd < 0) return 0;
   const char *dir = cat->dir;
   rg_device_class_t *dc = NULL;
   drop(rg_device_class_load(path, &dc));

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "graphs/weights.h"
+#include "tests/fuzz/fuzz_memfd.h"
 
 extern int rg__weights_use_read;
 
@@ -36,14 +37,9 @@ static unsigned fuzz_st_walk(const rg_weights_t *w) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  int fd = memfd_create("fuzz.safetensors", 0);
-  if (fd < 0) return 0;
-  if (write(fd, data, size) != (ssize_t)size) {
-    close(fd);
-    return 0;
-  }
   char path[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  int fd = rg_fuzz_memfd("fuzz.safetensors", data, size, path, sizeof path);
+  if (fd < 0) return 0;
   rg__weights_use_read = 1;
   rg_weights_t *w = NULL;
   rg_status_t s = rg_weights_open(path, &w);
