@@ -40,8 +40,9 @@ rg_status_t rg_generate(rg_engine_t *e, const int32_t *const *prompts, const siz
   gen_seq_t *g = calloc((size_t)n_seqs, sizeof(*g));
   float *logits = malloc((size_t)n_seqs * (size_t)vocab * sizeof(float));
   rg_batch_entry_t *b = calloc((size_t)n_seqs, sizeof(*b));
+  int *rows = calloc((size_t)n_seqs, sizeof(int));  // which sequence each logits row belongs to
   rg_status_t st = NULL;
-  if (!g || !logits || !b) {
+  if (!g || !logits || !b || !rows) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory for %d sequences", n_seqs);
     goto done;
   }
@@ -79,14 +80,13 @@ rg_status_t rg_generate(rg_engine_t *e, const int32_t *const *prompts, const siz
   while (remaining > 0 && !st) {
     size_t nb = 0;
     int64_t budget = chunk;
-    int rows[1024];
     int n_rows = 0;
     for (int i = 0; i < n_seqs && budget > 0; i++) {
       if (done_len[i] == lens[i]) continue;
       int64_t take = (int64_t)(lens[i] - done_len[i]);
       if (take > budget) take = budget;
       b[nb] = (rg_batch_entry_t){g[i].seq, prompts[i] + done_len[i], take, done_len[i] + (size_t)take == lens[i]};
-      if (b[nb].want_logits && n_rows < 1024) rows[n_rows++] = i;
+      if (b[nb].want_logits) rows[n_rows++] = i;
       done_len[i] += (size_t)take;
       budget -= take;
       nb++;
@@ -116,18 +116,17 @@ rg_status_t rg_generate(rg_engine_t *e, const int32_t *const *prompts, const siz
   double t1 = now();
   for (;;) {
     size_t nb = 0;
-    int map[1024];
     for (int i = 0; i < n_seqs; i++)
-      if (g[i].active && nb < 1024) {
+      if (g[i].active) {
         b[nb] = (rg_batch_entry_t){g[i].seq, &g[i].last, 1, 1};
-        map[nb++] = i;
+        rows[nb++] = i;
       }
     if (!nb) break;
     st = rg_engine_forward(e, b, nb, logits);
     if (st) break;
     stats->decode_steps++;
     for (size_t r = 0; r < nb && !st; r++) {
-      int i = map[r];
+      int i = rows[r];
       float *lr = logits + r * (size_t)vocab;
       if (i == 0 && p->dump_logits) memcpy(p->dump_logits + (size_t)g[i].made * (size_t)vocab, lr, (size_t)vocab * sizeof(float));
       g[i].last = rg_sampler_sample(g[i].sampler, lr);
@@ -157,6 +156,7 @@ done:
   free(g);
   free(logits);
   free(b);
+  free(rows);
   return st;
 }
 
