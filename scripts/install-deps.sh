@@ -2,8 +2,14 @@
 # Installs the Debian packages ridge needs to build and test, only those
 # missing, so it is cheap to run every time.
 set -euo pipefail
+# Libraries: libyaml, cJSON, GLPK, PCRE2, OpenBLAS (planner and host kernels);
+# xxhash (prefix-cache block hashes), utf8proc (tokenizer normalization);
+# libuv, libfabric, protobuf-c (runtime control and data planes); the OpenCL
+# ICD loader with PoCL, so every machine has a real OpenCL device.
 pkgs=(build-essential cmake ninja-build pkg-config libyaml-dev libcjson-dev libglpk-dev libpcre2-dev
-      libopenblas-dev clang libclang-rt-dev python3 python3-numpy)
+      libopenblas-dev libxxhash-dev libutf8proc-dev libuv1-dev libfabric-dev libprotobuf-c-dev
+      protobuf-c-compiler ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers pocl-opencl-icd clinfo
+      clang libclang-rt-dev python3 python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
