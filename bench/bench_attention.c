@@ -111,13 +111,13 @@ static uint32_t next32(void) {
   return (uint32_t)(rng >> 32);
 }
 
-static void run_case(rg_pool_t *pool, const case_t *cs, rg_wtype_t dtype, double roof) {
+static void run_case(rg_pool_t *pool, const case_t *cs, rg_dtype_t dtype, double roof) {
   const size_t bs = 16;
   size_t per_seq = (cs->context + bs - 1) / bs, n_blocks = per_seq * cs->n_seqs;
   rg_kv_cache_t *cache = NULL;
   rg_status_t st = rg_kv_cache_create(dtype, 1, n_blocks, bs, cs->n_kv_heads, cs->head_dim, &cache);
   if (st) {
-    printf("  %-26s %-4s skipped: %s\n", cs->name, rg_wtype_name(dtype), rg_status_message(st));
+    printf("  %-26s %-4s skipped: %s\n", cs->name, rg_dtype_name(dtype), rg_status_message(st));
     rg_status_free(st);
     return;
   }
@@ -126,13 +126,13 @@ static void run_case(rg_pool_t *pool, const case_t *cs, rg_wtype_t dtype, double
   size_t elems = n_blocks * bs * cs->n_kv_heads * cs->head_dim;
   for (int half = 0; half < 2; half++) {
     void *base = half ? kv.v : kv.k;
-    if (dtype == RG_WTYPE_F32) {
+    if (dtype == RG_F32) {
       uint32_t *p = base;
       for (size_t i = 0; i < elems; i++) p[i] = 0x3e000000u | (next32() & 0x807fffffu);
     } else {
       uint16_t *p = base;
-      uint16_t e = dtype == RG_WTYPE_BF16 ? 0x3e00 : 0x3000,
-               m = dtype == RG_WTYPE_BF16 ? 0x807f : 0x83ff;
+      uint16_t e = dtype == RG_BF16 ? 0x3e00 : 0x3000,
+               m = dtype == RG_BF16 ? 0x807f : 0x83ff;
       for (size_t i = 0; i < elems; i++) p[i] = (uint16_t)(e | (next32() & m));
     }
   }
@@ -143,7 +143,7 @@ static void run_case(rg_pool_t *pool, const case_t *cs, rg_wtype_t dtype, double
   size_t qn = cs->n_seqs * cs->n_heads * cs->head_dim;
   float *q = malloc(qn * 4), *o = malloc(qn * 4);
   if (!blocks || !tables || !seq || !pos || !q || !o) {
-    printf("  %-26s %-4s skipped: out of memory\n", cs->name, rg_wtype_name(dtype));
+    printf("  %-26s %-4s skipped: out of memory\n", cs->name, rg_dtype_name(dtype));
     goto done;
   }
   for (size_t i = 0; i < n_blocks; i++) blocks[i] = (int32_t)i;
@@ -162,7 +162,7 @@ static void run_case(rg_pool_t *pool, const case_t *cs, rg_wtype_t dtype, double
   rg_attn_batch_t b = {cs->n_seqs, seq, pos, tables, cs->n_seqs};
   rg_attn_params_t prm = {cs->n_heads, 0, 0, NULL};
   double kv_bytes = (double)cs->n_seqs * (double)cs->context * (double)cs->n_kv_heads *
-                    (double)cs->head_dim * 2.0 * (dtype == RG_WTYPE_F32 ? 4 : 2);
+                    (double)cs->head_dim * 2.0 * (dtype == RG_F32 ? 4 : 2);
   rg_cpu_isa_t best = rg_cpu_isa_best();
   static const rg_cpu_isa_t levels[] = {RG_CPU_ISA_AVX512, RG_CPU_ISA_AVX2, RG_CPU_ISA_SCALAR};
   for (int li = 0; li < 3; li++) {
@@ -170,7 +170,7 @@ static void run_case(rg_pool_t *pool, const case_t *cs, rg_wtype_t dtype, double
     rg_status_free(rg_ops_set_isa(levels[li]));
     st = rg_op_attention(pool, &kv, &b, &prm, q, o);  // warm-up
     if (st) {
-      printf("  %-26s %-4s failed: %s\n", cs->name, rg_wtype_name(dtype), rg_status_message(st));
+      printf("  %-26s %-4s failed: %s\n", cs->name, rg_dtype_name(dtype), rg_status_message(st));
       rg_status_free(st);
       break;
     }
@@ -186,7 +186,7 @@ static void run_case(rg_pool_t *pool, const case_t *cs, rg_wtype_t dtype, double
     } while (now() < t_end || reps < 3);
     double gbs = kv_bytes / best_dt / 1e9;
     printf("  %-24s %-4s %-6s %8.3f ms  %7.2f GB/s  %5.2f of read bandwidth\n", cs->name,
-           rg_wtype_name(dtype), rg_cpu_isa_name(levels[li]), best_dt * 1e3, gbs,
+           rg_dtype_name(dtype), rg_cpu_isa_name(levels[li]), best_dt * 1e3, gbs,
            roof > 0 ? gbs / roof : 0);
   }
   rg_status_free(rg_ops_set_isa(RG_CPU_ISA_AUTO));
@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
       {"llama 32/8 hd128 8k x4", 32, 8, 128, 8192, 4},
       {"mqa 8/1 hd128 256k x1", 8, 1, 128, 262144, 1},
   };
-  static const rg_wtype_t dtypes[] = {RG_WTYPE_BF16, RG_WTYPE_F32};
+  static const rg_dtype_t dtypes[] = {RG_BF16, RG_F32};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (size_t d = 0; d < 2; d++) run_case(pool, &cases[c], dtypes[d], roof);
   rg_pool_destroy(pool);

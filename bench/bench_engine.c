@@ -89,8 +89,8 @@ int main(int argc, char **argv) {
     rg_testmodel_opts_t o = {0};
     o.arch = RG_TESTMODEL_LLAMA;
     o.size = RG_TESTMODEL_1B;
-    o.dtype = RG_T_BF16;
-    o.gguf_type = RG_T_COUNT;
+    o.dtype = RG_BF16;
+    o.gguf_type = RG_DTYPE_COUNT;
     o.progress = progress;
     rg_status_t s = rg_testmodel_cached(&o, dir, sizeof dir, NULL);
     if (s) return fail(s);

@@ -190,10 +190,10 @@ static double sgemm_gflops(int threads, int m, int n, int k) {
 // `copies` distinct copies of one random (n, k) weight of type t, so that
 // cycling through them streams from DRAM. Returns the base; copy c starts at
 // c * bytes.
-static unsigned char *make_copies(rg_wtype_t t, int64_t n, int64_t k, int copies,
+static unsigned char *make_copies(rg_dtype_t t, int64_t n, int64_t k, int copies,
                                   size_t *out_bytes) {
   size_t rb;
-  die(rg_wtype_row_bytes(t, k, &rb));
+  die(rg_dtype_row_bytes(t, k, &rb));
   size_t bytes = rb * (size_t)n;
   unsigned char *w = xmalloc(bytes * (size_t)copies);
   float *row = xmalloc((size_t)k * 4);
@@ -214,7 +214,7 @@ static int copies_for(size_t bytes) {
 }
 
 // Seconds per call, best of reps, each rep cycling through all copies.
-static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_wtype_t t, int64_t n,
+static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_dtype_t t, int64_t n,
                           int64_t k, const unsigned char *w, size_t bytes, int copies, float *y,
                           const rg_matmul_opts_t *o, int reps) {
   double best = 1e30;
@@ -230,7 +230,7 @@ static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_wtype_t
   return best;
 }
 
-static const rg_wtype_t types[] = {RG_WTYPE_BF16, RG_WTYPE_F16, RG_WTYPE_Q8_0, RG_WTYPE_F32};
+static const rg_dtype_t types[] = {RG_BF16, RG_F16, RG_Q8_0, RG_F32};
 
 static void decode_table(rg_pool_t *pool, double bw, double peak) {
   printf("\ndecode (GEMV): weight GB/s streamed per call, and ratio to read bandwidth %.1f GB/s\n",
@@ -245,7 +245,7 @@ static void decode_table(rg_pool_t *pool, double bw, double peak) {
       int64_t n = shapes[s][0], k = shapes[s][1];
       size_t bytes;
       size_t rb;
-      die(rg_wtype_row_bytes(types[ti], k, &rb));
+      die(rg_dtype_row_bytes(types[ti], k, &rb));
       int copies = copies_for(rb * (size_t)n);
       unsigned char *w = make_copies(types[ti], n, k, copies, &bytes);
       for (int64_t m = 1; m <= 16; m += 15) {
@@ -253,7 +253,7 @@ static void decode_table(rg_pool_t *pool, double bw, double peak) {
         rg_wmat_t wm = {w, types[ti], n, k};
         double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
         printf("%-6s %5lld x %-4lld %4lld %-44s %9.1f %7.1f %6.0f%% %8.1f",
-               rg_wtype_name(types[ti]), (long long)n, (long long)k, (long long)m,
+               rg_dtype_name(types[ti]), (long long)n, (long long)k, (long long)m,
                rg_matmul_kernel_name(&wm, m), dt * 1e6, gbs / 1e9, 100 * gbs / bw, gf / 1e9);
         if (m > 1 && peak > 0) printf("  (%.0f%% of f32 FMA peak)", 100 * gf / peak);
         printf("\n");
@@ -273,7 +273,7 @@ static void llama_layer(rg_pool_t *pool, double bw) {
   unsigned char *w[7];
   size_t bytes[7], layer_bytes = 0;
   for (int i = 0; i < 7; i++) {
-    w[i] = make_copies(RG_WTYPE_BF16, mats[i][0], mats[i][1], LAYERS, &bytes[i]);
+    w[i] = make_copies(RG_BF16, mats[i][0], mats[i][1], LAYERS, &bytes[i]);
     layer_bytes += bytes[i];
   }
   float *x = xmalloc(8192 * 4), *y = xmalloc(8192 * 4);
@@ -283,7 +283,7 @@ static void llama_layer(rg_pool_t *pool, double bw) {
     double t0 = now();
     for (int l = 0; l < LAYERS; l++)
       for (int i = 0; i < 7; i++) {
-        rg_wmat_t wm = {w[i] + (size_t)l * bytes[i], RG_WTYPE_BF16, mats[i][0], mats[i][1]};
+        rg_wmat_t wm = {w[i] + (size_t)l * bytes[i], RG_BF16, mats[i][0], mats[i][1]};
         die(rg_matmul(pool, x, 1, &wm, NULL, y));
       }
     double dt = (now() - t0) / LAYERS;
@@ -314,7 +314,7 @@ static void prefill_table(rg_pool_t *pool, double sgemm) {
     double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, 1, y, NULL, 8);
     rg_wmat_t wm = {w, types[ti], n, k};
     double gf = 2.0 * m * n * k / dt;
-    printf("%-6s %-44s %9.2f %9.1f %8.2f\n", rg_wtype_name(types[ti]),
+    printf("%-6s %-44s %9.2f %9.1f %8.2f\n", rg_dtype_name(types[ti]),
            rg_matmul_kernel_name(&wm, m), dt * 1e3, gf / 1e9, gf / sgemm);
     free(w);
   }
@@ -334,7 +334,7 @@ static void crossover(rg_pool_t *pool) {
   for (int64_t i = 0; i < 512 * k; i++) x[i] = frand();
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     size_t bytes, rb;
-    die(rg_wtype_row_bytes(types[ti], k, &rb));
+    die(rg_dtype_row_bytes(types[ti], k, &rb));
     int copies = copies_for(rb * (size_t)n) / 4;  // 64 MiB: past L3, and quicker
     unsigned char *w = make_copies(types[ti], n, k, copies, &bytes);
     const struct {
@@ -344,9 +344,9 @@ static void crossover(rg_pool_t *pool) {
                 {"gemv widening (avx512)", {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV}},
                 {"gemm", {.path = RG_MATMUL_GEMM}}};
     for (size_t r = 0; r < 3; r++) {
-      if (r == 1 && (types[ti] != RG_WTYPE_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16))
+      if (r == 1 && (types[ti] != RG_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16))
         continue;
-      printf("%-4s %-17s", rg_wtype_name(types[ti]), rows[r].label);
+      printf("%-4s %-17s", rg_dtype_name(types[ti]), rows[r].label);
       for (int i = 0; i < NM; i++) {
         int c = ms[i] >= 64 ? 1 : copies;
         double dt = time_matmul(pool, x, ms[i], types[ti], n, k, w, bytes, c, y, &rows[r].o,
@@ -365,11 +365,11 @@ static void crossover(rg_pool_t *pool) {
 static void accuracy(rg_pool_t *pool) {
   const int64_t m = 64, n = 2048, k = 2048, nref = 64;
   size_t bytes;
-  unsigned char *w = make_copies(RG_WTYPE_BF16, n, k, 1, &bytes);
+  unsigned char *w = make_copies(RG_BF16, n, k, 1, &bytes);
   float *x = xmalloc((size_t)(m * k) * 4), *y = xmalloc((size_t)(m * n) * 4),
         *ref = xmalloc((size_t)(m * nref) * 4);
   for (int64_t i = 0; i < m * k; i++) x[i] = frand();
-  rg_wmat_t head = {w, RG_WTYPE_BF16, nref, k}, wm = {w, RG_WTYPE_BF16, n, k};
+  rg_wmat_t head = {w, RG_BF16, nref, k}, wm = {w, RG_BF16, n, k};
   die(rg_matmul_ref(x, m, &head, NULL, ref));
   printf("\naccuracy, bf16 weights, m=%lld k=%lld, NMSE against the double reference:\n",
          (long long)m, (long long)k);

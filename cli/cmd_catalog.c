@@ -152,7 +152,7 @@ static rg_status_t print_detail(const rg_device_class_t *c, rg_dtype_t t) {
     static const char *const heads[] = {"dtype", "peak", "ridge FLOP/B", "note"};
     rg_table_t tb;
     rg_table_init(&tb, 4, heads, "lrrl");
-    for (int d = 0; d < RG_DTYPE_COUNT; d++) {
+    for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) {
       int src = peak_source(c, (rg_dtype_t)d);
       rg_table_cell(&tb, "%s%s", rg_dtype_name((rg_dtype_t)d), d == (int)t ? " <" : "");
       if (src < 0) {
@@ -222,7 +222,7 @@ static void json_class(cJSON *o, const rg_device_class_t *c, rg_dtype_t t, int *
   rg_json_bool(o, "computes", computes, bad);
   rg_json_str(o, "path", c->path, bad);
   cJSON *pk = rg_json_obj(o, "peak", bad);
-  for (int d = 0; d < RG_DTYPE_COUNT; d++)
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)
     if (c->peak[d] > 0) rg_json_num(pk, rg_dtype_name((rg_dtype_t)d), c->peak[d], bad);
   rg_json_str(o, "dtype", rg_dtype_name(t), bad);
   if (computes)
@@ -255,9 +255,9 @@ static void json_class(cJSON *o, const rg_device_class_t *c, rg_dtype_t t, int *
 
 static rg_status_t parse_dtype(const char *text, rg_dtype_t *out) {
   if (!rg_dtype_parse(text, out)) return NULL;
-  const char *names[RG_DTYPE_COUNT];
-  for (int d = 0; d < RG_DTYPE_COUNT; d++) names[d] = rg_dtype_name((rg_dtype_t)d);
-  const char *near = rg_nearest(text, names, RG_DTYPE_COUNT);
+  const char *names[RG_DTYPE_COMPUTE_COUNT];
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) names[d] = rg_dtype_name((rg_dtype_t)d);
+  const char *near = rg_nearest(text, names, RG_DTYPE_COMPUTE_COUNT);
   return rg_status_make(
       RG_INVALID_ARGUMENT,
       "--dtype: unknown dtype '%s'%s%s%s; use one of f32, bf16, f16, fp8, int8, fp4", text,

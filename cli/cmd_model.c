@@ -58,14 +58,14 @@ static void usage(FILE *f) {
 
 static rg_status_t parse_dtype(const char *flag, const char *text, rg_dtype_t *out) {
   if (!rg_dtype_parse(text, out)) return NULL;
-  const char *names[RG_DTYPE_COUNT];
+  const char *names[RG_DTYPE_COMPUTE_COUNT];
   char list[128] = "";
-  for (int d = 0; d < RG_DTYPE_COUNT; d++) {
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) {
     names[d] = rg_dtype_name((rg_dtype_t)d);
     strcat(list, d ? ", " : "");
     strcat(list, names[d]);
   }
-  const char *near = rg_nearest(text, names, RG_DTYPE_COUNT);
+  const char *near = rg_nearest(text, names, RG_DTYPE_COMPUTE_COUNT);
   if (near)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "%s: unknown dtype '%s'; did you mean %s? (one of %s)", flag, text, near,
@@ -154,7 +154,7 @@ static rg_status_t parse_args(int argc, char **argv, model_opts_t *o) {
 typedef struct {
   rg_shape_t shape;
   double params, active;
-  double weight_bytes[RG_DTYPE_COUNT];
+  double weight_bytes[RG_DTYPE_COMPUTE_COUNT];
   double kv_per_token;
   double kv_equal_tokens;  // batch x context at which KV bytes == weight bytes
   rg_stage_cost_t st[RG_MAX_STAGE_COSTS];
@@ -204,7 +204,7 @@ static char *fmt_intensity(double flops, double intensity, char *buf, size_t len
 static rg_status_t print_human(const rg_arch_t *a, const model_figures_t *m) {
   const rg_shape_t *s = &m->shape;
   char b1[64], b2[64], b3[64], b4[64];
-  printf("%s  (family %s)\n", a->name, a->family);
+  printf("%s  (family %s)\n", a->name, rg_family_name(a->family));
 
   printf("  shape        %lld layers, d_model %s, %lld heads / %lld KV heads × %lld",
          (long long)a->n_layers, rg_fmt_grouped((double)a->d_model, b1, sizeof(b1)),
@@ -242,10 +242,10 @@ static rg_status_t print_human(const rg_arch_t *a, const model_figures_t *m) {
   printf("\n");
 
   printf("  weights     ");
-  for (int d = 0; d < RG_DTYPE_COUNT; d++)
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)
     printf(" %s %s%s", rg_dtype_name((rg_dtype_t)d),
            rg_fmt_quantity(m->weight_bytes[d], RG_UNIT_BYTES, b1, sizeof(b1)),
-           d + 1 < RG_DTYPE_COUNT ? "," : "");
+           d + 1 < RG_DTYPE_COMPUTE_COUNT ? "," : "");
   printf("\n               published in %s; this step uses %s\n", rg_dtype_name(a->weight_dtype),
          rg_dtype_name(s->weight_dtype));
 
@@ -341,7 +341,7 @@ static rg_status_t print_json(const rg_arch_t *a, const model_figures_t *m) {
   cJSON *root = cJSON_CreateObject();
   if (!root) bad = 1;
   rg_json_str(root, "model", a->name, &bad);
-  rg_json_str(root, "family", a->family, &bad);
+  rg_json_str(root, "family", rg_family_name(a->family), &bad);
   rg_json_num(root, "params", m->params, &bad);
   rg_json_num(root, "active_params", m->active, &bad);
   rg_json_str(root, "weight_dtype", rg_dtype_name(a->weight_dtype), &bad);
@@ -357,7 +357,7 @@ static rg_status_t print_json(const rg_arch_t *a, const model_figures_t *m) {
   rg_json_num(arch, "experts_per_token", (double)a->n_experts_per_tok, &bad);
   rg_json_num(arch, "max_context", (double)a->max_context, &bad);
   cJSON *wb = rg_json_obj(root, "weight_bytes", &bad);
-  for (int d = 0; d < RG_DTYPE_COUNT; d++)
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)
     rg_json_num(wb, rg_dtype_name((rg_dtype_t)d), m->weight_bytes[d], &bad);
   rg_json_num(root, "kv_bytes_per_token", m->kv_per_token, &bad);
   rg_json_num(root, "kv_equals_weights_tokens", m->kv_equal_tokens, &bad);
@@ -423,7 +423,7 @@ static rg_status_t run(const model_opts_t *o, const rg_cli_common_t *common) {
 
   m->params = rg_arch_params(a);
   m->active = rg_arch_active_params(a);
-  for (int d = 0; d < RG_DTYPE_COUNT; d++)
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)
     m->weight_bytes[d] = rg_arch_weight_bytes(a, (rg_dtype_t)d);
   m->kv_per_token = rg_arch_kv_bytes_per_token(a, s->kv_dtype);
   m->kv_equal_tokens = m->kv_per_token > 0 ? m->weight_bytes[s->weight_dtype] / m->kv_per_token : 0;

@@ -171,8 +171,8 @@ static rg_status_t default_model(char *out, size_t len, int quiet) {
   rg_testmodel_opts_t o = {0};
   o.arch = RG_TESTMODEL_LLAMA;
   o.size = RG_TESTMODEL_TINY;
-  o.dtype = RG_T_BF16;
-  o.gguf_type = RG_T_COUNT;
+  o.dtype = RG_BF16;
+  o.gguf_type = RG_DTYPE_COUNT;
   int written;
   RG_RETURN_IF_ERROR(rg_testmodel_cached(&o, out, len, &written));
   if (written && !quiet) fprintf(stderr, "ridge run: no --model given; wrote the random-weight test model to %s\n", out);
@@ -248,7 +248,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common) {
     const char *text = a->prompt ? a->prompt : "The quick brown fox";
     if (a->chat) {
       rg_chat_msg_t m = {"user", text};
-      if ((st = rg_chat_template_apply(rg_chat_template_for(arch->family), &m, 1, &prompt_text))) goto done;
+      if ((st = rg_chat_template_apply(rg_family_info(arch->family)->chat_template, &m, 1, &prompt_text))) goto done;
       text = prompt_text;
     }
     if ((st = rg_tokenizer_encode(tok, text, strlen(text), !a->chat, a->chat, &ids, &n_ids))) goto done;

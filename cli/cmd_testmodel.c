@@ -86,7 +86,7 @@ static rg_status_t parse_args(int argc, char **argv, testmodel_opts_t *o) {
   static const char *const archs[] = {"llama", "moe"};
   static const char *const sizes[] = {"tiny", "1b"};
   static const char *const dtypes[] = {"bf16", "f32", "f16"};
-  static const rg_tensor_type_t dtype_of[] = {RG_T_BF16, RG_T_F32, RG_T_F16};
+  static const rg_dtype_t dtype_of[] = {RG_BF16, RG_F32, RG_F16};
   static const char *const gguf_types[] = {"same", "q8_0"};
   rg_cli_getopt_reset();
   int c, k = 0;
@@ -122,7 +122,7 @@ static rg_status_t parse_args(int argc, char **argv, testmodel_opts_t *o) {
         break;
       case O_GGUF:
         RG_RETURN_IF_ERROR(choose("--gguf-type", optarg, gguf_types, 2, &k));
-        o->m.gguf_type = k ? RG_T_Q8_0 : RG_T_COUNT;
+        o->m.gguf_type = k ? RG_Q8_0 : RG_DTYPE_COUNT;
         break;
       case O_FORCE:
         o->m.force = 1;
@@ -171,8 +171,8 @@ int rg_cmd_testmodel(int argc, char **argv, const rg_cli_common_t *common) {
   testmodel_opts_t o;
   memset(&o, 0, sizeof(o));
   o.m.seed = 1;
-  o.m.dtype = RG_T_BF16;
-  o.m.gguf_type = RG_T_COUNT;
+  o.m.dtype = RG_BF16;
+  o.m.gguf_type = RG_DTYPE_COUNT;
   rg_status_t s = parse_args(argc, argv, &o);
   if (s) return rg_cli_fail(CMD, s);
   if (o.help) {
@@ -191,7 +191,7 @@ int rg_cmd_testmodel(int argc, char **argv, const rg_cli_common_t *common) {
   if (s) return rg_cli_fail(CMD, s);
   const char *arch = o.m.arch == RG_TESTMODEL_MOE ? "moe" : "llama";
   const char *size = o.m.size == RG_TESTMODEL_1B ? "1b" : "tiny";
-  const char *gguf = o.m.gguf_type == RG_T_Q8_0 ? "Q8_0" : rg_tensor_type_name(o.m.dtype);
+  const char *gguf = rg_dtype_name(o.m.gguf_type == RG_Q8_0 ? RG_Q8_0 : o.m.dtype);
   if (json) {
     int bad = 0;
     cJSON *root = cJSON_CreateObject();
@@ -203,7 +203,7 @@ int rg_cmd_testmodel(int argc, char **argv, const rg_cli_common_t *common) {
     rg_json_num(root, "params", info.params, &bad);
     rg_json_num(root, "vocab_size", (double)info.vocab, &bad);
     rg_json_num(root, "tokenizer_tokens", (double)info.n_tokens, &bad);
-    rg_json_str(root, "dtype", rg_tensor_type_name(o.m.dtype), &bad);
+    rg_json_str(root, "dtype", rg_dtype_name(o.m.dtype), &bad);
     rg_json_str(root, "gguf_type", gguf, &bad);
     rg_json_num(root, "safetensors_bytes", (double)info.safetensors_bytes, &bad);
     rg_json_num(root, "gguf_bytes", (double)info.gguf_bytes, &bad);
@@ -216,7 +216,7 @@ int rg_cmd_testmodel(int argc, char **argv, const rg_cli_common_t *common) {
   printf("  config.json, tokenizer.json\n");
   printf("  model.safetensors  %s (%s)\n",
          rg_fmt_quantity((double)info.safetensors_bytes, RG_UNIT_BYTES, b2, sizeof(b2)),
-         rg_tensor_type_name(o.m.dtype));
+         rg_dtype_name(o.m.dtype));
   printf("  model.gguf         %s (%s)\n",
          rg_fmt_quantity((double)info.gguf_bytes, RG_UNIT_BYTES, b3, sizeof(b3)), gguf);
   return 0;

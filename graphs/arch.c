@@ -40,67 +40,6 @@ double rg__router_layer_params(const rg_arch_t *a);
 double rg__kv_elems_per_token_layer(const rg_arch_t *a);
 rg_status_t rg__arch_check(const rg_arch_t *a, const rg_node_t *cfg);
 
-// ----- dtypes ---------------------------------------------------------------
-
-static const char *const dtype_names[] = {
-#define RG_X_(e, n, b) n,
-    RG_DTYPE_MAP(RG_X_)
-#undef RG_X_
-};
-static const double dtype_bytes[] = {
-#define RG_X_(e, n, b) b,
-    RG_DTYPE_MAP(RG_X_)
-#undef RG_X_
-};
-_Static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == RG_DTYPE_COUNT,
-               "dtype name table out of step with RG_DTYPE_MAP");
-_Static_assert(sizeof(dtype_bytes) / sizeof(dtype_bytes[0]) == RG_DTYPE_COUNT,
-               "dtype size table out of step with RG_DTYPE_MAP");
-
-const char *rg_dtype_name(rg_dtype_t t) {
-  return (unsigned)t < RG_DTYPE_COUNT ? dtype_names[t] : "?";
-}
-
-double rg_dtype_bytes(rg_dtype_t t) {
-  return (unsigned)t < RG_DTYPE_COUNT ? dtype_bytes[t] : 0.0;
-}
-
-// Case-insensitive equality; strcasecmp is POSIX, not C17.
-static int same_text(const char *a, const char *b) {
-  for (; *a && *b; a++, b++) {
-    char ca = (*a >= 'A' && *a <= 'Z') ? (char)(*a - 'A' + 'a') : *a;
-    char cb = (*b >= 'A' && *b <= 'Z') ? (char)(*b - 'A' + 'a') : *b;
-    if (ca != cb) return 0;
-  }
-  return *a == *b;
-}
-
-int rg_dtype_parse(const char *s, rg_dtype_t *out) {
-  if (!s || !out) return -1;
-  for (int i = 0; i < RG_DTYPE_COUNT; i++) {
-    if (same_text(s, dtype_names[i])) {
-      *out = (rg_dtype_t)i;
-      return 0;
-    }
-  }
-  // Hugging Face and PyTorch spellings. Both fp8 formats are one byte, which
-  // is all the cost model needs to know.
-  static const struct {
-    const char *name;
-    rg_dtype_t t;
-  } aliases[] = {
-      {"float32", RG_F32},     {"fp32", RG_F32}, {"bfloat16", RG_BF16},     {"float16", RG_F16},
-      {"fp16", RG_F16},        {"half", RG_F16}, {"float8_e4m3fn", RG_FP8}, {"float8_e4m3", RG_FP8},
-      {"float8_e5m2", RG_FP8}, {"e4m3", RG_FP8}, {"mxfp4", RG_FP4},
-  };
-  for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
-    if (same_text(s, aliases[i].name)) {
-      *out = aliases[i].t;
-      return 0;
-    }
-  }
-  return -1;
-}
 
 // ----- names of phases and stage kinds ---------------------------------------
 

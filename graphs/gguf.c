@@ -52,9 +52,6 @@ rg_status_t rg__open_partial(const char *path, FILE **out, char **tmp_path);
 rg_status_t rg__commit_file(rg_status_t s, FILE *f, char *tmp, const char *path);
 rg_status_t rg__write_bytes(FILE *f, const char *path, const void *p, uint64_t n);
 rg_status_t rg__check_unique(const char *path, const char **names, size_t n);
-float rg__f16_to_f32(uint16_t h);
-float rg__bf16_to_f32(uint16_t h);
-void rg__q8_0_quantize(const float *x, int64_t n, uint8_t *out);
 
 // ----- value types ---------------------------------------------------------------------
 
@@ -88,28 +85,12 @@ static const char *ggml_type_name(uint32_t t) {
   return t < sizeof(names) / sizeof(names[0]) ? names[t] : "unknown";
 }
 
-static int from_ggml(uint32_t id, rg_tensor_type_t *out) {
-  static const int ids[] = {
-#define RG_X_(e, n, b, k, g) g,
-      RG_TENSOR_TYPE_MAP(RG_X_)
-#undef RG_X_
-  };
-  for (int t = 0; t < RG_T_COUNT; t++) {
-    if (ids[t] >= 0 && (uint32_t)ids[t] == id) {
-      *out = (rg_tensor_type_t)t;
-      return 1;
-    }
-  }
-  return 0;
+static int from_ggml(uint32_t id, rg_dtype_t *out) {
+  return rg_dtype_from_ggml(id, out) == 0;
 }
 
-static int to_ggml(rg_tensor_type_t t) {
-  static const int ids[] = {
-#define RG_X_(e, n, b, k, g) g,
-      RG_TENSOR_TYPE_MAP(RG_X_)
-#undef RG_X_
-  };
-  return (unsigned)t < RG_T_COUNT ? ids[t] : -1;
+static int to_ggml(rg_dtype_t t) {
+  return (int)rg_dtype_ggml_id(t);
 }
 
 // ----- the parsed file ------------------------------------------------------------------
@@ -426,10 +407,19 @@ static const char *const expert_gguf[3] = {"ffn_gate", "ffn_up", "ffn_down"};
 static const char *const mixtral_expert[3] = {"w1", "w3", "w2"};
 static const char *const qwen_expert[3] = {"gate_proj", "up_proj", "down_proj"};
 
+// What a GGUF general.architecture implies, through the family table: the
+// family the name maps to (llama for "llama", which llama, mistral and
+// mixtral share) and its traits.
+static int gguf_arch_has(const char *arch, unsigned trait) {
+  rg_family_t f;
+  return !rg_family_from_gguf(arch, &f) && rg_family_has(f, trait);
+}
+
 // Mixtral (GGUF arch "llama" with experts) names its MoE block
-// block_sparse_moe with w1/w3/w2; Qwen3-MoE names it mlp with *_proj.
+// block_sparse_moe with w1/w3/w2; Qwen3-MoE names it mlp with *_proj. The
+// llama row's rg_family_has(.., RG_FAM_GGUF_QK_PERM) marks the "llama" writers.
 static int mixtral_style(const char *arch) {
-  return !strcmp(arch, "llama");
+  return gguf_arch_has(arch, RG_FAM_GGUF_QK_PERM);
 }
 
 static void expert_hf_name(char *buf, size_t len, const char *arch, long layer, long e, int which,
@@ -523,7 +513,7 @@ static void map_name(const char *arch, const char *name, gname_t *m) {
 
 typedef struct {
   char name[RG_TENSOR_NAME_MAX];
-  rg_tensor_type_t type;
+  rg_dtype_t type;
   int n_dims;
   uint64_t ne[RG_TENSOR_MAX_DIMS];
   uint64_t offset, nbytes;
@@ -632,13 +622,13 @@ static rg_status_t read_infos(gguf_t *g, cur_t *c, uint64_t n_t, ginfo_t *infos)
       return rg_status_make(RG_PARSE,
                             "%s: tensor '%s': the dims hold more elements than fit in 64 bits",
                             g->file, t->name);
-    if (t->type == RG_T_Q8_0 && n_dims > 0 && t->ne[0] % 32)
+    if (t->type == RG_Q8_0 && n_dims > 0 && t->ne[0] % 32)
       return rg_status_make(
           RG_PARSE, "%s: tensor '%s': Q8_0 rows of %llu elements are not whole blocks of 32",
           g->file, t->name, (unsigned long long)t->ne[0]);
     int ok = 0;
-    t->nbytes = rg_tensor_type_bytes(t->type, elems, &ok);
-    if (!ok && t->type == RG_T_Q8_0 && elems % 32)
+    t->nbytes = rg_dtype_nbytes(t->type, elems, &ok);
+    if (!ok && t->type == RG_Q8_0 && elems % 32)
       return rg_status_make(RG_PARSE,
                             "%s: tensor '%s': %lld Q8_0 elements are not whole blocks of 32",
                             g->file, t->name, (long long)elems);
@@ -653,7 +643,7 @@ static rg_status_t read_infos(gguf_t *g, cur_t *c, uint64_t n_t, ginfo_t *infos)
 // Adds one HF view of a GGUF tensor: shape (outermost first), data, size;
 // copies data that is not aligned to its element size.
 static rg_status_t add_view(rg_weights_t *w, const gguf_t *g, const char *name,
-                            rg_tensor_type_t type, int n_dims, const int64_t *shape,
+                            rg_dtype_t type, int n_dims, const int64_t *shape,
                             const uint8_t *data, uint64_t nbytes, int qk_groups) {
   rg_tensor_t t;
   memset(&t, 0, sizeof(t));
@@ -666,8 +656,8 @@ static rg_status_t add_view(rg_weights_t *w, const gguf_t *g, const char *name,
   t.data = data;
   t.nbytes = nbytes;
   t.file = g->file;
-  uint64_t align = (uint64_t)rg_tensor_type_block_bytes(type);
-  if (type == RG_T_Q8_0) align = 2;  // the f16 scale
+  uint64_t align = (uint64_t)rg_dtype_block_bytes(type);
+  if (type == RG_Q8_0) align = 2;  // the f16 scale
   if (qk_groups > 0 && n_dims >= 1 && shape[0] > 0) {
     void *copy = rg__weights_alloc(w, nbytes);
     if (!copy)
@@ -710,7 +700,7 @@ static rg_status_t qk_groups(const gguf_t *g, const char *tensor, int qk, int64_
 
 static rg_status_t add_tensors(rg_weights_t *w, gguf_t *g, const ginfo_t *infos, uint64_t n_t,
                                const uint8_t *data) {
-  int permute = !strcmp(g->arch, "llama");
+  int permute = gguf_arch_has(g->arch, RG_FAM_GGUF_QK_PERM);
   for (uint64_t i = 0; i < n_t; i++) {
     const ginfo_t *t = &infos[i];
     const uint8_t *p = data + t->offset;
@@ -719,10 +709,10 @@ static rg_status_t add_tensors(rg_weights_t *w, gguf_t *g, const ginfo_t *infos,
     if (!strcmp(t->name, "rope_freqs.weight")) {
       if (g->rope_freqs)
         return rg_status_make(RG_PARSE, "%s: tensor 'rope_freqs.weight' appears twice", g->file);
-      if (t->type != RG_T_F32 || t->n_dims != 1)
+      if (t->type != RG_F32 || t->n_dims != 1)
         return rg_status_make(RG_PARSE,
                               "%s: tensor 'rope_freqs.weight': expected 1-D F32, got %d-D %s",
-                              g->file, t->n_dims, rg_tensor_type_name(t->type));
+                              g->file, t->n_dims, rg_dtype_name(t->type));
       if ((uintptr_t)p % 4) {
         void *copy = rg__weights_alloc(w, t->nbytes);
         if (!copy) return rg_status_make(RG_OUT_OF_MEMORY, "%s: out of memory", g->file);
@@ -858,25 +848,20 @@ static int64_t clamp_i64(uint64_t v) {
 
 rg_status_t rg__gguf_arch(const rg_weights_t *w, rg_arch_t **out) {
   const gguf_t *g = gguf_of(w);
-  const char *fam = NULL;
+  rg_family_t fam;
   uint64_t experts = 0;
   RG_RETURN_IF_ERROR(arch_uint(g, "expert_count", 0, &experts));
-  if (!strcmp(g->arch, "llama"))
-    fam = experts ? "mixtral" : "llama";
-  else if (!strcmp(g->arch, "qwen2"))
-    fam = "qwen2";
-  else if (!strcmp(g->arch, "qwen3"))
-    fam = "qwen3";
-  else if (!strcmp(g->arch, "qwen3moe"))
-    fam = "qwen3_moe";
-  else
+  if (rg_family_from_gguf(g->arch, &fam)) {
+    char list[256];
     return rg_status_make(RG_UNIMPLEMENTED,
-                          "%s: general.architecture '%s' is not supported; ridge reads llama "
-                          "(and Mixtral), qwen2, qwen3 and qwen3moe",
-                          g->file, g->arch);
+                          "%s: general.architecture '%s' is not supported; ridge reads the GGUF of %s", g->file,
+                          g->arch, rg_family_list(RG_FAM_RUNS, list, sizeof list));
+  }
+  // llama, mistral and mixtral all write "llama"; experts make it mixtral.
+  if (fam == RG_FAMILY_LLAMA && experts) fam = RG_FAMILY_MIXTRAL;
   rg_arch_t *a = calloc(1, sizeof(*a));
   if (!a) return rg_status_make(RG_OUT_OF_MEMORY, "%s: out of memory", g->file);
-  snprintf(a->family, sizeof(a->family), "%s", fam);
+  a->family = fam;
   const char *name = NULL;
   rg_status_t s = kv_string(g, "general.name", &name);
   if (name && *name) {
@@ -941,23 +926,23 @@ rg_status_t rg__gguf_arch(const rg_weights_t *w, rg_arch_t **out) {
   a->moe_layer_step = 1;
   a->rope_theta = theta;
   a->tie_embeddings = rg_weights_find(w, "lm_head.weight") == NULL;
-  a->qk_norm = !strcmp(fam, "qwen3") || !strcmp(fam, "qwen3_moe");
-  a->qkv_bias = !strcmp(fam, "qwen2") || rg_weights_find(w, "model.layers.0.self_attn.q_proj.bias");
+  a->qk_norm = rg_family_has(fam, RG_FAM_QK_NORM);
+  a->qkv_bias = rg_family_has(fam, RG_FAM_QKV_BIAS) || rg_weights_find(w, "model.layers.0.self_attn.q_proj.bias");
   a->o_bias = rg_weights_find(w, "model.layers.0.self_attn.o_proj.bias") != NULL;
   a->weight_dtype = RG_BF16;
   const rg_tensor_t *emb = rg_weights_find(w, "model.embed_tokens.weight");
-  rg_tensor_type_t main_type = emb ? emb->type : RG_T_BF16;
+  rg_dtype_t main_type = emb ? emb->type : RG_BF16;
   if (found_ftype) {
     // llama_ftype: 0 all F32, 1 mostly F16, 7 mostly Q8_0, 32 mostly BF16.
-    main_type = ftype == 0    ? RG_T_F32
-                : ftype == 1  ? RG_T_F16
-                : ftype == 7  ? RG_T_Q8_0
-                : ftype == 32 ? RG_T_BF16
+    main_type = ftype == 0    ? RG_F32
+                : ftype == 1  ? RG_F16
+                : ftype == 7  ? RG_Q8_0
+                : ftype == 32 ? RG_BF16
                               : main_type;
   }
-  a->weight_dtype = main_type == RG_T_F32    ? RG_F32
-                    : main_type == RG_T_F16  ? RG_F16
-                    : main_type == RG_T_Q8_0 ? RG_INT8
+  a->weight_dtype = main_type == RG_F32    ? RG_F32
+                    : main_type == RG_F16  ? RG_F16
+                    : main_type == RG_Q8_0 ? RG_INT8
                                              : RG_BF16;
   s = rg_arch_validate(a);
   if (s) {
@@ -1144,7 +1129,7 @@ static void kw_akey(kvw_t *k, const char *arch, const char *suffix, char *buf, s
 // One tensor of the output file.
 typedef struct {
   char name[64];
-  rg_tensor_type_t type, src_type;
+  rg_dtype_t type, src_type;
   int n_dims;
   uint64_t ne[RG_TENSOR_MAX_DIMS];
   uint64_t nbytes, offset;
@@ -1155,15 +1140,6 @@ typedef struct {
   int layer, which;   // experts: grouping key
   const float *own;   // generated data (rope_freqs)
 } wt_t;
-
-static const char *gguf_arch_of(const char *family) {
-  if (!strcmp(family, "llama") || !strcmp(family, "mistral") || !strcmp(family, "mixtral"))
-    return "llama";
-  if (!strcmp(family, "qwen2")) return "qwen2";
-  if (!strcmp(family, "qwen3")) return "qwen3";
-  if (!strcmp(family, "qwen3_moe")) return "qwen3moe";
-  return NULL;
-}
 
 // Maps an HF name to its GGUF name. *expert >= 0 for a per-expert tensor
 // (merged into blk.N.ffn_*_exps), with *which 0 gate, 1 up, 2 down.
@@ -1224,20 +1200,8 @@ static int hf_to_gguf(const char *hf, char *out, size_t len, long *layer, long *
   return 0;
 }
 
-static int is_float_src(rg_tensor_type_t t) {
-  return t == RG_T_F32 || t == RG_T_F16 || t == RG_T_BF16;
-}
-
-static void row_to_f32(rg_tensor_type_t t, const uint8_t *src, int64_t n, float *out) {
-  for (int64_t i = 0; i < n; i++) {
-    if (t == RG_T_F32) {
-      memcpy(&out[i], src + i * 4, 4);
-    } else {
-      uint16_t h;
-      memcpy(&h, src + i * 2, 2);
-      out[i] = t == RG_T_F16 ? rg__f16_to_f32(h) : rg__bf16_to_f32(h);
-    }
-  }
+static int is_float_src(rg_dtype_t t) {
+  return t == RG_F32 || t == RG_F16 || t == RG_BF16;
 }
 
 // llama.cpp's rope_freqs for llama3 scaling: the factor each base frequency
@@ -1355,8 +1319,8 @@ static rg_status_t plan_tensors(const char *path, const rg_gguf_info_t *info, co
                                 const rg_tensor_t *tensors, size_t n, wt_t **out, size_t *n_out,
                                 uint64_t *data_bytes) {
   const rg_arch_t *a = info->arch;
-  int permute = !strcmp(ga, "llama");
-  if (info->matrix_type != RG_T_COUNT && info->matrix_type != RG_T_Q8_0)
+  int permute = gguf_arch_has(ga, RG_FAM_GGUF_QK_PERM);
+  if (info->matrix_type != RG_DTYPE_COUNT && info->matrix_type != RG_Q8_0)
     return rg_status_make(RG_INVALID_ARGUMENT, "%s: the GGUF writer quantizes only to Q8_0", path);
   wt_t *wt = calloc(n + 1, sizeof(*wt));
   if (!wt) return rg_status_make(RG_OUT_OF_MEMORY, "%s: out of memory", path);
@@ -1375,7 +1339,7 @@ static rg_status_t plan_tensors(const char *path, const rg_gguf_info_t *info, co
     }
     if (to_ggml(t->type) < 0) {
       s = rg_status_make(RG_INVALID_ARGUMENT, "%s: tensor '%s': GGUF has no type %s", path, t->name,
-                         rg_tensor_type_name(t->type));
+                         rg_dtype_name(t->type));
       break;
     }
     wt_t *e = NULL;
@@ -1421,8 +1385,8 @@ static rg_status_t plan_tensors(const char *path, const rg_gguf_info_t *info, co
     if (expert >= 0) e->ne[2] = (uint64_t)a->n_experts;
     if (permute && qk) e->qk_groups = qk == 1 ? a->n_heads : a->n_kv_heads;
     int matrix = t->n_dims == 2 && strstr(name, "ffn_gate_inp") == NULL;
-    if (info->matrix_type == RG_T_Q8_0 && matrix && is_float_src(t->type) && e->ne[0] % 32 == 0)
-      e->type = RG_T_Q8_0;
+    if (info->matrix_type == RG_Q8_0 && matrix && is_float_src(t->type) && e->ne[0] % 32 == 0)
+      e->type = RG_Q8_0;
   }
   for (size_t k = 0; k < nw && !s; k++)
     for (int64_t x = 0; x < wt[k].n_srcs && !s; x++)
@@ -1432,7 +1396,7 @@ static rg_status_t plan_tensors(const char *path, const rg_gguf_info_t *info, co
   if (!s && info->hp->rope_scaling == RG_ROPE_SCALING_LLAMA3) {
     wt_t *e = &wt[nw++];
     snprintf(e->name, sizeof(e->name), "rope_freqs.weight");
-    e->type = e->src_type = RG_T_F32;
+    e->type = e->src_type = RG_F32;
     e->n_dims = 1;
     e->ne[0] = (uint64_t)(a->head_dim / 2);
     e->own = llama3_freq_factors(info->hp, a->head_dim);
@@ -1449,7 +1413,7 @@ static rg_status_t plan_tensors(const char *path, const rg_gguf_info_t *info, co
     int64_t elems = 1;
     for (int d = 0; d < e->n_dims; d++) elems *= (int64_t)e->ne[d];
     int ok = 0;
-    e->nbytes = rg_tensor_type_bytes(e->type, elems, &ok);
+    e->nbytes = rg_dtype_nbytes(e->type, elems, &ok);
     e->offset = off;
     off += (e->nbytes + 31) / 32 * 32;
   }
@@ -1491,8 +1455,8 @@ static rg_status_t write_rows(FILE *f, const char *tmp, const wt_t *e, const rg_
     if (e->type == e->src_type) {
       RG_RETURN_IF_ERROR(rg__write_bytes(f, tmp, row, src_row));
     } else {
-      row_to_f32(e->src_type, row, cols, scratch);
-      rg__q8_0_quantize(scratch, cols, qrow);
+      RG_RETURN_IF_ERROR(rg_dtype_to_f32(e->src_type, row, scratch, cols));
+      RG_RETURN_IF_ERROR(rg_status_wrap(rg_q8_0_quantize_row(scratch, qrow, cols), "%s: tensor '%s'", tmp, t->name));
       RG_RETURN_IF_ERROR(rg__write_bytes(f, tmp, qrow, (uint64_t)cols / 32 * 34));
     }
   }
@@ -1504,23 +1468,23 @@ rg_status_t rg_gguf_write(const char *path, const rg_gguf_info_t *info, const rg
   if (!info || !info->arch || !info->hp)
     return rg_status_make(RG_INVALID_ARGUMENT, "%s: the GGUF writer needs an arch and hparams",
                           path);
-  const char *ga = gguf_arch_of(info->arch->family);
-  if (!ga)
-    return rg_status_make(RG_UNIMPLEMENTED,
-                          "%s: family '%s' has no GGUF writer; ridge writes llama, mistral, "
-                          "mixtral, qwen2, qwen3 and qwen3_moe",
-                          path, info->arch->family);
+  const char *ga = rg_family_info(info->arch->family)->gguf_arch;
+  if (!ga) {
+    char list[256];
+    return rg_status_make(RG_UNIMPLEMENTED, "%s: family '%s' has no GGUF writer; ridge writes %s", path,
+                          rg_family_name(info->arch->family), rg_family_list(RG_FAM_RUNS, list, sizeof list));
+  }
   wt_t *wt = NULL;
   size_t nw = 0;
   uint64_t data_bytes = 0;
   rg_status_t s = plan_tensors(path, info, ga, tensors, n, &wt, &nw, &data_bytes);
   // general.file_type follows the embedding's type.
-  rg_tensor_type_t main_type = RG_T_BF16;
+  rg_dtype_t main_type = RG_BF16;
   for (size_t k = 0; k < nw; k++)
     if (!strcmp(wt[k].name, "token_embd.weight")) main_type = wt[k].type;
-  uint32_t ftype = main_type == RG_T_F32    ? 0
-                   : main_type == RG_T_F16  ? 1
-                   : main_type == RG_T_Q8_0 ? 7
+  uint32_t ftype = main_type == RG_F32    ? 0
+                   : main_type == RG_F16  ? 1
+                   : main_type == RG_Q8_0 ? 7
                                             : 32;
   kvw_t kv = {{0}, 0};
   if (!s) s = build_kvs(&kv, info, ga, ftype);

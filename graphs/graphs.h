@@ -16,35 +16,77 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/dtype.h"
 #include "base/status.h"
 
-// Element types. Bytes per element for block formats include their scales:
-// fp4 is MXFP4 (32 four-bit values share one 8-bit scale: 4.25 bits).
-#define RG_DTYPE_MAP(X)      \
-  X(RG_F32, "f32", 4.0)      \
-  X(RG_BF16, "bf16", 2.0)    \
-  X(RG_F16, "f16", 2.0)      \
-  X(RG_FP8, "fp8", 1.0)      \
-  X(RG_INT8, "int8", 1.0)    \
-  X(RG_FP4, "fp4", 4.25 / 8.0)
+// Model families and what each implies, one row per family, so no file
+// compares family names as strings. Columns: enum, Hugging Face model_type,
+// its `architectures` class, GGUF general.architecture (NULL: ridge reads
+// and writes no GGUF of it), chat template (NULL: none known), traits.
+#define RG_FAM_RUNS 0x01          // the engine runs it (runtime/)
+#define RG_FAM_QKV_BIAS 0x02      // q/k/v projections carry biases (Qwen2)
+#define RG_FAM_QK_NORM 0x04       // RMS norm on q and k per head (Qwen3)
+#define RG_FAM_MIXTRAL_MOE 0x08   // experts under block_sparse_moe, w1/w3/w2
+#define RG_FAM_GGUF_QK_PERM 0x10  // GGUF stores attn_q/attn_k rows interleaved
+#define RG_FAM_MLA 0x20           // multi-head latent attention (DeepSeek)
+#define RG_FAM_ROUTER_BIAS 0x40   // the MoE router carries a bias
+#define RG_FAM_EXPERT_BIAS 0x80   // experts carry biases (gpt-oss)
+#define RG_FAM_SINKS 0x100        // per-head attention sink logits (gpt-oss)
+// clang-format off
+#define RG_FAMILY_MAP(X)                                                                       \
+  X(RG_FAMILY_LLAMA,       "llama",       "LlamaForCausalLM",       "llama",    "llama3",     \
+    RG_FAM_RUNS | RG_FAM_GGUF_QK_PERM)                                                          \
+  X(RG_FAMILY_MISTRAL,     "mistral",     "MistralForCausalLM",     "llama",    "mistral",    \
+    RG_FAM_RUNS | RG_FAM_GGUF_QK_PERM)                                                          \
+  X(RG_FAMILY_MIXTRAL,     "mixtral",     "MixtralForCausalLM",     "llama",    "mistral",    \
+    RG_FAM_RUNS | RG_FAM_GGUF_QK_PERM | RG_FAM_MIXTRAL_MOE)                                     \
+  X(RG_FAMILY_QWEN2,       "qwen2",       "Qwen2ForCausalLM",       "qwen2",    "chatml",     \
+    RG_FAM_RUNS | RG_FAM_QKV_BIAS)                                                              \
+  X(RG_FAMILY_QWEN3,       "qwen3",       "Qwen3ForCausalLM",       "qwen3",    "chatml",     \
+    RG_FAM_RUNS | RG_FAM_QK_NORM)                                                               \
+  X(RG_FAMILY_QWEN3_MOE,   "qwen3_moe",   "Qwen3MoeForCausalLM",    "qwen3moe", "chatml",     \
+    RG_FAM_RUNS | RG_FAM_QK_NORM)                                                               \
+  X(RG_FAMILY_DEEPSEEK_V2, "deepseek_v2", "DeepseekV2ForCausalLM",  NULL,       NULL,         \
+    RG_FAM_MLA)                                                                                 \
+  X(RG_FAMILY_DEEPSEEK_V3, "deepseek_v3", "DeepseekV3ForCausalLM",  NULL,       NULL,         \
+    RG_FAM_MLA | RG_FAM_ROUTER_BIAS)                                                            \
+  X(RG_FAMILY_GPT_OSS,     "gpt_oss",     "GptOssForCausalLM",      NULL,       NULL,         \
+    RG_FAM_ROUTER_BIAS | RG_FAM_EXPERT_BIAS | RG_FAM_SINKS)
 
 typedef enum {
-#define RG_X_(e, n, b) e,
-  RG_DTYPE_MAP(RG_X_)
+#define RG_X_(e, mt, cls, gg, chat, tr) e,
+  RG_FAMILY_MAP(RG_X_)
 #undef RG_X_
-  RG_DTYPE_COUNT
-} rg_dtype_t;
+  RG_FAMILY_COUNT
+} rg_family_t;
+// clang-format on
 
-const char *rg_dtype_name(rg_dtype_t t);
-double rg_dtype_bytes(rg_dtype_t t);
-// Accepts the names above and Hugging Face spellings (bfloat16, float16,
-// float32, float8_e4m3fn, mxfp4). Returns 0 on success.
-int rg_dtype_parse(const char *s, rg_dtype_t *out);
+typedef struct {
+  const char *model_type;     // "qwen3_moe"
+  const char *class_name;     // "Qwen3MoeForCausalLM"
+  const char *gguf_arch;      // "qwen3moe", or NULL
+  const char *chat_template;  // "chatml", or NULL
+  unsigned traits;            // RG_FAM_*
+} rg_family_info_t;
+
+// The row for f; a row of "?" and NULLs outside the enum (never NULL).
+const rg_family_info_t *rg_family_info(rg_family_t f);
+const char *rg_family_name(rg_family_t f);  // model_type
+int rg_family_has(rg_family_t f, unsigned trait);
+// Lookups by model_type, class name and GGUF architecture; 0 on success.
+// GGUF "llama" is ambiguous (llama, mistral and mixtral all write it):
+// rg_family_from_gguf gives llama, and the loader picks mixtral when the
+// file has experts.
+int rg_family_from_model_type(const char *s, rg_family_t *out);
+int rg_family_from_class(const char *s, rg_family_t *out);
+int rg_family_from_gguf(const char *s, rg_family_t *out);
+// "llama, mistral, ..." of the families with every bit of `traits` (0: all),
+// for messages.
+const char *rg_family_list(unsigned traits, char *buf, size_t len);
 
 typedef struct {
   char name[64];
-  char family[32];  // llama, mistral, mixtral, qwen2, qwen3, qwen3_moe,
-                    // deepseek_v3, gpt_oss
+  rg_family_t family;  // see RG_FAMILY_MAP
   int64_t vocab;
   int64_t d_model;     // hidden_size
   int64_t n_layers;    // num_hidden_layers

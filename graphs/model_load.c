@@ -64,23 +64,6 @@ static const char *const known_keys[] = {"architectures",
                                          "quantization_config",
                                          NULL};
 
-// Families ridge knows how to count: model_type and the matching
-// `architectures` class name.
-static const struct {
-  const char *model_type, *class_name;
-} families[] = {
-    {"llama", "LlamaForCausalLM"},
-    {"mistral", "MistralForCausalLM"},
-    {"mixtral", "MixtralForCausalLM"},
-    {"qwen2", "Qwen2ForCausalLM"},
-    {"qwen3", "Qwen3ForCausalLM"},
-    {"qwen3_moe", "Qwen3MoeForCausalLM"},
-    {"deepseek_v2", "DeepseekV2ForCausalLM"},
-    {"deepseek_v3", "DeepseekV3ForCausalLM"},
-    {"gpt_oss", "GptOssForCausalLM"},
-};
-#define N_FAMILIES (sizeof(families) / sizeof(families[0]))
-
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
   return n >= m && strcmp(s + n - m, suffix) == 0;
@@ -123,24 +106,18 @@ static rg_status_t opt_int(const rg_node_t *map, const char *key, long long lo, 
 }
 
 static rg_status_t read_family(const rg_node_t *cfg, rg_arch_t *a) {
-  const char *names[N_FAMILIES];
-  for (size_t i = 0; i < N_FAMILIES; i++) names[i] = families[i].model_type;
+  const char *names[RG_FAMILY_COUNT];
+  char list[256];
+  for (int i = 0; i < RG_FAMILY_COUNT; i++) names[i] = rg_family_name((rg_family_t)i);
+  rg_family_list(0, list, sizeof list);
   const rg_node_t *mt = rg_node_get(cfg, "model_type");
   if (mt && !rg_node_is_null(mt)) {
     const char *s = NULL;
     RG_RETURN_IF_ERROR(rg_node_str(mt, "model_type", &s));
-    for (size_t i = 0; i < N_FAMILIES; i++) {
-      if (strcmp(s, families[i].model_type) == 0) {
-        snprintf(a->family, sizeof(a->family), "%s", s);
-        return NULL;
-      }
-    }
-    const char *near = rg_nearest(s, names, N_FAMILIES);
-    return rg_status_at(RG_UNIMPLEMENTED, &mt->pos,
-                        "model_type '%s' is not a family ridge can count%s%s%s; supported: "
-                        "llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2, "
-                        "deepseek_v3, gpt_oss",
-                        s, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+    if (!rg_family_from_model_type(s, &a->family)) return NULL;
+    const char *near = rg_nearest(s, names, RG_FAMILY_COUNT);
+    return rg_status_at(RG_UNIMPLEMENTED, &mt->pos, "model_type '%s' is not a family ridge can count%s%s%s; supported: %s",
+                        s, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "", list);
   }
   const rg_node_t *archs = rg_node_get(cfg, "architectures");
   if (!archs || rg_node_is_null(archs)) return rg_node_missing(cfg, "model_type", k_what);
@@ -151,21 +128,9 @@ static rg_status_t read_family(const rg_node_t *cfg, rg_arch_t *a) {
                         "LlamaForCausalLM");
   const char *cls = NULL;
   RG_RETURN_IF_ERROR(rg_node_str(archs->items[0], "architectures", &cls));
-  for (size_t i = 0; i < N_FAMILIES; i++) {
-    if (strcmp(cls, families[i].class_name) == 0) {
-      snprintf(a->family, sizeof(a->family), "%s", families[i].model_type);
-      return NULL;
-    }
-  }
+  if (!rg_family_from_class(cls, &a->family)) return NULL;
   return rg_status_at(RG_UNIMPLEMENTED, &archs->items[0]->pos,
-                      "architectures: '%s' is not a family ridge can count; set model_type to "
-                      "one of llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, deepseek_v2, "
-                      "deepseek_v3, gpt_oss",
-                      cls);
-}
-
-static int family_is(const rg_arch_t *a, const char *f) {
-  return strcmp(a->family, f) == 0;
+                      "architectures: '%s' is not a family ridge can count; set model_type to one of %s", cls, list);
 }
 
 static rg_status_t read_dtype(const rg_node_t *cfg, rg_arch_t *a) {
@@ -234,7 +199,7 @@ static rg_status_t read_sliding(const rg_node_t *cfg, rg_arch_t *a) {
     RG_RETURN_IF_ERROR(opt_int(cfg, "max_window_layers", 0, a->n_layers, &max_window_layers));
     a->n_sliding_layers = a->n_layers - max_window_layers;
   } else if (use == -1 && a->sliding_window > 0 &&
-             (family_is(a, "mistral") || family_is(a, "mixtral"))) {
+             (a->family == RG_FAMILY_MISTRAL || a->family == RG_FAMILY_MIXTRAL)) {
     a->n_sliding_layers = a->n_layers;
   }
   if (a->n_sliding_layers == 0) a->sliding_window = 0;
@@ -280,7 +245,7 @@ static rg_status_t read_moe(const rg_node_t *cfg, rg_arch_t *a) {
 }
 
 static rg_status_t read_mla(const rg_node_t *cfg, rg_arch_t *a) {
-  int deepseek = family_is(a, "deepseek_v2") || family_is(a, "deepseek_v3");
+  int deepseek = rg_family_has(a->family, RG_FAM_MLA);
   if (!deepseek && !present(cfg, "kv_lora_rank")) return NULL;
   a->mla = 1;
   RG_RETURN_IF_ERROR(req_int(cfg, "kv_lora_rank", 1, 1 << 16, &a->kv_lora_rank));
@@ -332,12 +297,14 @@ static rg_status_t parse_hf_config(const rg_node_t *cfg, rg_arch_t *a) {
                         "supported");
   // Llama, Qwen3 and gpt-oss put attention_bias on q, k, v and o alike;
   // Qwen2 always biases q, k, v and never o.
-  a->qkv_bias = attention_bias || family_is(a, "qwen2");
+  a->qkv_bias = attention_bias || rg_family_has(a->family, RG_FAM_QKV_BIAS);
   a->o_bias = attention_bias;
-  a->qk_norm = family_is(a, "qwen3") || family_is(a, "qwen3_moe");
-  if (family_is(a, "gpt_oss")) a->expert_bias = a->router_bias = a->attn_sinks = 1;
-  // DeepSeek V3 routes with a learned per-expert correction bias.
-  if (family_is(a, "deepseek_v3")) a->router_bias = 1;
+  a->qk_norm = rg_family_has(a->family, RG_FAM_QK_NORM);
+  if (rg_family_has(a->family, RG_FAM_EXPERT_BIAS)) a->expert_bias = 1;
+  if (rg_family_has(a->family, RG_FAM_SINKS)) a->attn_sinks = 1;
+  // gpt-oss biases its router; DeepSeek V3 routes with a learned per-expert
+  // correction bias.
+  if (rg_family_has(a->family, RG_FAM_ROUTER_BIAS)) a->router_bias = 1;
 
   a->moe_layer_step = 1;
   RG_RETURN_IF_ERROR(read_moe(cfg, a));

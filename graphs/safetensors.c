@@ -33,30 +33,13 @@ rg_status_t rg__safetensors_open_index(rg_weights_t *w, const char *dir, const c
 // Integers in JSON are doubles to cJSON; beyond 2^53 they are not exact.
 #define MAX_JSON_INT 9007199254740992.0
 
-static const struct {
-  const char *name;
-  rg_tensor_type_t type;
-} st_dtypes[] = {
-    {"F64", RG_T_F64}, {"F32", RG_T_F32},   {"F16", RG_T_F16},         {"BF16", RG_T_BF16},
-    {"I64", RG_T_I64}, {"I32", RG_T_I32},   {"I16", RG_T_I16},         {"I8", RG_T_I8},
-    {"U8", RG_T_U8},   {"BOOL", RG_T_BOOL}, {"F8_E4M3", RG_T_F8_E4M3}, {"F8_E5M2", RG_T_F8_E5M2},
-};
-#define N_ST_DTYPES (sizeof(st_dtypes) / sizeof(st_dtypes[0]))
-
-static int st_dtype(const char *s, rg_tensor_type_t *out) {
-  for (size_t i = 0; i < N_ST_DTYPES; i++) {
-    if (!strcmp(s, st_dtypes[i].name)) {
-      *out = st_dtypes[i].type;
-      return 1;
-    }
-  }
-  return 0;
+// The safetensors spellings come from base/dtype.h's table.
+static int st_dtype(const char *s, rg_dtype_t *out) {
+  return rg_dtype_from_safetensors(s, out) == 0;
 }
 
-static int st_writable(rg_tensor_type_t t) {
-  for (size_t i = 0; i < N_ST_DTYPES; i++)
-    if (st_dtypes[i].type == t) return 1;
-  return 0;
+static int st_writable(rg_dtype_t t) {
+  return rg_dtype_safetensors_name(t) != NULL;
 }
 
 static uint64_t rd_le64(const uint8_t *p) {
@@ -142,7 +125,7 @@ static rg_status_t parse_tensor(rg_weights_t *w, const char *file, const cJSON *
     overflow |= __builtin_mul_overflow(elems, t.shape[i], &elems);
   }
   int ok = !overflow;
-  if (ok) t.nbytes = rg_tensor_type_bytes(t.type, elems, &ok);
+  if (ok) t.nbytes = rg_dtype_nbytes(t.type, elems, &ok);
   if (!ok)
     return rg_status_make(
         RG_PARSE, "%s: tensor '%s': the shape holds more bytes than fit in 64 bits", file, name);
@@ -166,7 +149,7 @@ static rg_status_t parse_tensor(rg_weights_t *w, const char *file, const cJSON *
                           "elements of %s take %llu",
                           file, name, (unsigned long long)begin, (unsigned long long)end,
                           (unsigned long long)(end - begin), (long long)elems,
-                          rg_tensor_type_name(t.type), (unsigned long long)t.nbytes);
+                          rg_dtype_name(t.type), (unsigned long long)t.nbytes);
   if (end > data_size)
     return rg_status_make(RG_PARSE,
                           "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the data "
@@ -176,7 +159,7 @@ static rg_status_t parse_tensor(rg_weights_t *w, const char *file, const cJSON *
   t.data = data + begin;
   // Keep element access aligned: a file is free to place a tensor at any
   // byte, so copy the rare one that is not on its element size.
-  uint64_t align = (uint64_t)rg_tensor_type_block_bytes(t.type);
+  uint64_t align = (uint64_t)rg_dtype_block_bytes(t.type);
   if (t.nbytes && (uintptr_t)t.data % align) {
     void *copy = rg__weights_alloc(w, t.nbytes);
     if (!copy)
@@ -480,12 +463,12 @@ rg_status_t rg__check_write_tensor(const char *path, const rg_tensor_t *t, uint6
     overflow |= __builtin_mul_overflow(elems, t->shape[i], &elems);
   }
   int ok = !overflow;
-  uint64_t nb = ok ? rg_tensor_type_bytes(t->type, elems, &ok) : 0;
+  uint64_t nb = ok ? rg_dtype_nbytes(t->type, elems, &ok) : 0;
   if (!ok)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "%s: tensor '%s': %lld elements are not a whole number of %s blocks or "
                           "overflow",
-                          path, t->name, (long long)elems, rg_tensor_type_name(t->type));
+                          path, t->name, (long long)elems, rg_dtype_name(t->type));
   if (t->nbytes && t->nbytes != nb)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "%s: tensor '%s': nbytes %llu but the shape needs %llu", path, t->name,
@@ -571,7 +554,7 @@ rg_status_t rg_safetensors_write(const char *path, const rg_tensor_t *tensors, s
     if (s) break;
     if (!st_writable(t->type)) {
       s = rg_status_make(RG_INVALID_ARGUMENT, "%s: tensor '%s': safetensors has no dtype %s", path,
-                         t->name, rg_tensor_type_name(t->type));
+                         t->name, rg_dtype_name(t->type));
       break;
     }
     if (!t->data && !(src && src->fill)) {
@@ -581,7 +564,7 @@ rg_status_t rg_safetensors_write(const char *path, const rg_tensor_t *tensors, s
     }
     if (i || n_meta) sb_put(&h, ",", 1);
     sb_json_str(&h, t->name);
-    sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", rg_tensor_type_name(t->type));
+    sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", rg_dtype_safetensors_name(t->type));
     for (int d = 0; d < t->n_dims; d++)
       sb_printf(&h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
     sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)total,

@@ -25,8 +25,6 @@
 #include "graphs/weights.h"
 
 // Defined in weights.c.
-uint16_t rg__f32_to_f16(float f);
-uint16_t rg__f32_to_bf16(float f);
 
 // ----- the PRNG ------------------------------------------------------------------------
 
@@ -93,18 +91,18 @@ static rg_status_t fill(void *ctx, const rg_tensor_t *t, void *dst) {
     float z = normalish(&r);
     float v = norm ? 1.0f + 0.05f * z : z * scale;
     switch (t->type) {
-      case RG_T_F32:
+      case RG_F32:
         ((float *)dst)[i] = v;
         break;
-      case RG_T_F16:
-        ((uint16_t *)dst)[i] = rg__f32_to_f16(v);
+      case RG_F16:
+        ((uint16_t *)dst)[i] = rg_f32_to_f16(v);
         break;
-      case RG_T_BF16:
-        ((uint16_t *)dst)[i] = rg__f32_to_bf16(v);
+      case RG_BF16:
+        ((uint16_t *)dst)[i] = rg_f32_to_bf16(v);
         break;
       default:
         return rg_status_make(RG_INTERNAL, "testmodel: cannot fill %s",
-                              rg_tensor_type_name(t->type));
+                              rg_dtype_name(t->type));
     }
   }
   return NULL;
@@ -143,8 +141,8 @@ static void model_spec(const rg_testmodel_opts_t *o, spec_t *s) {
   };
 }
 
-static const char *dtype_hf(rg_tensor_type_t t) {
-  return t == RG_T_F32 ? "float32" : t == RG_T_F16 ? "float16" : "bfloat16";
+static const char *dtype_hf(rg_dtype_t t) {
+  return t == RG_F32 ? "float32" : t == RG_F16 ? "float16" : "bfloat16";
 }
 
 static rg_status_t write_config(const char *path, const spec_t *s, const rg_testmodel_opts_t *o,
@@ -210,7 +208,7 @@ static rg_status_t write_config(const char *path, const spec_t *s, const rg_test
 }
 
 // The Hugging Face tensors of the arch, in the order transformers lists them.
-static rg_status_t list_tensors(const rg_arch_t *a, rg_tensor_type_t dt, rg_tensor_t **out,
+static rg_status_t list_tensors(const rg_arch_t *a, rg_dtype_t dt, rg_tensor_t **out,
                                 size_t *n_out) {
   size_t per_layer = 6 + (a->n_experts ? 1 + 3 * (size_t)a->n_experts : 3);
   size_t cap = 3 + (size_t)a->n_layers * per_layer, n = 0;
@@ -256,7 +254,7 @@ static rg_status_t list_tensors(const rg_arch_t *a, rg_tensor_type_t dt, rg_tens
 #undef ADD
   for (size_t i = 0; i < n; i++) {
     int ok = 0;
-    t[i].nbytes = rg_tensor_type_bytes(dt, rg_tensor_elems(&t[i]), &ok);
+    t[i].nbytes = rg_dtype_nbytes(dt, rg_tensor_elems(&t[i]), &ok);
   }
   *out = t;
   *n_out = n;
@@ -315,12 +313,12 @@ rg_status_t rg_testmodel_write(const char *dir, const rg_testmodel_opts_t *o,
                                rg_testmodel_info_t *info) {
   if (!dir || !*dir || !o)
     return rg_status_make(RG_INVALID_ARGUMENT, "testmodel: no output directory given");
-  if (o->dtype != RG_T_F32 && o->dtype != RG_T_F16 && o->dtype != RG_T_BF16)
+  if (o->dtype != RG_F32 && o->dtype != RG_F16 && o->dtype != RG_BF16)
     return rg_status_make(RG_INVALID_ARGUMENT, "testmodel: dtype %s; expected f32, f16 or bf16",
-                          rg_tensor_type_name(o->dtype));
-  if (o->gguf_type != RG_T_COUNT && o->gguf_type != RG_T_Q8_0)
+                          rg_dtype_name(o->dtype));
+  if (o->gguf_type != RG_DTYPE_COUNT && o->gguf_type != RG_Q8_0)
     return rg_status_make(RG_INVALID_ARGUMENT, "testmodel: GGUF type %s; expected same or q8_0",
-                          rg_tensor_type_name(o->gguf_type));
+                          rg_dtype_name(o->gguf_type));
   spec_t s;
   model_spec(o, &s);
   RG_RETURN_IF_ERROR(prepare_dir(dir, o->force));

@@ -39,52 +39,6 @@ rg_status_t rg__gguf_vocab(const rg_weights_t *w, const char *const **tokens,
                            const int32_t **token_types, size_t *n_tokens,
                            const char *const **merges, size_t *n_merges, const char **pre,
                            int32_t *bos, int32_t *eos);
-float rg__f16_to_f32(uint16_t h);
-uint16_t rg__f32_to_f16(float f);
-float rg__bf16_to_f32(uint16_t h);
-uint16_t rg__f32_to_bf16(float f);
-void rg__q8_0_quantize(const float *x, int64_t n, uint8_t *out);
-
-// ----- element types ---------------------------------------------------------------
-
-static const struct {
-  const char *name;
-  int block_bytes, block;
-} type_info[] = {
-#define RG_X_(e, n, b, k, g) {n, b, k},
-    RG_TENSOR_TYPE_MAP(RG_X_)
-#undef RG_X_
-};
-_Static_assert(sizeof(type_info) / sizeof(type_info[0]) == RG_T_COUNT,
-               "tensor type table out of step with RG_TENSOR_TYPE_MAP");
-
-const char *rg_tensor_type_name(rg_tensor_type_t t) {
-  return (unsigned)t < RG_T_COUNT ? type_info[t].name : "?";
-}
-
-int rg_tensor_type_block(rg_tensor_type_t t) {
-  return (unsigned)t < RG_T_COUNT ? type_info[t].block : 0;
-}
-
-int rg_tensor_type_block_bytes(rg_tensor_type_t t) {
-  return (unsigned)t < RG_T_COUNT ? type_info[t].block_bytes : 0;
-}
-
-int rg_tensor_type_is_weight(rg_tensor_type_t t) {
-  return t == RG_T_F32 || t == RG_T_F16 || t == RG_T_BF16 || t == RG_T_Q8_0 || t == RG_T_F8_E4M3 ||
-         t == RG_T_F8_E5M2;
-}
-
-uint64_t rg_tensor_type_bytes(rg_tensor_type_t t, int64_t n_elems, int *ok) {
-  *ok = 0;
-  if ((unsigned)t >= RG_T_COUNT || n_elems < 0) return 0;
-  uint64_t blocks = (uint64_t)n_elems / (uint64_t)type_info[t].block;
-  if (blocks * (uint64_t)type_info[t].block != (uint64_t)n_elems) return 0;
-  uint64_t bb = (uint64_t)type_info[t].block_bytes;
-  if (blocks > UINT64_MAX / bb) return 0;
-  *ok = 1;
-  return blocks * bb;
-}
 
 int64_t rg_tensor_elems(const rg_tensor_t *t) {
   int64_t n = 1;
@@ -103,111 +57,21 @@ const char *rg_rope_scaling_name(rg_rope_scaling_kind_t s) {
   return (unsigned)s < RG_ROPE_SCALING_COUNT ? names[s] : "?";
 }
 
-// ----- conversions -------------------------------------------------------------------
-
-float rg__f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else if (exp) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (man) {
-    // Subnormal: value = man * 2^-24.
-    float f = (float)man * 0x1p-24f;
-    return sign ? -f : f;
-  } else {
-    bits = sign;
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-// Round to nearest even, with overflow to infinity and gradual underflow.
-uint16_t rg__f32_to_f16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
-  uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
-  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // rounds past 65504
-  if (ax < 0x38800000u) {
-    // Below the smallest normal half (2^-14): a subnormal multiple of 2^-24.
-    float a;
-    memcpy(&a, &ax, 4);
-    return (uint16_t)(sign | (uint16_t)lrintf(a * 0x1p24f));
-  }
-  uint32_t r = ax + 0xfffu + ((ax >> 13) & 1);  // round to nearest even
-  return (uint16_t)(sign | (((r >> 13) - (112u << 10)) & 0x7fff));
-}
-
-float rg__bf16_to_f32(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t rg__f32_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);  // quiet NaN
-  x += 0x7fffu + ((x >> 16) & 1);
-  return (uint16_t)(x >> 16);
-}
-
-// GGUF's Q8_0: per block of 32, d = max|x| / 127 stored as f16, q = round(x / d).
-void rg__q8_0_quantize(const float *x, int64_t n, uint8_t *out) {
-  for (int64_t b = 0; b < n / 32; b++, x += 32, out += 34) {
-    float amax = 0;
-    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-    float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    uint16_t dh = rg__f32_to_f16(d);
-    memcpy(out, &dh, 2);
-    for (int j = 0; j < 32; j++) {
-      long q = lrintf(x[j] * id);
-      out[2 + j] = (uint8_t)(int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
-    }
-  }
-}
-
 rg_status_t rg_tensor_read_f32(const rg_tensor_t *t, int64_t first, int64_t count, float *out) {
   int64_t n = rg_tensor_elems(t);
   if (first < 0 || count < 0 || first > n || count > n - first)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "%s: tensor '%s': elements [%lld, +%lld) are outside its %lld", t->file,
                           t->name, (long long)first, (long long)count, (long long)n);
-  const uint8_t *p = t->data;
-  switch (t->type) {
-    case RG_T_F32:
-      memcpy(out, p + first * 4, (size_t)count * 4);
-      return NULL;
-    case RG_T_F16:
-    case RG_T_BF16:
-      for (int64_t i = 0; i < count; i++) {
-        uint16_t h;
-        memcpy(&h, p + (first + i) * 2, 2);
-        out[i] = t->type == RG_T_F16 ? rg__f16_to_f32(h) : rg__bf16_to_f32(h);
-      }
-      return NULL;
-    case RG_T_Q8_0:
-      if (first % 32 || count % 32)
-        return rg_status_make(RG_INVALID_ARGUMENT,
-                              "%s: tensor '%s': Q8_0 is read in whole blocks of 32 elements",
-                              t->file, t->name);
-      for (int64_t b = 0; b < count / 32; b++) {
-        const uint8_t *blk = p + (first / 32 + b) * 34;
-        uint16_t dh;
-        memcpy(&dh, blk, 2);
-        float d = rg__f16_to_f32(dh);
-        for (int j = 0; j < 32; j++) out[b * 32 + j] = d * (float)(int8_t)blk[2 + j];
-      }
-      return NULL;
-    default:
-      return rg_status_make(RG_UNIMPLEMENTED, "%s: tensor '%s': cannot convert %s to f32", t->file,
-                            t->name, rg_tensor_type_name(t->type));
-  }
+  int64_t be = rg_dtype_block_elems(t->type);
+  if (!rg_dtype_has_codec(t->type))
+    return rg_status_make(RG_UNIMPLEMENTED, "%s: tensor '%s': cannot convert %s to f32", t->file, t->name,
+                          rg_dtype_name(t->type));
+  if (first % be || count % be)
+    return rg_status_make(RG_INVALID_ARGUMENT, "%s: tensor '%s': %s is read in whole blocks of %lld elements",
+                          t->file, t->name, rg_dtype_name(t->type), (long long)be);
+  const uint8_t *p = (const uint8_t *)t->data + first / be * rg_dtype_block_bytes(t->type);
+  return rg_dtype_to_f32(t->type, p, out, count);
 }
 
 // ----- the container -------------------------------------------------------------------
@@ -559,10 +423,10 @@ rg_status_t rg_weights_expect(const rg_weights_t *w, const char *name, int n_dim
                           "%s: tensor '%s': shape %s but the config implies %s", t->file, name,
                           have, want);
   }
-  if (!rg_tensor_type_is_weight(t->type))
+  if (!rg_dtype_is_weight(t->type))
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "%s: tensor '%s': dtype %s where a float or Q8_0 weight is expected",
-                          t->file, name, rg_tensor_type_name(t->type));
+                          t->file, name, rg_dtype_name(t->type));
   if (out) *out = t;
   return NULL;
 }
@@ -578,17 +442,12 @@ static rg_status_t expect2(const rg_weights_t *w, const char *name, int64_t d0, 
 }
 
 rg_status_t rg_weights_check(const rg_weights_t *w, const rg_arch_t *a) {
-  static const char *const families[] = {"llama", "mistral", "mixtral",
-                                         "qwen2", "qwen3",   "qwen3_moe"};
-  int known = 0;
-  for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
-    known |= !strcmp(a->family, families[i]);
-  if (!known || a->mla)
-    return rg_status_make(RG_UNIMPLEMENTED,
-                          "%s: checking tensors of family '%s' is not supported; ridge checks "
-                          "llama, mistral, mixtral, qwen2, qwen3 and qwen3_moe",
-                          w->path, a->family);
-  int mixtral = !strcmp(a->family, "mixtral");
+  if (!rg_family_has(a->family, RG_FAM_RUNS) || a->mla) {
+    char list[256];
+    return rg_status_make(RG_UNIMPLEMENTED, "%s: checking tensors of family '%s' is not supported; ridge checks %s",
+                          w->path, rg_family_name(a->family), rg_family_list(RG_FAM_RUNS, list, sizeof list));
+  }
+  int mixtral = rg_family_has(a->family, RG_FAM_MIXTRAL_MOE);
   const int64_t d = a->d_model, hd = a->head_dim, q = a->n_heads * hd, kv = a->n_kv_heads * hd;
   char n[RG_TENSOR_NAME_MAX];
   RG_RETURN_IF_ERROR(expect2(w, "model.embed_tokens.weight", a->vocab, d));
@@ -755,7 +614,7 @@ rg_status_t rg__check_rope_scaling(const char *file, const rg_weights_hparams_t 
 // Defaults as the transformers config classes set them.
 static void default_hparams(const rg_arch_t *a, rg_weights_hparams_t *hp) {
   memset(hp, 0, sizeof(*hp));
-  int mixtral = !strcmp(a->family, "mixtral");
+  int mixtral = a->family == RG_FAMILY_MIXTRAL;  // transformers' MixtralConfig defaults
   hp->rms_norm_eps = mixtral ? 1e-5 : 1e-6;
   hp->rope_theta = a->rope_theta > 0 ? a->rope_theta : mixtral ? 1e6 : 10000.0;
   hp->rope_scaling = RG_ROPE_SCALING_NONE;

@@ -40,50 +40,16 @@
 #include "base/status.h"
 #include "graphs/graphs.h"
 
-// ----- Tensor element types -----------------------------------------------------
-
-// X-macro list: enum, name (as safetensors spells it), bytes per block,
-// elements per block, ggml type id (-1: GGUF has none). Q8_0 is GGUF's block
-// format: 32 elements share one f16 scale, followed by 32 int8 (34 bytes).
-#define RG_TENSOR_TYPE_MAP(X)          \
-  X(RG_T_F32, "F32", 4, 1, 0)          \
-  X(RG_T_F16, "F16", 2, 1, 1)          \
-  X(RG_T_BF16, "BF16", 2, 1, 30)       \
-  X(RG_T_Q8_0, "Q8_0", 34, 32, 8)      \
-  X(RG_T_F8_E4M3, "F8_E4M3", 1, 1, -1) \
-  X(RG_T_F8_E5M2, "F8_E5M2", 1, 1, -1) \
-  X(RG_T_F64, "F64", 8, 1, 28)         \
-  X(RG_T_I8, "I8", 1, 1, 24)           \
-  X(RG_T_I16, "I16", 2, 1, 25)         \
-  X(RG_T_I32, "I32", 4, 1, 26)         \
-  X(RG_T_I64, "I64", 8, 1, 27)         \
-  X(RG_T_U8, "U8", 1, 1, -1)           \
-  X(RG_T_BOOL, "BOOL", 1, 1, -1)
-
-typedef enum {
-#define RG_X_(e, n, b, k, g) e,
-  RG_TENSOR_TYPE_MAP(RG_X_)
-#undef RG_X_
-      RG_T_COUNT
-} rg_tensor_type_t;
-
-const char *rg_tensor_type_name(rg_tensor_type_t t);
-// Elements per block (32 for Q8_0, else 1) and bytes per block.
-int rg_tensor_type_block(rg_tensor_type_t t);
-int rg_tensor_type_block_bytes(rg_tensor_type_t t);
-// A floating-point type an engine can use as a weight: F32, F16, BF16, Q8_0,
-// F8_E4M3, F8_E5M2.
-int rg_tensor_type_is_weight(rg_tensor_type_t t);
-// Bytes of n_elems elements; 0 and *ok = 0 on overflow or when n_elems is not
-// a whole number of blocks.
-uint64_t rg_tensor_type_bytes(rg_tensor_type_t t, int64_t n_elems, int *ok);
+// Element types are base/dtype.h's rg_dtype_t (included through graphs.h):
+// a tensor of any type in that table opens; the engine runs those with a
+// codec (f32, bf16, f16, q8_0).
 
 #define RG_TENSOR_MAX_DIMS 4
 #define RG_TENSOR_NAME_MAX 160
 
 typedef struct {
   char name[RG_TENSOR_NAME_MAX];  // Hugging Face name
-  rg_tensor_type_t type;
+  rg_dtype_t type;
   int n_dims;
   int64_t shape[RG_TENSOR_MAX_DIMS];  // outermost first; unused dims are 0
   const void *data;                   // row-major (Q8_0: row-major blocks)
@@ -128,7 +94,7 @@ const rg_tensor_t *rg_weights_find(const rg_weights_t *w, const char *name);
 const char *rg_weights_meta_str(const rg_weights_t *w, const char *key);
 
 // Looks up `name`, which must have exactly n_dims dims of this shape and a
-// weight type (rg_tensor_type_is_weight). Errors name the file and tensor:
+// weight type (rg_dtype_is_weight). Errors name the file and tensor:
 //   "<file>: tensor 'model.layers.3.mlp.up_proj.weight': shape [1024, 64] but
 //    the config implies [128, 64]"
 //   "<path>: missing tensor 'lm_head.weight'"
@@ -262,10 +228,10 @@ typedef struct {
   const char *const *merges;
   size_t n_merges;
   const char *pre;  // tokenizer.ggml.pre; NULL: "default"
-  // RG_T_COUNT: every tensor keeps its type; RG_T_Q8_0: 2-D matrices whose
+  // RG_DTYPE_COUNT: every tensor keeps its type; RG_Q8_0: 2-D matrices whose
   // rows are whole blocks (embedding, projections, experts, lm_head) are
   // quantized, norms, biases and routers keep their type.
-  rg_tensor_type_t matrix_type;
+  rg_dtype_t matrix_type;
 } rg_gguf_info_t;
 
 // Writes a GGUF v3 file from tensors under their Hugging Face names and
@@ -287,8 +253,8 @@ typedef struct {
   rg_testmodel_arch_t arch;
   rg_testmodel_size_t size;
   uint64_t seed;
-  rg_tensor_type_t dtype;        // F32, F16 or BF16 (safetensors and GGUF "same")
-  rg_tensor_type_t gguf_type;    // RG_T_COUNT ("same") or RG_T_Q8_0
+  rg_dtype_t dtype;        // F32, F16 or BF16 (safetensors and GGUF "same")
+  rg_dtype_t gguf_type;    // RG_DTYPE_COUNT ("same") or RG_Q8_0
   int force;                     // write into a non-empty directory
   rg_write_progress_t progress;  // optional
   void *progress_ctx;

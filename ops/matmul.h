@@ -3,7 +3,7 @@
 //   x     (m, k)  f32 activations, one row per token, rows contiguous
 //   W     (n, k)  weights stored row-major as (out_features, in_features),
 //                 like a PyTorch Linear or a safetensors/GGUF weight, in any
-//                 rg_wtype_t (f32, bf16, f16, q8_0)
+//                 rg_dtype_t (f32, bf16, f16, q8_0)
 //   bias  (n)     f32, optional
 //   y     (m, n)  f32; y[i][j] = sum_p x[i][p] * W[j][p] + bias[j]
 //
@@ -45,8 +45,8 @@
 #include "ops/convert.h"
 
 typedef struct {
-  const void *data;  // (rows, cols) in `type`; row r starts at r * rg_wtype_row_bytes(type, cols)
-  rg_wtype_t type;
+  const void *data;  // (rows, cols) in `type`; row r starts at r * rg_dtype_row_bytes(type, cols)
+  rg_dtype_t type;
   int64_t rows;  // n: output features
   int64_t cols;  // k: input features; a multiple of 32 for q8_0
 } rg_wmat_t;

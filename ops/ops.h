@@ -12,7 +12,7 @@
 // Conventions
 // - Activations are f32, row-major, contiguous; shapes are given in comments
 //   as (dim0, dim1, ...). KV caches and embedding tables may be stored in a
-//   compact rg_wtype_t (ops/convert.h) and are widened to f32 on load.
+//   compact rg_dtype_t (ops/convert.h) and are widened to f32 on load.
 // - Ops that can be handed bad input (ids, block tables, routing sizes)
 //   return rg_status_t and check everything before writing any output; the
 //   others are void and document their preconditions.
@@ -35,7 +35,7 @@
 // ---------------------------------------------------------------------------
 // Storage types and instruction-set dispatch
 //
-// Stored tensors (KV cache, embedding table) use ops/convert.h's rg_wtype_t;
+// Stored tensors (KV cache, embedding table) use ops/convert.h's rg_dtype_t;
 // the KV cache takes f32, bf16 and f16.
 //
 // Fast kernels run at one ops-wide instruction-set level, by default the
@@ -115,13 +115,13 @@ void rg_op_swiglu_ref(rg_pool_t *pool, const float *gate, const float *up, float
 // Embedding lookup
 
 // out[i] = table[ids[i]] widened to f32. table: (vocab, dim) of type, any
-// rg_wtype_t (a q8_0 row is dim/32 blocks); ids: (n); out: (n, dim). Fails,
+// rg_dtype_t (a q8_0 row is dim/32 blocks); ids: (n); out: (n, dim). Fails,
 // naming the id, its index and the vocab size, when an id is negative or
 // >= vocab, and on a dim the type cannot hold; out is untouched then.
-RG_MUST_USE rg_status_t rg_op_embed(rg_pool_t *pool, const void *table, rg_wtype_t type,
+RG_MUST_USE rg_status_t rg_op_embed(rg_pool_t *pool, const void *table, rg_dtype_t type,
                                     size_t vocab, const int32_t *ids, size_t n, size_t dim,
                                     float *out);
-RG_MUST_USE rg_status_t rg_op_embed_ref(rg_pool_t *pool, const void *table, rg_wtype_t type,
+RG_MUST_USE rg_status_t rg_op_embed_ref(rg_pool_t *pool, const void *table, rg_dtype_t type,
                                         size_t vocab, const int32_t *ids, size_t n, size_t dim,
                                         float *out);
 
@@ -140,7 +140,7 @@ RG_MUST_USE rg_status_t rg_op_embed_ref(rg_pool_t *pool, const void *table, rg_w
 
 // One layer's blocks: a borrowed view, valid while its storage lives.
 typedef struct {
-  rg_wtype_t dtype;  // f32, bf16 or f16
+  rg_dtype_t dtype;  // f32, bf16 or f16
   size_t n_blocks, block_size, n_kv_heads, head_dim;
   void *k;  // (n_blocks, n_kv_heads, block_size, head_dim) of dtype
   void *v;  // (n_blocks, n_kv_heads, block_size, head_dim) of dtype
@@ -148,7 +148,7 @@ typedef struct {
 
 // Host-memory KV cache for all layers (64-byte aligned, zero-filled).
 typedef struct rg_kv_cache_s rg_kv_cache_t;
-RG_MUST_USE rg_status_t rg_kv_cache_create(rg_wtype_t dtype, size_t n_layers, size_t n_blocks,
+RG_MUST_USE rg_status_t rg_kv_cache_create(rg_dtype_t dtype, size_t n_layers, size_t n_blocks,
                                            size_t block_size, size_t n_kv_heads, size_t head_dim,
                                            rg_kv_cache_t **out);
 void rg_kv_cache_destroy(rg_kv_cache_t *cache);

@@ -203,6 +203,7 @@ static double rg_peak_16(const rg_device_class_t *c) {
 
 double rg_class_peak(const rg_device_class_t *c, rg_dtype_t t) {
   if ((unsigned)t >= RG_DTYPE_COUNT) return 0;
+  t = rg_dtype_compute(t);  // a storage type (q8_0) runs at its compute type's rate
   if (c->peak[t] > 0) return c->peak[t];
   // Narrow weight formats are dequantised to the next wider type the part
   // computes in. bf16 and f16 share one datapath width, so either stands in
@@ -235,13 +236,6 @@ double rg_class_ridge(const rg_device_class_t *c, rg_dtype_t t) {
 // unit-checked, so a typo in it is still caught) but not stored: rg_dtype_t
 // has no tf32 because LLM inference never runs in it — weights and
 // activations are bf16/f16 or narrower — and the datasheets list it anyway.
-static const char *const rg_peak_keys[] = {
-#define RG_X_(e, n, b) n,
-    RG_DTYPE_MAP(RG_X_)
-#undef RG_X_
-        "tf32",
-    NULL};
-
 static rg_status_t rg_read_peak(const rg_node_t *root, rg_device_class_t *c) {
   int computes = rg_class_computes(c);
   const rg_node_t *peak;
@@ -256,13 +250,17 @@ static rg_status_t rg_read_peak(const rg_node_t *root, rg_device_class_t *c) {
                           rg_device_kind_name(c->kind));
     return NULL;
   }
+  const char *rg_peak_keys[RG_DTYPE_COMPUTE_COUNT + 2];
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) rg_peak_keys[t] = rg_dtype_name((rg_dtype_t)t);
+  rg_peak_keys[RG_DTYPE_COMPUTE_COUNT] = "tf32";
+  rg_peak_keys[RG_DTYPE_COMPUTE_COUNT + 1] = NULL;
   RG_RETURN_IF_ERROR(rg_node_check_keys(peak, rg_peak_keys, "peak"));
-  for (int t = 0; t < RG_DTYPE_COUNT; t++)
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++)
     RG_RETURN_IF_ERROR(
         rg_read_quantity(peak, "peak", "peak", rg_peak_keys[t], RG_UNIT_FLOPS, 0, 0, &c->peak[t]));
   double tf32 = 0;
   RG_RETURN_IF_ERROR(rg_read_quantity(peak, "peak", "peak", "tf32", RG_UNIT_FLOPS, 0, 0, &tf32));
-  for (int t = 0; t < RG_DTYPE_COUNT; t++)
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++)
     if (c->peak[t] > 0) return NULL;
   return rg_status_at(RG_INVALID_ARGUMENT, &peak->pos,
                       "peak: no rate for any dtype ridge plans with; expected at least one of "

@@ -59,7 +59,7 @@ typedef struct {
   char description[160];
   char path[512];            // file it came from
   rg_device_kind_t kind;
-  double peak[RG_DTYPE_COUNT];  // dense FLOP/s per dtype; 0 = not supported
+  double peak[RG_DTYPE_COMPUTE_COUNT];  // dense FLOP/s per dtype; 0 = not supported
   rg_mem_tier_t mem[RG_MAX_MEM_TIERS];  // fastest first; mem[0] holds weights+KV
   int n_mem;
   double sram;               // bytes on chip

@@ -66,7 +66,7 @@ struct rg_engine_s {
   rg_matmul_opts_t mm_opts;
   // KV
   rg_kv_cache_t *kv;
-  rg_wtype_t kv_type;
+  rg_dtype_t kv_type;
   size_t block_size, n_blocks;
   int32_t *free_blocks;
   size_t n_free;
@@ -92,16 +92,13 @@ static double now(void) {
 
 // ----- Loading -------------------------------------------------------------------
 
-static rg_status_t wtype_of(const rg_tensor_t *t, rg_wtype_t *out) {
-  switch (t->type) {
-    case RG_T_F32: *out = RG_WTYPE_F32; return NULL;
-    case RG_T_BF16: *out = RG_WTYPE_BF16; return NULL;
-    case RG_T_F16: *out = RG_WTYPE_F16; return NULL;
-    case RG_T_Q8_0: *out = RG_WTYPE_Q8_0; return NULL;
-    default:
-      return rg_status_make(RG_UNIMPLEMENTED, "%s: tensor '%s' is %s, which the CPU engine does not run (f32, bf16, f16, q8_0)",
-                            t->file, t->name, rg_tensor_type_name(t->type));
-  }
+static rg_status_t wtype_of(const rg_tensor_t *t, rg_dtype_t *out) {
+  if (!rg_dtype_has_codec(t->type))
+    return rg_status_make(RG_UNIMPLEMENTED,
+                          "%s: tensor '%s' is %s, which the CPU engine does not run (f32, bf16, f16, q8_0)", t->file,
+                          t->name, rg_dtype_name(t->type));
+  *out = t->type;
+  return NULL;
 }
 
 // Decode streams every weight once per token, and file-backed mappings use
@@ -188,7 +185,7 @@ static rg_status_t load_layer(rg_engine_t *e, int64_t l, layer_t *L) {
     RG_RETURN_IF_ERROR(get_mat(e, NAME("mlp.down_proj.weight"), d, a->d_ff, &L->w_down));
     return NULL;
   }
-  int mixtral = !strcmp(a->family, "mixtral");
+  int mixtral = rg_family_has(a->family, RG_FAM_MIXTRAL_MOE);
   int64_t E = a->n_experts, ff = a->d_ff_expert;
   L->e_gate = calloc((size_t)E, sizeof(rg_wmat_t));
   L->e_up = calloc((size_t)E, sizeof(rg_wmat_t));
@@ -211,17 +208,18 @@ static rg_status_t load_layer(rg_engine_t *e, int64_t l, layer_t *L) {
 }
 
 static rg_status_t check_family(const rg_arch_t *a) {
-  static const char *const ok[] = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe"};
-  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
-    if (!strcmp(a->family, ok[i])) {
-      if (a->mla || a->sliding_window > 0 || a->attn_sinks || a->n_shared_experts > 0)
-        break;
-      return NULL;
-    }
-  return rg_status_make(RG_UNIMPLEMENTED,
-                        "model family '%s'%s is not run by this engine yet; it runs llama, mistral, qwen2, qwen3, "
-                        "mixtral and qwen3_moe", a->family,
-                        a->mla ? " with MLA" : a->sliding_window > 0 ? " with sliding-window attention" : "");
+  if (rg_family_has(a->family, RG_FAM_RUNS) && !a->mla && a->sliding_window <= 0 && !a->attn_sinks &&
+      a->n_shared_experts <= 0)
+    return NULL;
+  char list[256];
+  return rg_status_make(RG_UNIMPLEMENTED, "model family '%s'%s is not run by this engine yet; it runs %s",
+                        rg_family_name(a->family),
+                        a->mla                     ? " with MLA"
+                        : a->sliding_window > 0    ? " with sliding-window attention"
+                        : a->attn_sinks            ? " with attention sinks"
+                        : a->n_shared_experts > 0  ? " with shared experts"
+                                                   : "",
+                        rg_family_list(RG_FAM_RUNS, list, sizeof list));
 }
 
 static int file_exists(const char *p) {
@@ -299,7 +297,7 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
   RG_RETURN_IF_ERROR(st);
 
   RG_RETURN_IF_ERROR(get_mat(e, "model.embed_tokens.weight", a->vocab, a->d_model, &e->embed));
-  if (e->embed.type == RG_WTYPE_Q8_0)
+  if (e->embed.type == RG_Q8_0)
     return rg_status_make(RG_UNIMPLEMENTED, "%s: a q8_0 token embedding table is not supported yet", path);
   if (a->tie_embeddings || e->hp.tie_embeddings) {
     e->lm_head = e->embed;
@@ -310,7 +308,7 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
   e->layers = calloc((size_t)a->n_layers, sizeof(layer_t));
   if (!e->layers) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
   for (int64_t l = 0; l < a->n_layers; l++) RG_RETURN_IF_ERROR(load_layer(e, l, &e->layers[l]));
-  e->moe_mode = (!strcmp(a->family, "qwen3_moe") && !e->hp.norm_topk_prob) ? RG_MOE_SOFTMAX_TOPK
+  e->moe_mode = (a->family == RG_FAMILY_QWEN3_MOE && !e->hp.norm_topk_prob) ? RG_MOE_SOFTMAX_TOPK
                                                                              : RG_MOE_SOFTMAX_TOPK_RENORM;
 
   // The KV pool.
@@ -321,12 +319,9 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
   int64_t kv_tokens = opt && opt->kv_tokens > 0 ? opt->kv_tokens : e->max_context * e->max_seqs;
   e->n_blocks = (size_t)((kv_tokens + (int64_t)e->block_size - 1) / (int64_t)e->block_size);
   rg_dtype_t kd = opt && opt->kv_dtype_set ? opt->kv_dtype : RG_BF16;
-  switch (kd) {
-    case RG_F32: e->kv_type = RG_WTYPE_F32; break;
-    case RG_BF16: e->kv_type = RG_WTYPE_BF16; break;
-    case RG_F16: e->kv_type = RG_WTYPE_F16; break;
-    default: return rg_status_make(RG_INVALID_ARGUMENT, "KV dtype %s is not supported; use f32, bf16 or f16", rg_dtype_name(kd));
-  }
+  if (kd != RG_F32 && kd != RG_BF16 && kd != RG_F16)
+    return rg_status_make(RG_INVALID_ARGUMENT, "KV dtype %s is not supported; use f32, bf16 or f16", rg_dtype_name(kd));
+  e->kv_type = kd;
   RG_RETURN_IF_ERROR(rg_kv_cache_create(e->kv_type, (size_t)a->n_layers, e->n_blocks, e->block_size,
                                         (size_t)a->n_kv_heads, (size_t)a->head_dim, &e->kv));
   e->free_blocks = malloc(e->n_blocks * sizeof(int32_t));
@@ -336,8 +331,8 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
   for (size_t i = 0; i < e->n_blocks; i++) e->free_blocks[i] = (int32_t)(e->n_blocks - 1 - i);
   e->n_free = e->n_blocks;
   snprintf(e->describe, sizeof e->describe, "%s, %lld layers, d_model %lld, %lld/%lld heads%s, %s weights, %s KV",
-           a->family, (long long)a->n_layers, (long long)a->d_model, (long long)a->n_heads, (long long)a->n_kv_heads,
-           a->n_experts ? ", MoE" : "", rg_wtype_name(e->layers[0].wq.type), rg_wtype_name(e->kv_type));
+           rg_family_name(a->family), (long long)a->n_layers, (long long)a->d_model, (long long)a->n_heads, (long long)a->n_kv_heads,
+           a->n_experts ? ", MoE" : "", rg_dtype_name(e->layers[0].wq.type), rg_dtype_name(e->kv_type));
   return NULL;
 }
 
@@ -471,7 +466,7 @@ static rg_status_t scratch_reserve(rg_engine_t *e, size_t T, size_t n_entries) {
 
 static rg_status_t mm(rg_engine_t *e, const float *x, int64_t m, const rg_wmat_t *w, const float *bias, float *y) {
   size_t row_bytes = 0;
-  RG_RETURN_IF_ERROR(rg_wtype_row_bytes(w->type, w->cols, &row_bytes));
+  RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, w->cols, &row_bytes));
   e->c.weight_bytes += (double)row_bytes * (double)w->rows;
   e->c.flops += 2.0 * (double)m * (double)w->rows * (double)w->cols;
   return rg_matmul_ex(e->pool, x, m, w, bias, y, &e->mm_opts);
@@ -570,7 +565,7 @@ static rg_status_t forward(rg_engine_t *e, const rg_batch_entry_t *b, size_t n, 
   float eps = (float)e->hp.rms_norm_eps;
   RG_RETURN_IF_ERROR(rg_op_embed(e->pool, e->embed.data, e->embed.type, (size_t)a->vocab, s->ids, T, d, s->x));
   rg_attn_params_t ap = {.n_heads = nh};
-  double kv_elem = e->kv_type == RG_WTYPE_F32 ? 4 : 2;
+  double kv_elem = e->kv_type == RG_F32 ? 4 : 2;
   for (int64_t l = 0; l < a->n_layers; l++) {
     const layer_t *L = &e->layers[l];
     rg_kv_layer_t kv = rg_kv_cache_layer(e->kv, (size_t)l);

@@ -18,8 +18,8 @@ static const char *make_model(rg_test_ctx_t *t, rg_testmodel_arch_t arch, const 
   rg_testmodel_opts_t o = {0};
   o.arch = arch;
   o.size = RG_TESTMODEL_TINY;
-  o.dtype = RG_T_BF16;
-  o.gguf_type = RG_T_COUNT;
+  o.dtype = RG_BF16;
+  o.gguf_type = RG_DTYPE_COUNT;
   o.seed = 7;
   rg_status_t st = rg_testmodel_write(dir, &o, NULL);
   if (st) {

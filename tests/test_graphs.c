@@ -400,7 +400,7 @@ RG_TEST(graphs_config_json_loads) {
   rg_arch_t *a = NULL, *b = load(t, "llama-3.1-8b");
   RG_REQUIRE_OK(rg_model_load(path, NULL, &a));
   RG_CHECK(strcmp(a->name, "llama8b") == 0);
-  RG_CHECK(strcmp(a->family, "llama") == 0);
+  RG_CHECK(a->family == RG_FAMILY_LLAMA);
   RG_CHECK(a->head_dim == 128 && a->n_kv_heads == 8 && a->weight_dtype == RG_BF16);
   if (b) RG_CHECK(rg_arch_params(a) == rg_arch_params(b));
   rg_arch_destroy(a);

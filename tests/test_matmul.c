@@ -23,11 +23,11 @@
 #include "ops/matmul.h"
 #include "tests/test.h"
 
-static const double tolerance[RG_WTYPE_COUNT] = {
-    [RG_WTYPE_F32] = 1e-7,
-    [RG_WTYPE_BF16] = 1e-7,
-    [RG_WTYPE_F16] = 1e-7,
-    [RG_WTYPE_Q8_0] = 1e-7,
+static const double tolerance[RG_DTYPE_COUNT] = {
+    [RG_F32] = 1e-7,
+    [RG_BF16] = 1e-7,
+    [RG_F16] = 1e-7,
+    [RG_Q8_0] = 1e-7,
 };
 
 static uint64_t rng_next(uint64_t *s) {  // splitmix64
@@ -59,9 +59,9 @@ static int all_finite(const float *a, size_t n) {
 
 // A random (n, k) weight of the given type, values in [-1, 1), stored as the
 // checkpoint would (rounded or quantized from f32). Caller frees.
-static void *make_weight(rg_wtype_t type, int64_t n, int64_t k, uint64_t *seed) {
+static void *make_weight(rg_dtype_t type, int64_t n, int64_t k, uint64_t *seed) {
   size_t rb;
-  rg_status_t s = rg_wtype_row_bytes(type, k, &rb);
+  rg_status_t s = rg_dtype_row_bytes(type, k, &rb);
   if (s) {
     rg_status_free(s);
     return NULL;
@@ -150,7 +150,7 @@ static int check_shape(rg_test_ctx_t *t, fixture_t *f, rg_cpu_isa_t isa, const r
   return 1;
 }
 
-static void check_paths(rg_test_ctx_t *t, rg_wtype_t type, rg_cpu_isa_t isa) {
+static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
   rg_cpu_isa_t got;
   rg_status_t st = rg_cpu_isa_resolve(isa, &got);
   if (st) {
@@ -158,7 +158,7 @@ static void check_paths(rg_test_ctx_t *t, rg_wtype_t type, rg_cpu_isa_t isa) {
     rg_status_free(st);
     return;
   }
-  int rounds_x = isa == RG_CPU_ISA_AVX512_BF16 && type == RG_WTYPE_BF16;
+  int rounds_x = isa == RG_CPU_ISA_AVX512_BF16 && type == RG_BF16;
   fixture_t f = {{NULL}, NULL, NULL};
   RG_REQUIRE_OK(rg_pool_create(1, &f.pools[1]));
   RG_REQUIRE_OK(rg_pool_create(2, &f.pools[2]));
@@ -173,7 +173,7 @@ static void check_paths(rg_test_ctx_t *t, rg_wtype_t type, rg_cpu_isa_t isa) {
   int shapes = 0, ok = 1;
   for (size_t ki = 0; ok && ki < COUNT(shape_k); ki++) {
     int64_t k = shape_k[ki];
-    if (k % rg_wtype_block_elems(type)) continue;
+    if (k % rg_dtype_block_elems(type)) continue;
     for (size_t ni = 0; ok && ni < COUNT(shape_n); ni++) {
       int64_t n = shape_n[ni];
       void *wdata = make_weight(type, n, k, &seed);
@@ -206,15 +206,15 @@ static void check_paths(rg_test_ctx_t *t, rg_wtype_t type, rg_cpu_isa_t isa) {
     check_paths(t, type, isa);                                 \
   }
 #define PATH_TESTS(isa_tag, isa)               \
-  PATH_TEST(isa_tag, isa, f32, RG_WTYPE_F32)   \
-  PATH_TEST(isa_tag, isa, bf16, RG_WTYPE_BF16) \
-  PATH_TEST(isa_tag, isa, f16, RG_WTYPE_F16)   \
-  PATH_TEST(isa_tag, isa, q8_0, RG_WTYPE_Q8_0)
+  PATH_TEST(isa_tag, isa, f32, RG_F32)   \
+  PATH_TEST(isa_tag, isa, bf16, RG_BF16) \
+  PATH_TEST(isa_tag, isa, f16, RG_F16)   \
+  PATH_TEST(isa_tag, isa, q8_0, RG_Q8_0)
 PATH_TESTS(scalar, RG_CPU_ISA_SCALAR)
 PATH_TESTS(avx2, RG_CPU_ISA_AVX2)
 PATH_TESTS(avx512, RG_CPU_ISA_AVX512)
 // The avx512-bf16 level changes only the bf16 kernel (vdpbf16ps).
-PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, bf16, RG_WTYPE_BF16)
+PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, bf16, RG_BF16)
 
 // What rounding x to bf16 costs the vdpbf16ps kernel against the exact
 // reference, on a shape with enough outputs for the NMSE to settle: x's
@@ -230,12 +230,12 @@ RG_TEST(matmul_avx512bf16_accuracy_of_bf16_x) {
   }
   enum { M = 16, N = 64, K = 2048 };
   uint64_t seed = 99;
-  void *wd = make_weight(RG_WTYPE_BF16, N, K, &seed);
+  void *wd = make_weight(RG_BF16, N, K, &seed);
   float *x = malloc(M * K * sizeof(float)), *y = malloc(M * N * sizeof(float)),
         *ref = malloc(M * N * sizeof(float));
   RG_REQUIRE(wd && x && y && ref);
   for (int i = 0; i < M * K; i++) x[i] = rng_uniform(&seed);
-  rg_wmat_t w = {wd, RG_WTYPE_BF16, N, K};
+  rg_wmat_t w = {wd, RG_BF16, N, K};
   RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, M, &o), "x in bf16") != NULL);
   RG_REQUIRE_OK(rg_matmul_ref(x, M, &w, NULL, ref));
   RG_REQUIRE_OK(rg_matmul_ex(NULL, x, M, &w, NULL, y, &o));
@@ -257,10 +257,11 @@ RG_TEST(matmul_oversubscribed_pool_matches_reference) {
         *ref = malloc(M * N * sizeof(float));
   RG_REQUIRE(x && y && ref);
   for (int i = 0; i < M * K; i++) x[i] = rng_uniform(&seed);
-  for (int ty = 0; ty < RG_WTYPE_COUNT; ty++) {
-    void *wd = make_weight((rg_wtype_t)ty, N, K, &seed);
+  for (int ty = 0; ty < RG_DTYPE_COUNT; ty++) {
+    if (!rg_dtype_has_codec((rg_dtype_t)ty)) continue;
+    void *wd = make_weight((rg_dtype_t)ty, N, K, &seed);
     RG_REQUIRE(wd);
-    rg_wmat_t w = {wd, (rg_wtype_t)ty, N, K};
+    rg_wmat_t w = {wd, (rg_dtype_t)ty, N, K};
     RG_REQUIRE_OK(rg_matmul_ref(x, M, &w, NULL, ref));
     for (int path = RG_MATMUL_GEMV; path <= RG_MATMUL_GEMM; path++)
       for (int rep = 0; rep < 20; rep++) {
@@ -293,7 +294,7 @@ RG_TEST(matmul_ref_small_example) {
   for (int i = 0; i < 6; i++) wb[i] = rg_f32_to_bf16(wf[i]), wh[i] = rg_f32_to_f16(wf[i]);
   const void *datas[] = {wf, wb, wh};
   for (int ty = 0; ty < 3; ty++) {
-    rg_wmat_t w = {datas[ty], (rg_wtype_t)ty, 2, 3};
+    rg_wmat_t w = {datas[ty], (rg_dtype_t)ty, 2, 3};
     float y[4];
     RG_REQUIRE_OK(rg_matmul_ref(x, 2, &w, bias, y));
     for (int i = 0; i < 4; i++) RG_CHECK(y[i] == want[i]);
@@ -304,7 +305,7 @@ RG_TEST(matmul_ref_small_example) {
   unsigned char blk[34] = {0x00, 0x38};
   float ones[32], y1;
   for (int i = 0; i < 32; i++) blk[2 + i] = (unsigned char)i, ones[i] = 1.0f;
-  rg_wmat_t wq = {blk, RG_WTYPE_Q8_0, 1, 32};
+  rg_wmat_t wq = {blk, RG_Q8_0, 1, 32};
   RG_REQUIRE_OK(rg_matmul_ref(ones, 1, &wq, NULL, &y1));
   RG_CHECK(y1 == 0.5f * 496);
   RG_REQUIRE_OK(rg_matmul(NULL, ones, 1, &wq, NULL, &y1));
@@ -366,22 +367,22 @@ RG_TEST(matmul_convert_rows_match_scalar_at_every_level) {
       continue;
     }
     tested++;
-    for (int ty = RG_WTYPE_BF16; ty <= RG_WTYPE_F16; ty++) {
-      float (*widen)(uint16_t) = ty == RG_WTYPE_BF16 ? rg_bf16_to_f32 : rg_f16_to_f32;
-      uint16_t (*narrow)(float) = ty == RG_WTYPE_BF16 ? rg_f32_to_bf16 : rg_f32_to_f16;
+    for (int ty = RG_BF16; ty <= RG_F16; ty++) {
+      float (*widen)(uint16_t) = ty == RG_BF16 ? rg_bf16_to_f32 : rg_f16_to_f32;
+      uint16_t (*narrow)(float) = ty == RG_BF16 ? rg_f32_to_bf16 : rg_f32_to_f16;
       // Odd lengths and offsets reach the vector tails.
-      RG_REQUIRE_OK(rg_row_to_f32_isa((rg_cpu_isa_t)isa, (rg_wtype_t)ty, h + 1, f + 1, N16 - 1));
+      RG_REQUIRE_OK(rg_row_to_f32_isa((rg_cpu_isa_t)isa, (rg_dtype_t)ty, h + 1, f + 1, N16 - 1));
       f[0] = widen(0);
       int bad = 0;
       for (uint32_t i = 0; i < N16; i++) bad += !same_bits_or_both_nan(f[i], widen(h[i]));
       if (bad)
         rg_test_fail(t, __FILE__, __LINE__, "%s %s->f32: %d of 65536 differ from scalar",
-                     rg_cpu_isa_name((rg_cpu_isa_t)isa), rg_wtype_name((rg_wtype_t)ty), bad);
+                     rg_cpu_isa_name((rg_cpu_isa_t)isa), rg_dtype_name((rg_dtype_t)ty), bad);
       for (uint32_t i = 0; i < NR32; i++) {
         uint32_t b = (uint32_t)rng_next(&seed);
         memcpy(&f[N16 + i], &b, 4);
       }
-      RG_REQUIRE_OK(rg_row_from_f32_isa((rg_cpu_isa_t)isa, (rg_wtype_t)ty, f, h2, N16 + NR32 - 3));
+      RG_REQUIRE_OK(rg_row_from_f32_isa((rg_cpu_isa_t)isa, (rg_dtype_t)ty, f, h2, N16 + NR32 - 3));
       bad = 0;
       for (uint32_t i = 0; i < N16 + NR32 - 3; i++) {
         uint16_t want = narrow(f[i]);
@@ -389,16 +390,17 @@ RG_TEST(matmul_convert_rows_match_scalar_at_every_level) {
       }
       if (bad)
         rg_test_fail(t, __FILE__, __LINE__, "%s f32->%s: %d values differ from scalar",
-                     rg_cpu_isa_name((rg_cpu_isa_t)isa), rg_wtype_name((rg_wtype_t)ty), bad);
+                     rg_cpu_isa_name((rg_cpu_isa_t)isa), rg_dtype_name((rg_dtype_t)ty), bad);
     }
   }
   RG_CHECK(tested >= 1);
   free(h), free(h2), free(f);
 }
 
-// Quantize -> dequantize: every error within half the block's scale, the
-// scale within 1/127 of the block's largest magnitude (to f16 rounding), and
-// values already on the grid come back exactly.
+// Quantize -> dequantize: every error within half the block's scale plus the
+// f16 rounding of that scale (ggml's rule divides by the unrounded d: see
+// base/dtype.h), the scale within 1/127 of the block's largest magnitude (to
+// f16 rounding), and values already on the grid come back exactly.
 RG_TEST(matmul_q8_0_error_bound) {
   enum { N = 32 * 64 };
   float x[N], back[N];
@@ -415,13 +417,13 @@ RG_TEST(matmul_q8_0_error_bound) {
       memcpy(&hd, q + 34 * b, 2);
       float d = rg_f16_to_f32(hd), amax = 0;
       for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
+      float bound = 0.5f * d + 127.0f * fabsf(d - amax / 127.0f);
       RG_CHECK(d <= amax / 127.0f * (1.0f + 0x1p-11f) && d >= amax / 127.0f * (1.0f - 0x1p-11f));
       for (int i = 0; i < 32; i++) {
         float err = fabsf(x[32 * b + i] - back[32 * b + i]);
-        if (!(err <= 0.5f * d * (1.0f + 1e-6f))) {
-          rg_test_fail(t, __FILE__, __LINE__, "scale %g block %d: |%g - %g| > d/2 = %g",
-                       (double)scales[s], b, (double)x[32 * b + i], (double)back[32 * b + i],
-                       0.5 * d);
+        if (!(err <= bound * (1.0f + 1e-6f))) {
+          rg_test_fail(t, __FILE__, __LINE__, "scale %g block %d: |%g - %g| > %g", (double)scales[s], b,
+                       (double)x[32 * b + i], (double)back[32 * b + i], (double)bound);
           return;
         }
       }
@@ -429,7 +431,7 @@ RG_TEST(matmul_q8_0_error_bound) {
     // Every level dequantizes to the same bits.
     for (int isa = RG_CPU_ISA_SCALAR; isa < RG_CPU_ISA_COUNT; isa++) {
       float other[N];
-      rg_status_t st = rg_row_to_f32_isa((rg_cpu_isa_t)isa, RG_WTYPE_Q8_0, q, other, N);
+      rg_status_t st = rg_row_to_f32_isa((rg_cpu_isa_t)isa, RG_Q8_0, q, other, N);
       if (st && rg_status_code(st) == RG_UNAVAILABLE) {
         rg_status_free(st);
         continue;
@@ -438,6 +440,16 @@ RG_TEST(matmul_q8_0_error_bound) {
       RG_CHECK(memcmp(other, back, sizeof back) == 0);
     }
   }
+  // ggml's reference rounds x/d half away from zero with the unrounded d:
+  // amax 1.27 gives d = 0.01 (stored as f16 0x211f), and 0.005 / 0.01 = 0.5
+  // rounds to 1, -0.015 to -2 (ties away), 0.0049 to 0.
+  for (int i = 0; i < 32; i++) x[i] = 0.0f;
+  x[0] = 1.27f, x[1] = 0.005f, x[2] = -0.015f, x[3] = 0.0049f;
+  RG_REQUIRE_OK(rg_q8_0_quantize_row(x, q, 32));
+  uint16_t d01;
+  memcpy(&d01, q, 2);
+  RG_CHECK(d01 == rg_f32_to_f16(1.27f / 127.0f));
+  RG_CHECK((int8_t)q[2] == 127 && (int8_t)q[3] == 1 && (int8_t)q[4] == -2 && (int8_t)q[5] == 0);
   // On the grid: d = 0.25 (exact in f16), q spanning -127..127.
   for (int i = 0; i < 64; i++) x[i] = 0.25f * (float)((i * 37) % 255 - 127);
   x[0] = 0.25f * 127;
@@ -451,16 +463,16 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
   float x[64] = {0}, y[4] = {1, 2, 3, 4};
   unsigned char q[34 * 2] = {0};
   size_t rb;
-  RG_CHECK_ERR(rg_wtype_row_bytes(RG_WTYPE_Q8_0, 40, &rb),
+  RG_CHECK_ERR(rg_dtype_row_bytes(RG_Q8_0, 40, &rb),
                "q8_0 rows must be a multiple of 32 wide");
-  RG_CHECK_OK(rg_wtype_row_bytes(RG_WTYPE_Q8_0, 64, &rb));
+  RG_CHECK_OK(rg_dtype_row_bytes(RG_Q8_0, 64, &rb));
   RG_CHECK(rb == 68);
-  RG_CHECK_OK(rg_wtype_row_bytes(RG_WTYPE_BF16, 5, &rb));
+  RG_CHECK_OK(rg_dtype_row_bytes(RG_BF16, 5, &rb));
   RG_CHECK(rb == 10);
   RG_CHECK_ERR(rg_q8_0_quantize_row(x, q, 33), "q8_0 rows must be a multiple of 32 wide");
   RG_CHECK_ERR(rg_q8_0_dequantize_row(q, x, 33), "q8_0 rows must be a multiple of 32 wide");
   // A q8_0 weight whose rows are 40 wide: rejected, y untouched, no crash.
-  rg_wmat_t bad = {q, RG_WTYPE_Q8_0, 1, 40};
+  rg_wmat_t bad = {q, RG_Q8_0, 1, 40};
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &bad, NULL, y), "q8_0 rows must be a multiple of 32 wide");
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &bad, NULL, y), "weight (1, 40)");
   RG_CHECK_ERR(rg_matmul_ref(x, 1, &bad, NULL, y), "q8_0 rows must be a multiple of 32 wide");
@@ -473,13 +485,13 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
   RG_CHECK_ERR(rg_q8_0_quantize_row(x, q, 32), "scale overflows f16");
   x[3] = 0;
   // Shapes and pointers.
-  rg_wmat_t w = {q, RG_WTYPE_Q8_0, 2, 32};
+  rg_wmat_t w = {q, RG_Q8_0, 2, 32};
   RG_CHECK_ERR(rg_matmul(NULL, x, -1, &w, NULL, y), "negative m");
   RG_CHECK_ERR(rg_matmul(NULL, NULL, 1, &w, NULL, y), "x is NULL");
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, NULL, NULL, y), "no weight matrix");
-  rg_wmat_t empty = {q, RG_WTYPE_F32, 0, 32};
+  rg_wmat_t empty = {q, RG_F32, 0, 32};
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &empty, NULL, y), "both must be >= 1");
-  rg_wmat_t unknown = {q, (rg_wtype_t)99, 1, 32};
+  rg_wmat_t unknown = {q, (rg_dtype_t)99, 1, 32};
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &unknown, NULL, y), "unknown weight type 99");
   RG_CHECK_OK(rg_matmul(NULL, x, 0, &w, NULL, y));  // m = 0: nothing to do
   rg_matmul_opts_t o = {.path = (rg_matmul_path_t)7};
@@ -494,14 +506,14 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
 
 RG_TEST(matmul_kernel_names) {
   unsigned char q[34] = {0};
-  rg_wmat_t w = {q, RG_WTYPE_Q8_0, 1, 32};
+  rg_wmat_t w = {q, RG_Q8_0, 1, 32};
   rg_matmul_opts_t o = {.isa = RG_CPU_ISA_SCALAR};
   RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 1, &o), "scalar q8_0 gemv") == 0);
   RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 512, &o),
                   "openblas sgemm on scalar q8_0->f32 tiles") == 0);
-  w.type = RG_WTYPE_F32;
+  w.type = RG_F32;
   RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 512, &o), "openblas sgemm") == 0);
   RG_CHECK(strstr(rg_matmul_kernel_name(&w, 1), "f32 gemv") != NULL);
-  RG_CHECK(strcmp(rg_wtype_name(RG_WTYPE_BF16), "bf16") == 0);
-  RG_CHECK(strcmp(rg_wtype_name((rg_wtype_t)42), "?") == 0);
+  RG_CHECK(strcmp(rg_dtype_name(RG_BF16), "bf16") == 0);
+  RG_CHECK(strcmp(rg_dtype_name((rg_dtype_t)42), "?") == 0);
 }

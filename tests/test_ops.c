@@ -292,16 +292,16 @@ RG_TEST(ops_embed) {
   uint64_t s = 5;
   size_t vocab = 50;
   int32_t ids[6] = {0, 49, 7, 7, 13, 1};
-  static const rg_wtype_t types[] = {RG_WTYPE_F32, RG_WTYPE_BF16, RG_WTYPE_F16, RG_WTYPE_Q8_0};
+  static const rg_dtype_t types[] = {RG_F32, RG_BF16, RG_F16, RG_Q8_0};
   static const size_t dims[] = {3, 17, 64, 96};
   for (size_t ti = 0; ti < 4; ti++)
     for (size_t di = 0; di < 4; di++) {
-      rg_wtype_t ty = types[ti];
+      rg_dtype_t ty = types[ti];
       size_t dim = dims[di];
-      if (ty == RG_WTYPE_Q8_0 && dim % 32) continue;
+      if (ty == RG_Q8_0 && dim % 32) continue;
       float *src = malloc(vocab * dim * 4), *ref = malloc(6 * dim * 4), *out = malloc(6 * dim * 4);
       size_t rb;
-      RG_REQUIRE_OK(rg_wtype_row_bytes(ty, (int64_t)dim, &rb));
+      RG_REQUIRE_OK(rg_dtype_row_bytes(ty, (int64_t)dim, &rb));
       unsigned char *table = malloc(vocab * rb);
       fill(&s, src, vocab * dim, -2, 2);
       for (size_t r = 0; r < vocab; r++)
@@ -309,12 +309,12 @@ RG_TEST(ops_embed) {
       RG_REQUIRE_OK(rg_op_embed_ref(NULL, table, ty, vocab, ids, 6, dim, ref));
       // Against the source: exact for f32, the type's rounding otherwise.
       for (size_t i = 0; i < 6; i++) {
-        double tol = ty == RG_WTYPE_F32    ? 0
-                     : ty == RG_WTYPE_BF16 ? 1e-5
-                     : ty == RG_WTYPE_F16  ? 1e-7
+        double tol = ty == RG_F32    ? 0
+                     : ty == RG_BF16 ? 1e-5
+                     : ty == RG_F16  ? 1e-7
                                            : 1e-4;
         CHECK_NMSE(ref + i * dim, src + (size_t)ids[i] * dim, dim, tol, "embed_ref %s dim %zu",
-                   rg_wtype_name(ty), dim);
+                   rg_dtype_name(ty), dim);
       }
       FOR_EACH_LEVEL(lv) {
         memset(out, 0, 6 * dim * 4);
@@ -326,13 +326,13 @@ RG_TEST(ops_embed) {
   reset_level();
   float table[50 * 4] = {0}, out[3 * 4];
   int32_t bad[3] = {1, 2, 50};
-  RG_CHECK_ERR(rg_op_embed(pool, table, RG_WTYPE_F32, 50, bad, 3, 4, out),
+  RG_CHECK_ERR(rg_op_embed(pool, table, RG_F32, 50, bad, 3, 4, out),
                "token id 50 at index 2 is outside the vocabulary of 50 tokens");
   bad[0] = -1;
-  RG_CHECK_ERR(rg_op_embed(pool, table, RG_WTYPE_F32, 50, bad, 3, 4, out),
+  RG_CHECK_ERR(rg_op_embed(pool, table, RG_F32, 50, bad, 3, 4, out),
                "token id -1 at index 0");
-  RG_CHECK_ERR(rg_op_embed_ref(NULL, table, RG_WTYPE_F32, 50, bad, 3, 4, out), "token id -1");
-  RG_CHECK_ERR(rg_op_embed(pool, table, RG_WTYPE_Q8_0, 50, ids, 3, 33, out), "embed: q8_0");
+  RG_CHECK_ERR(rg_op_embed_ref(NULL, table, RG_F32, 50, bad, 3, 4, out), "token id -1");
+  RG_CHECK_ERR(rg_op_embed(pool, table, RG_Q8_0, 50, ids, 3, 33, out), "embed: q8_0");
   rg_pool_destroy(pool);
 }
 
@@ -416,7 +416,7 @@ static void attention_case(rg_test_ctx_t *t, rg_pool_t *pool, const size_t *lens
   fill(&s, sink, hh.n_heads, -1, 3);
   rg_attn_batch_t b = {n_q, qseq, qpos, q.tables, n_seqs};
   rg_attn_params_t prm = {hh.n_heads, 0, window, sinks ? sink : NULL};
-  static const rg_wtype_t dts[] = {RG_WTYPE_F32, RG_WTYPE_BF16, RG_WTYPE_F16};
+  static const rg_dtype_t dts[] = {RG_F32, RG_BF16, RG_F16};
   for (size_t d = 0; d < 3; d++) {
     rg_kv_cache_t *cache, *cache_ref;
     RG_REQUIRE_OK(rg_kv_cache_create(dts[d], 2, n_blocks, bs, hh.n_kv_heads, hh.head_dim, &cache));
@@ -426,19 +426,19 @@ static void attention_case(rg_test_ctx_t *t, rg_pool_t *pool, const size_t *lens
     RG_REQUIRE_OK(fill_cache(NULL, &kvr, &q, kvsrc, 1));
     RG_REQUIRE_OK(rg_op_attention_ref(NULL, &kvr, &b, &prm, qv, ref));
     if (d == 0) memcpy(ref32, ref, qn * 4);
-    size_t bytes = n_blocks * bs * row * (dts[d] == RG_WTYPE_F32 ? 4 : 2);
+    size_t bytes = n_blocks * bs * row * (dts[d] == RG_F32 ? 4 : 2);
     FOR_EACH_LEVEL(lv) {
       RG_REQUIRE_OK(fill_cache(pool, &kv, &q, kvsrc, 0));
       RG_CHECK(memcmp(kv.k, kvr.k, bytes) == 0 && memcmp(kv.v, kvr.v, bytes) == 0);
       memset(o, 0xff, qn * 4);  // NaN: every output must be written
       RG_CHECK_OK(rg_op_attention(pool, &kv, &b, &prm, qv, o));
       CHECK_NMSE(o, ref, qn, 1e-9, "attention %s kv %s heads %zu/%zu hd %zu window %zu sinks %d",
-                 lv, rg_wtype_name(dts[d]), hh.n_heads, hh.n_kv_heads, hh.head_dim, window, sinks);
+                 lv, rg_dtype_name(dts[d]), hh.n_heads, hh.n_kv_heads, hh.head_dim, window, sinks);
     }
     // Storage rounding only: bf16 keeps 8 bits, f16 11.
     if (d > 0)
       CHECK_NMSE(ref, ref32, qn, d == 1 ? 1e-4 : 1e-6, "attention_ref %s vs f32 kv",
-                 rg_wtype_name(dts[d]));
+                 rg_dtype_name(dts[d]));
     rg_kv_cache_destroy(cache);
     rg_kv_cache_destroy(cache_ref);
   }
@@ -502,7 +502,7 @@ RG_TEST(ops_attention_window_and_sinks) {
 RG_TEST(ops_attention_closed_form) {
   // With every key equal, attention is the plain mean of the values.
   rg_kv_cache_t *c;
-  RG_REQUIRE_OK(rg_kv_cache_create(RG_WTYPE_F32, 1, 2, 4, 1, 2, &c));
+  RG_REQUIRE_OK(rg_kv_cache_create(RG_F32, 1, 2, 4, 1, 2, &c));
   rg_kv_layer_t kv = rg_kv_cache_layer(c, 0);
   int32_t blocks[2] = {1, 0};
   rg_block_table_t tb = {blocks, 2};
@@ -536,7 +536,7 @@ RG_TEST(ops_attention_closed_form) {
 
 RG_TEST(ops_attention_bad_input) {
   rg_kv_cache_t *c;
-  RG_REQUIRE_OK(rg_kv_cache_create(RG_WTYPE_BF16, 1, 4, 16, 2, 8, &c));
+  RG_REQUIRE_OK(rg_kv_cache_create(RG_BF16, 1, 4, 16, 2, 8, &c));
   rg_kv_layer_t kv = rg_kv_cache_layer(c, 0);
   int32_t blocks[2] = {3, 1};
   rg_block_table_t tb = {blocks, 2};
@@ -561,7 +561,7 @@ RG_TEST(ops_attention_bad_input) {
   RG_CHECK_ERR(rg_op_attention(NULL, &kv, &b, &prm, q, o),
                "3 query heads is not a positive multiple of the 2 kv heads");
   rg_kv_cache_t *bad = NULL;
-  RG_CHECK_ERR(rg_kv_cache_create(RG_WTYPE_Q8_0, 1, 4, 16, 2, 8, &bad), "q8_0");
+  RG_CHECK_ERR(rg_kv_cache_create(RG_Q8_0, 1, 4, 16, 2, 8, &bad), "q8_0");
   RG_CHECK(bad == NULL);
   rg_kv_cache_destroy(c);
 }

@@ -68,7 +68,7 @@ RG_TEST(testmodel_cli_writes_all_files_and_refuses_to_overwrite) {
   rg_arch_t *a = NULL;
   RG_CHECK_OK(rg_model_load(dir, NULL, &a));
   if (a) {
-    RG_CHECK(!strcmp(a->family, "llama") && a->d_model == 64 && a->n_layers == 2);
+    RG_CHECK(a->family == RG_FAMILY_LLAMA && a->d_model == 64 && a->n_layers == 2);
     RG_CHECK(a->n_heads == 4 && a->n_kv_heads == 2 && a->head_dim == 16 && a->d_ff == 128);
     RG_CHECK(a->vocab == 576 && a->weight_dtype == RG_BF16);
   }
@@ -87,7 +87,7 @@ RG_TEST(testmodel_cli_writes_all_files_and_refuses_to_overwrite) {
   RG_CHECK(same_file(st, copy));
   RG_CHECK(rg_test_run_ridge(t, "testmodel --out m1 --seed 6 --force --json", &out) == 0);
   RG_CHECK_CONTAINS(out, "\"seed\":\t6");
-  RG_CHECK_CONTAINS(out, "\"gguf_type\":\t\"BF16\"");
+  RG_CHECK_CONTAINS(out, "\"gguf_type\":\t\"bf16\"");
   free(out);
   RG_CHECK(!same_file(st, copy));
   free(copy);
@@ -132,7 +132,7 @@ RG_TEST(testmodel_cli_rejects_bad_flags_with_exit_2) {
 RG_TEST(testmodel_tokenizer_json_and_gguf_vocab_encode_alike) {
   const char *dir = rg_test_tmpdir(t);
   rg_testmodel_opts_t o = {
-      .arch = RG_TESTMODEL_MOE, .seed = 1, .dtype = RG_T_F16, .gguf_type = RG_T_COUNT, .force = 1};
+      .arch = RG_TESTMODEL_MOE, .seed = 1, .dtype = RG_F16, .gguf_type = RG_DTYPE_COUNT, .force = 1};
   rg_testmodel_info_t info;
   RG_REQUIRE_OK(rg_testmodel_write(dir, &o, &info));
   RG_CHECK(info.vocab == 576 && info.n_tokens == 517);
@@ -154,7 +154,7 @@ RG_TEST(testmodel_tokenizer_json_and_gguf_vocab_encode_alike) {
     RG_CHECK_OK(rg_tokenizer_from_vocab(tokens, types, nt, merges, nm, pre, bos, eos, &b));
     const rg_tensor_t *x =
         rg_weights_find(w, "model.layers.1.block_sparse_moe.experts.3.w2.weight");
-    RG_CHECK(x && x->type == RG_T_F16 && x->shape[0] == 64 && x->shape[1] == 64);
+    RG_CHECK(x && x->type == RG_F16 && x->shape[0] == 64 && x->shape[1] == 64);
   }
   if (a && b) {
     RG_CHECK(rg_tokenizer_bos(a) == rg_tokenizer_bos(b));
@@ -394,9 +394,9 @@ static void free_fwd(fwd_t *m) {
 static void check_forward(rg_test_ctx_t *t, rg_testmodel_arch_t arch) {
   const char *tmp = rg_test_tmpdir(t);
   char *same = join(tmp, "same"), *q8 = join(tmp, "q8");
-  rg_testmodel_opts_t o = {.arch = arch, .seed = 11, .dtype = RG_T_BF16, .gguf_type = RG_T_COUNT};
+  rg_testmodel_opts_t o = {.arch = arch, .seed = 11, .dtype = RG_BF16, .gguf_type = RG_DTYPE_COUNT};
   RG_REQUIRE_OK(rg_testmodel_write(same, &o, NULL));
-  o.gguf_type = RG_T_Q8_0;
+  o.gguf_type = RG_Q8_0;
   RG_REQUIRE_OK(rg_testmodel_write(q8, &o, NULL));
   char *gg = join(same, "model.gguf"), *gq = join(q8, "model.gguf");
   fwd_t ms, mg, mq;
@@ -445,7 +445,7 @@ RG_TEST(testmodel_moe_forward_pass_agrees_across_formats) {
 
 RG_TEST(testmodel_weights_have_the_documented_scale) {
   const char *dir = rg_test_tmpdir(t);
-  rg_testmodel_opts_t o = {.seed = 3, .dtype = RG_T_F32, .gguf_type = RG_T_COUNT};
+  rg_testmodel_opts_t o = {.seed = 3, .dtype = RG_F32, .gguf_type = RG_DTYPE_COUNT};
   RG_REQUIRE_OK(rg_testmodel_write(dir, &o, NULL));
   rg_weights_t *w = NULL;
   RG_REQUIRE_OK(rg_weights_open(dir, &w));
@@ -460,7 +460,7 @@ RG_TEST(testmodel_weights_have_the_documented_scale) {
   };
   for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
     const rg_tensor_t *x = rg_weights_find(w, cases[c].name);
-    RG_REQUIRE(x && x->type == RG_T_F32);
+    RG_REQUIRE(x && x->type == RG_F32);
     const float *v = x->data;
     int64_t n = rg_tensor_elems(x);
     double s = 0, ss = 0, mx = 0;

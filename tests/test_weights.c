@@ -54,8 +54,8 @@ static const char *fixture(rg_test_ctx_t *t, const char *kind) {
       .arch = strncmp(kind, "moe", 3) ? RG_TESTMODEL_LLAMA : RG_TESTMODEL_MOE,
       .size = RG_TESTMODEL_TINY,
       .seed = 7,
-      .dtype = RG_T_BF16,
-      .gguf_type = strstr(kind, "q8") ? RG_T_Q8_0 : RG_T_COUNT,
+      .dtype = RG_BF16,
+      .gguf_type = strstr(kind, "q8") ? RG_Q8_0 : RG_DTYPE_COUNT,
   };
   rg_status_t s = rg_testmodel_write(dirs[k], &o, NULL);
   if (s) {
@@ -204,7 +204,7 @@ static void check_q8_0(rg_test_ctx_t *t, const char *kind) {
     const rg_tensor_t *x = rg_weights_at(st, i), *y = rg_weights_find(gg, x->name);
     RG_REQUIRE(y);
     RG_CHECK(x->n_dims == y->n_dims && x->shape[0] == y->shape[0] && x->shape[1] == y->shape[1]);
-    if (y->type != RG_T_Q8_0) {
+    if (y->type != RG_Q8_0) {
       // Norms and routers keep their type and bytes.
       RG_CHECK(x->n_dims == 1 || strstr(x->name, ".gate.weight"));
       RG_CHECK(y->type == x->type && !memcmp(x->data, y->data, x->nbytes));
@@ -457,7 +457,7 @@ RG_TEST(weights_expect_and_check_name_file_and_tensor) {
   const rg_tensor_t *out = NULL;
   int64_t ok[2] = {128, 64};
   RG_CHECK_OK(rg_weights_expect(w, "model.layers.1.mlp.up_proj.weight", 2, ok, &out));
-  RG_CHECK(out && out->type == RG_T_BF16 && out->nbytes == 128 * 64 * 2);
+  RG_CHECK(out && out->type == RG_BF16 && out->nbytes == 128 * 64 * 2);
   rg_weights_close(w);
 
   // A config that disagrees with the weights.
@@ -490,7 +490,7 @@ RG_TEST(weights_expect_and_check_name_file_and_tensor) {
     RG_CHECK_OK(rg_weights_check(w, a));
     a->qk_norm = 1;
     RG_CHECK_ERR(rg_weights_check(w, a), "missing tensor 'model.layers.0.self_attn.q_norm.weight'");
-    snprintf(a->family, sizeof(a->family), "gpt_oss");
+    a->family = RG_FAMILY_GPT_OSS;
     RG_CHECK_ERR(rg_weights_check(w, a), "checking tensors of family 'gpt_oss' is not supported");
   }
   rg_arch_destroy(a);
@@ -575,7 +575,7 @@ RG_TEST(weights_safetensors_hostile_headers_get_clear_errors) {
               "{\"w\": {\"dtype\": \"F32\", \"shape\": [4, 8], \"data_offsets\": [0, 100]}}", NULL,
               100);
   CHECK_OPEN_ERR(p,
-                 "tensor 'w': data_offsets [0, 100] hold 100 bytes but 32 elements of F32 "
+                 "tensor 'w': data_offsets [0, 100] hold 100 bytes but 32 elements of f32 "
                  "take 128");
   p = st_file(t, "past2.safetensors",
               "{\"w\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [8, 24]}}", NULL, 16);
@@ -647,7 +647,7 @@ RG_TEST(weights_safetensors_odd_but_valid_files_load) {
   RG_CHECK_ERR(rg_tensor_read_f32(f, 2, 3, got), "elements [2, +3) are outside its 4");
   int64_t sh[1] = {1};
   RG_CHECK_ERR(rg_weights_expect(w, "i", 1, sh, NULL),
-               "tensor 'i': dtype I32 where a float or Q8_0 weight is expected");
+               "tensor 'i': dtype i32 where a float or Q8_0 weight is expected");
   const rg_tensor_t *e = rg_weights_find(w, "e");
   RG_CHECK(e && e->nbytes == 0 && e->shape[0] == 0 && e->shape[1] == 3);
   rg_arch_t *a = NULL;
@@ -1048,17 +1048,17 @@ RG_TEST(weights_writers_check_their_input) {
   const char *tmp = rg_test_tmpdir(t);
   char *p = path_in(tmp, "x.safetensors");
   float data[4] = {0};
-  rg_tensor_t q = {.name = "q", .type = RG_T_Q8_0, .n_dims = 1, .shape = {32}, .data = data};
-  RG_CHECK_ERR(rg_safetensors_write(p, &q, 1, NULL, 0, NULL), "safetensors has no dtype Q8_0");
-  rg_tensor_t bad = {.name = "b", .type = RG_T_F32, .n_dims = 1, .shape = {-1}, .data = data};
+  rg_tensor_t q = {.name = "q", .type = RG_Q8_0, .n_dims = 1, .shape = {32}, .data = data};
+  RG_CHECK_ERR(rg_safetensors_write(p, &q, 1, NULL, 0, NULL), "safetensors has no dtype q8_0");
+  rg_tensor_t bad = {.name = "b", .type = RG_F32, .n_dims = 1, .shape = {-1}, .data = data};
   RG_CHECK_ERR(rg_safetensors_write(p, &bad, 1, NULL, 0, NULL), "negative dim -1");
-  rg_tensor_t nodata = {.name = "n", .type = RG_T_F32, .n_dims = 1, .shape = {4}};
+  rg_tensor_t nodata = {.name = "n", .type = RG_F32, .n_dims = 1, .shape = {4}};
   RG_CHECK_ERR(rg_safetensors_write(p, &nodata, 1, NULL, 0, NULL), "has no data and no fill");
   struct stat st;
   RG_CHECK(stat(p, &st) != 0);  // nothing left behind
   char *partial = path_in(tmp, "x.safetensors.partial");
   RG_CHECK(stat(partial, &st) != 0);
-  rg_tensor_t ok = {.name = "w\"\\", .type = RG_T_F32, .n_dims = 1, .shape = {4}, .data = data};
+  rg_tensor_t ok = {.name = "w\"\\", .type = RG_F32, .n_dims = 1, .shape = {4}, .data = data};
   const char *meta[2] = {"note", "quote \" and\nnewline"};
   RG_CHECK_OK(rg_safetensors_write(p, &ok, 1, meta, 1, NULL));
   rg_weights_t *w = open_ok(t, p);
@@ -1070,21 +1070,21 @@ RG_TEST(weights_writers_check_their_input) {
 
   rg_tensor_t twice[2] = {ok, ok};
   RG_CHECK_ERR(rg_safetensors_write(p, twice, 2, NULL, 0, NULL), "tensor 'w\"\\' is given twice");
-  rg_arch_t a = {.family = "gpt_oss"};
+  rg_arch_t a = {.family = RG_FAMILY_GPT_OSS};
   rg_weights_hparams_t hp = {.rope_theta = 10000};
-  rg_gguf_info_t gi = {.arch = &a, .hp = &hp, .matrix_type = RG_T_COUNT};
+  rg_gguf_info_t gi = {.arch = &a, .hp = &hp, .matrix_type = RG_DTYPE_COUNT};
   char *g = path_in(tmp, "x.gguf");
   RG_CHECK_ERR(rg_gguf_write(g, &gi, &ok, 1, NULL), "family 'gpt_oss' has no GGUF writer");
-  snprintf(a.family, sizeof(a.family), "qwen2");
+  a.family = RG_FAMILY_QWEN2;
   RG_CHECK_ERR(rg_gguf_write(g, &gi, &ok, 1, NULL), "tensor 'w\"\\' has no GGUF name");
   rg_tensor_t emb[2] = {{.name = "model.embed_tokens.weight",
-                         .type = RG_T_F32,
+                         .type = RG_F32,
                          .n_dims = 1,
                          .shape = {4},
                          .data = data}};
   emb[1] = emb[0];
   RG_CHECK_ERR(rg_gguf_write(g, &gi, emb, 2, NULL), "tensor 'token_embd.weight' is given twice");
-  gi.matrix_type = RG_T_BF16;
+  gi.matrix_type = RG_BF16;
   RG_CHECK_ERR(rg_gguf_write(g, &gi, &ok, 1, NULL), "quantizes only to Q8_0");
   free(g);
   free(partial);
@@ -1093,30 +1093,26 @@ RG_TEST(weights_writers_check_their_input) {
 
 // ----- conversions --------------------------------------------------------------------
 
-uint16_t rg__f32_to_f16(float f);
-float rg__f16_to_f32(uint16_t h);
-uint16_t rg__f32_to_bf16(float f);
-float rg__bf16_to_f32(uint16_t h);
 
 RG_TEST(weights_half_conversions_round_to_nearest_even) {
-  RG_CHECK(rg__f32_to_f16(1.0f) == 0x3c00);
-  RG_CHECK(rg__f32_to_f16(-2.0f) == 0xc000);
-  RG_CHECK(rg__f32_to_f16(65504.0f) == 0x7bff);
-  RG_CHECK(rg__f32_to_f16(70000.0f) == 0x7c00);
-  RG_CHECK(rg__f32_to_f16(0x1p-24f) == 0x0001);
-  RG_CHECK(rg__f32_to_f16(1.0f + 0x1p-11f) == 0x3c00);  // tie to even
-  RG_CHECK(rg__f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02);
+  RG_CHECK(rg_f32_to_f16(1.0f) == 0x3c00);
+  RG_CHECK(rg_f32_to_f16(-2.0f) == 0xc000);
+  RG_CHECK(rg_f32_to_f16(65504.0f) == 0x7bff);
+  RG_CHECK(rg_f32_to_f16(70000.0f) == 0x7c00);
+  RG_CHECK(rg_f32_to_f16(0x1p-24f) == 0x0001);
+  RG_CHECK(rg_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00);  // tie to even
+  RG_CHECK(rg_f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02);
   // Every half converts to float and back to itself.
   int bad = 0;
   for (uint32_t h = 0; h < 0x10000; h++) {
     if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaN payloads
-    bad += rg__f32_to_f16(rg__f16_to_f32((uint16_t)h)) != h;
-    bad += rg__f32_to_bf16(rg__bf16_to_f32((uint16_t)h)) != h &&
+    bad += rg_f32_to_f16(rg_f16_to_f32((uint16_t)h)) != h;
+    bad += rg_f32_to_bf16(rg_bf16_to_f32((uint16_t)h)) != h &&
            !((h & 0x7f80) == 0x7f80 && (h & 0x7f));
   }
   RG_CHECK(bad == 0);
-  RG_CHECK(rg__f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80);  // tie to even
-  RG_CHECK(rg__f32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82);
+  RG_CHECK(rg_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80);  // tie to even
+  RG_CHECK(rg_f32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82);
 }
 
 // ----- fuzz corpora -----------------------------------------------------------------------

@@ -42,30 +42,30 @@
 // ---------------------------------------------------------------------------
 // The cache
 
-static int kv_dtype_ok(rg_wtype_t t) {
-  return t == RG_WTYPE_F32 || t == RG_WTYPE_BF16 || t == RG_WTYPE_F16;
+static int kv_dtype_ok(rg_dtype_t t) {
+  return t == RG_F32 || t == RG_BF16 || t == RG_F16;
 }
 
 // Bytes per element of a KV dtype.
-static inline size_t esize(rg_wtype_t t) {
-  return t == RG_WTYPE_F32 ? 4 : 2;
+static inline size_t esize(rg_dtype_t t) {
+  return t == RG_F32 ? 4 : 2;
 }
 
 struct rg_kv_cache_s {
-  rg_wtype_t dtype;
+  rg_dtype_t dtype;
   size_t n_layers, n_blocks, block_size, n_kv_heads, head_dim;
   size_t half_bytes;  // bytes of one layer's K (or V) blocks
   unsigned char *mem;
 };
 
-rg_status_t rg_kv_cache_create(rg_wtype_t dtype, size_t n_layers, size_t n_blocks,
+rg_status_t rg_kv_cache_create(rg_dtype_t dtype, size_t n_layers, size_t n_blocks,
                                size_t block_size, size_t n_kv_heads, size_t head_dim,
                                rg_kv_cache_t **out) {
   *out = NULL;
   if (!kv_dtype_ok(dtype))
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "kv cache: dtype %s (%d) is not one of f32, bf16, f16",
-                          rg_wtype_name(dtype), (int)dtype);
+                          rg_dtype_name(dtype), (int)dtype);
   if (!n_layers || !n_blocks || !block_size || !n_kv_heads || !head_dim)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "kv cache: layers %zu, blocks %zu, block_size %zu, kv heads %zu and "
@@ -108,7 +108,7 @@ rg_status_t rg_attn_batch_check(const rg_kv_layer_t *kv, const rg_attn_batch_t *
   if (!kv_dtype_ok(kv->dtype))
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "kv layer: dtype %s (%d) is not one of f32, bf16, f16",
-                          rg_wtype_name(kv->dtype), (int)kv->dtype);
+                          rg_dtype_name(kv->dtype), (int)kv->dtype);
   if (!kv->n_blocks || !kv->block_size || !kv->n_kv_heads || !kv->head_dim || !kv->k || !kv->v)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "kv layer: blocks %zu, block_size %zu, kv heads %zu, head_dim %zu "
@@ -150,18 +150,18 @@ static inline size_t kv_offset(const rg_kv_layer_t *kv, size_t block, size_t hea
 // too; these are inlined into attention's tile loop, where a call per
 // 128-element row would cost as much as the conversion.)
 
-typedef void (*widen_fn)(const void *src, rg_wtype_t dtype, float *dst, size_t n);
+typedef void (*widen_fn)(const void *src, rg_dtype_t dtype, float *dst, size_t n);
 
-static void widen_scalar(const void *src, rg_wtype_t dtype, float *dst, size_t n) {
+static void widen_scalar(const void *src, rg_dtype_t dtype, float *dst, size_t n) {
   const uint16_t *h = src;
   switch (dtype) {
-    case RG_WTYPE_F32:
+    case RG_F32:
       memcpy(dst, src, n * sizeof(float));
       break;
-    case RG_WTYPE_BF16:
+    case RG_BF16:
       for (size_t i = 0; i < n; i++) dst[i] = rg_bf16_to_f32(h[i]);
       break;
-    case RG_WTYPE_F16:
+    case RG_F16:
       for (size_t i = 0; i < n; i++) dst[i] = rg_f16_to_f32(h[i]);
       break;
     default:
@@ -174,20 +174,20 @@ RG_T512 static inline __mmask16 tail16(size_t n) {
   return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
 
-RG_T512 static void widen_avx512(const void *src, rg_wtype_t dtype, float *dst, size_t n) {
+RG_T512 static void widen_avx512(const void *src, rg_dtype_t dtype, float *dst, size_t n) {
   const uint16_t *h = src;
   switch (dtype) {
-    case RG_WTYPE_F32:
+    case RG_F32:
       memcpy(dst, src, n * sizeof(float));
       break;
-    case RG_WTYPE_BF16:
+    case RG_BF16:
       for (size_t i = 0; i < n; i += 16) {
         __mmask16 m = tail16(n - i);
         __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, h + i));
         _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
       }
       break;
-    case RG_WTYPE_F16:
+    case RG_F16:
       for (size_t i = 0; i < n; i += 16) {
         __mmask16 m = tail16(n - i);
         _mm512_mask_storeu_ps(dst + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
@@ -198,20 +198,20 @@ RG_T512 static void widen_avx512(const void *src, rg_wtype_t dtype, float *dst, 
   }
 }
 
-RG_T256 static void widen_avx2(const void *src, rg_wtype_t dtype, float *dst, size_t n) {
+RG_T256 static void widen_avx2(const void *src, rg_dtype_t dtype, float *dst, size_t n) {
   const uint16_t *h = src;
   size_t i = 0;
   switch (dtype) {
-    case RG_WTYPE_F32:
+    case RG_F32:
       memcpy(dst, src, n * sizeof(float));
       return;
-    case RG_WTYPE_BF16:
+    case RG_BF16:
       for (; i + 8 <= n; i += 8) {
         __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(h + i)));
         _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
       }
       break;
-    case RG_WTYPE_F16:
+    case RG_F16:
       for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
       break;
@@ -304,7 +304,7 @@ static inline void tile_rows(const attn_job_t *J, widen_fn widen, size_t j, size
   const rg_kv_layer_t *kv = J->kv;
   size_t bs = kv->block_size, hd = kv->head_dim, es = esize(kv->dtype), hdp = J->hdp;
   size_t fa = j + PREFETCH_TILES * TILE;
-  if (kv->dtype == RG_WTYPE_F32 && hd == hdp && n == TILE && j % bs + TILE <= bs) {
+  if (kv->dtype == RG_F32 && hd == hdp && n == TILE && j % bs + TILE <= bs) {
     size_t off = kv_offset(kv, (size_t)J->blocks[j / bs], J->h, j % bs);
     *kr = (const float *)kv->k + off;
     *vr = (const float *)kv->v + off;
@@ -412,9 +412,9 @@ RG_T512 static void rows512(const attn_job_t *J, size_t j, size_t n, int raw, ro
   for (size_t jj = 0; jj < n; jj++) {
     size_t off = kv_offset(kv, (size_t)J->blocks[bi], J->h, slot) * es;
     const char *kp = (const char *)kv->k + off, *vp = (const char *)kv->v + off;
-    if (kv->dtype == RG_WTYPE_F16 && !raw) {
-      widen_avx512(kp, RG_WTYPE_F16, J->kf + jj * J->hdp, hd);
-      widen_avx512(vp, RG_WTYPE_F16, J->vf + jj * J->hdp, hd);
+    if (kv->dtype == RG_F16 && !raw) {
+      widen_avx512(kp, RG_F16, J->kf + jj * J->hdp, hd);
+      widen_avx512(vp, RG_F16, J->vf + jj * J->hdp, hd);
       kp = (const char *)(J->kf + jj * J->hdp);
       vp = (const char *)(J->vf + jj * J->hdp);
     }
@@ -571,7 +571,7 @@ RG_T512 static inline __attribute__((always_inline)) void vacc_bf16(
 RG_T512 static void attn_range_avx512(const attn_job_t *J, size_t j0, size_t j1, float *m, float *l,
                                       float *acc) {
   size_t G = J->G, hdp = J->hdp, hd = J->kv->head_dim;
-  int bf16 = J->kv->dtype == RG_WTYPE_BF16;
+  int bf16 = J->kv->dtype == RG_BF16;
   float *p = J->s, *corr = J->s + G * TILE;  // corr: (G) after s in the scratch
   size_t pes = esize(J->kv->dtype);          // bytes per element of the rows prefetched
   rows512_t R, ahead;
@@ -850,7 +850,7 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
     case RG_CPU_ISA_AVX512:
     case RG_CPU_ISA_AVX512_BF16:
       c.range = attn_range_avx512;
-      c.perm32 = kv->dtype == RG_WTYPE_BF16;
+      c.perm32 = kv->dtype == RG_BF16;
       break;
     case RG_CPU_ISA_AVX2:
       c.range = attn_range_avx2;

@@ -21,55 +21,12 @@
 #define T_AVX2 "avx2,fma,f16c"
 #define T_AVX512 "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
 
-static const struct {
-  const char *name;
-  int64_t block_elems, block_bytes;
-} wtype_info[] = {
-#define RG_X_(t, n, be, bb) {n, be, bb},
-    RG_WTYPE_MAP(RG_X_)
-#undef RG_X_
-};
-_Static_assert(sizeof wtype_info / sizeof wtype_info[0] == RG_WTYPE_COUNT, "wtype table");
-
 static const char *const isa_names[] = {
 #define RG_X_(i, n) n,
     RG_CPU_ISA_MAP(RG_X_)
 #undef RG_X_
 };
 _Static_assert(sizeof isa_names / sizeof isa_names[0] == RG_CPU_ISA_COUNT, "isa table");
-
-static int wtype_ok(rg_wtype_t t) {
-  return (unsigned)t < RG_WTYPE_COUNT;
-}
-
-const char *rg_wtype_name(rg_wtype_t t) {
-  return wtype_ok(t) ? wtype_info[t].name : "?";
-}
-int64_t rg_wtype_block_elems(rg_wtype_t t) {
-  return wtype_ok(t) ? wtype_info[t].block_elems : 0;
-}
-int64_t rg_wtype_block_bytes(rg_wtype_t t) {
-  return wtype_ok(t) ? wtype_info[t].block_bytes : 0;
-}
-
-rg_status_t rg_wtype_row_bytes(rg_wtype_t t, int64_t cols, size_t *out_bytes) {
-  *out_bytes = 0;
-  if (!wtype_ok(t)) return rg_status_make(RG_INVALID_ARGUMENT, "unknown weight type %d", (int)t);
-  if (cols < 1)
-    return rg_status_make(RG_INVALID_ARGUMENT, "a %s row needs at least one column, not %lld",
-                          wtype_info[t].name, (long long)cols);
-  int64_t be = wtype_info[t].block_elems;
-  if (cols % be)
-    return rg_status_make(RG_INVALID_ARGUMENT,
-                          "%s rows must be a multiple of %lld wide (whole blocks); this one has "
-                          "%lld columns",
-                          wtype_info[t].name, (long long)be, (long long)cols);
-  if (cols / be > (int64_t)(SIZE_MAX / 2) / wtype_info[t].block_bytes)
-    return rg_status_make(RG_INVALID_ARGUMENT, "a %s row of %lld columns is too large",
-                          wtype_info[t].name, (long long)cols);
-  *out_bytes = (size_t)(cols / be * wtype_info[t].block_bytes);
-  return NULL;
-}
 
 // ---- CPU detection --------------------------------------------------------
 
@@ -334,91 +291,61 @@ static rg_status_t check_q8_0_len(int64_t n) {
   return NULL;
 }
 
-// Quantizing runs once per weight at load time, so one clear scalar version
-// serves every CPU.
-rg_status_t rg_q8_0_quantize_row(const float *src, void *dst, int64_t n) {
-  RG_RETURN_IF_ERROR(check_q8_0_len(n));
-  uint8_t *out = dst;
-  for (int64_t b = 0; b < n / 32; b++, src += 32, out += 34) {
-    float amax = 0.0f;
-    for (int j = 0; j < 32; j++) {
-      if (!isfinite(src[j]))
-        return rg_status_make(RG_INVALID_ARGUMENT, "q8_0 cannot hold value %g at index %lld",
-                              (double)src[j], (long long)(b * 32 + j));
-      amax = fmaxf(amax, fabsf(src[j]));
-    }
-    uint16_t h = rg_f32_to_f16(amax / 127.0f);
-    if ((h & 0x7c00u) == 0x7c00u)
-      return rg_status_make(RG_INVALID_ARGUMENT,
-                            "q8_0 block %lld has magnitude %g; its scale overflows f16 (limit "
-                            "127 * 65504)",
-                            (long long)b, (double)amax);
-    // Rounding x/d with the d that is stored (not the unrounded amax/127)
-    // keeps every error within d/2.
-    float d = rg_f16_to_f32(h);
-    memcpy(out, &h, 2);
-    for (int j = 0; j < 32; j++) {
-      float q = d > 0.0f ? roundf(src[j] / d) : 0.0f;
-      q = fminf(127.0f, fmaxf(-127.0f, q));
-      out[2 + j] = (uint8_t)(int8_t)q;
-    }
-  }
-  return NULL;
-}
-
 rg_status_t rg_q8_0_dequantize_row(const void *src, float *dst, int64_t n) {
-  return rg_row_to_f32_isa(RG_CPU_ISA_AUTO, RG_WTYPE_Q8_0, src, dst, n);
+  return rg_row_to_f32_isa(RG_CPU_ISA_AUTO, RG_Q8_0, src, dst, n);
 }
 
-rg_status_t rg_row_to_f32_isa(rg_cpu_isa_t want, rg_wtype_t t, const void *src, float *dst,
+rg_status_t rg_row_to_f32_isa(rg_cpu_isa_t want, rg_dtype_t t, const void *src, float *dst,
                               int64_t n) {
   rg_cpu_isa_t isa;
   RG_RETURN_IF_ERROR(rg_cpu_isa_resolve(want, &isa));
   if (n < 0) return rg_status_make(RG_INVALID_ARGUMENT, "negative row length %lld", (long long)n);
   switch (t) {
-    case RG_WTYPE_F32:
+    case RG_F32:
       if (n) memmove(dst, src, (size_t)n * sizeof(float));
       return NULL;
-    case RG_WTYPE_BF16:
+    case RG_BF16:
       pick_bf16_to_f32(isa)(src, dst, n);
       return NULL;
-    case RG_WTYPE_F16:
+    case RG_F16:
       pick_f16_to_f32(isa)(src, dst, n);
       return NULL;
-    case RG_WTYPE_Q8_0:
+    case RG_Q8_0:
       RG_RETURN_IF_ERROR(check_q8_0_len(n));
       pick_q8_0_to_f32(isa)(src, dst, n);
       return NULL;
     default:
-      return rg_status_make(RG_INVALID_ARGUMENT, "unknown weight type %d", (int)t);
+      return rg_status_make(RG_INVALID_ARGUMENT, "no %s <-> f32 row conversion (the CPU converts f32, bf16, f16, q8_0)",
+                            rg_dtype_name(t));
   }
 }
 
-rg_status_t rg_row_from_f32_isa(rg_cpu_isa_t want, rg_wtype_t t, const float *src, void *dst,
+rg_status_t rg_row_from_f32_isa(rg_cpu_isa_t want, rg_dtype_t t, const float *src, void *dst,
                                 int64_t n) {
   rg_cpu_isa_t isa;
   RG_RETURN_IF_ERROR(rg_cpu_isa_resolve(want, &isa));
   if (n < 0) return rg_status_make(RG_INVALID_ARGUMENT, "negative row length %lld", (long long)n);
   switch (t) {
-    case RG_WTYPE_F32:
+    case RG_F32:
       if (n) memmove(dst, src, (size_t)n * sizeof(float));
       return NULL;
-    case RG_WTYPE_BF16:
+    case RG_BF16:
       pick_f32_to_bf16(isa)(src, dst, n);
       return NULL;
-    case RG_WTYPE_F16:
+    case RG_F16:
       pick_f32_to_f16(isa)(src, dst, n);
       return NULL;
-    case RG_WTYPE_Q8_0:
+    case RG_Q8_0:
       return rg_q8_0_quantize_row(src, dst, n);
     default:
-      return rg_status_make(RG_INVALID_ARGUMENT, "unknown weight type %d", (int)t);
+      return rg_status_make(RG_INVALID_ARGUMENT, "no %s <-> f32 row conversion (the CPU converts f32, bf16, f16, q8_0)",
+                            rg_dtype_name(t));
   }
 }
 
-rg_status_t rg_row_to_f32(rg_wtype_t t, const void *src, float *dst, int64_t n) {
+rg_status_t rg_row_to_f32(rg_dtype_t t, const void *src, float *dst, int64_t n) {
   return rg_row_to_f32_isa(RG_CPU_ISA_AUTO, t, src, dst, n);
 }
-rg_status_t rg_row_from_f32(rg_wtype_t t, const float *src, void *dst, int64_t n) {
+rg_status_t rg_row_from_f32(rg_dtype_t t, const float *src, void *dst, int64_t n) {
   return rg_row_from_f32_isa(RG_CPU_ISA_AUTO, t, src, dst, n);
 }

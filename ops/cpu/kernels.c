@@ -549,7 +549,7 @@ void rg_op_swiglu(rg_pool_t *pool, const float *gate, const float *up, float *ou
 
 typedef struct {
   const char *table;
-  rg_wtype_t type;
+  rg_dtype_t type;
   size_t row_bytes;
   const int32_t *ids;
   size_t dim;
@@ -567,14 +567,14 @@ static void embed_rows(void *vc, size_t b, size_t e, int thread) {
 }
 
 // The checks rg_op_embed and rg_op_embed_ref share.
-static rg_status_t embed_check(rg_wtype_t type, size_t vocab, const int32_t *ids, size_t n,
+static rg_status_t embed_check(rg_dtype_t type, size_t vocab, const int32_t *ids, size_t n,
                                size_t dim, size_t *row_bytes) {
   *row_bytes = 0;
   if (dim > INT64_MAX)
     return rg_status_make(RG_INVALID_ARGUMENT, "embed: dim %zu is too large", dim);
   if (dim)
-    RG_RETURN_IF_ERROR(rg_status_wrap(rg_wtype_row_bytes(type, (int64_t)dim, row_bytes),
-                                      "embed: %s table rows of %zu", rg_wtype_name(type), dim));
+    RG_RETURN_IF_ERROR(rg_status_wrap(rg_dtype_row_bytes(type, (int64_t)dim, row_bytes),
+                                      "embed: %s table rows of %zu", rg_dtype_name(type), dim));
   for (size_t i = 0; i < n; i++)
     if (ids[i] < 0 || (size_t)ids[i] >= vocab)
       return rg_status_make(RG_INVALID_ARGUMENT,
@@ -584,7 +584,7 @@ static rg_status_t embed_check(rg_wtype_t type, size_t vocab, const int32_t *ids
   return NULL;
 }
 
-rg_status_t rg_op_embed(rg_pool_t *pool, const void *table, rg_wtype_t type, size_t vocab,
+rg_status_t rg_op_embed(rg_pool_t *pool, const void *table, rg_dtype_t type, size_t vocab,
                         const int32_t *ids, size_t n, size_t dim, float *out) {
   size_t row_bytes;
   RG_RETURN_IF_ERROR(embed_check(type, vocab, ids, n, dim, &row_bytes));

@@ -42,7 +42,7 @@ typedef struct {
   int64_t m, n, k;
   const unsigned char *w;  // (n, row_bytes)
   size_t row_bytes;
-  rg_wtype_t type;
+  rg_dtype_t type;
   const float *bias;  // (n) or NULL
   float *y;           // (m, n)
   rg_cpu_isa_t isa;
@@ -96,17 +96,17 @@ INLINE size_t prefetch_ahead(const job_t *j, int nrt) {
 
 // ---- Scalar GEMV ------------------------------------------------------------
 
-static float scalar_weight(rg_wtype_t t, const unsigned char *row, int64_t p) {
+static float scalar_weight(rg_dtype_t t, const unsigned char *row, int64_t p) {
   uint16_t h;
   float f;
   switch (t) {
-    case RG_WTYPE_F32:
+    case RG_F32:
       memcpy(&f, row + 4 * p, 4);
       return f;
-    case RG_WTYPE_BF16:
+    case RG_BF16:
       memcpy(&h, row + 2 * p, 2);
       return rg_bf16_to_f32(h);
-    case RG_WTYPE_F16:
+    case RG_F16:
       memcpy(&h, row + 2 * p, 2);
       return rg_f16_to_f32(h);
     default: {  // q8_0
@@ -131,7 +131,7 @@ static void gemv_scalar(const job_t *j, int64_t r0, int64_t r1) {
       float acc[MB][8] = {{0}};
       for (int64_t c = 0; c < j->k; c += CH) {
         int len = j->k - c < CH ? (int)(j->k - c) : CH;
-        size_t off = j->type == RG_WTYPE_Q8_0 ? (size_t)c / 32 * 34
+        size_t off = j->type == RG_Q8_0 ? (size_t)c / 32 * 34
                                               : (size_t)c * (j->row_bytes / (size_t)j->k);
         // Cannot fail: the type and k were checked before the job started.
         rg_status_free(rg_row_to_f32_isa(RG_CPU_ISA_SCALAR, j->type, row + off, wbuf, len));
@@ -157,12 +157,12 @@ static void gemv_scalar(const job_t *j, int64_t r0, int64_t r1) {
 // ---- AVX2 GEMV ----------------------------------------------------------------
 
 // 8 float-type weights of a row from element p (a multiple of 8), widened to f32.
-INLINE __attribute__((target(T_AVX2))) __m256 w8_avx2(rg_wtype_t t, const unsigned char *row,
+INLINE __attribute__((target(T_AVX2))) __m256 w8_avx2(rg_dtype_t t, const unsigned char *row,
                                                       int64_t p) {
   switch (t) {
-    case RG_WTYPE_F32:
+    case RG_F32:
       return _mm256_loadu_ps((const float *)row + p);
-    case RG_WTYPE_BF16: {
+    case RG_BF16: {
       __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * p)));
       return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     }
@@ -174,7 +174,7 @@ INLINE __attribute__((target(T_AVX2))) __m256 w8_avx2(rg_wtype_t t, const unsign
 // An NR × MR tile of a float type over the whole of k. The tail (k % 8
 // values) goes through zero-padded copies so the vector loop never reads
 // past a row.
-INLINE __attribute__((target(T_AVX2))) void tile_avx2(const job_t *j, rg_wtype_t t, int MR,
+INLINE __attribute__((target(T_AVX2))) void tile_avx2(const job_t *j, rg_dtype_t t, int MR,
                                                       int64_t i0, int64_t r0) {
   const unsigned char *rows[NR];
   tile_rows_at(j, r0, NR, rows);
@@ -184,7 +184,7 @@ INLINE __attribute__((target(T_AVX2))) void tile_avx2(const job_t *j, rg_wtype_t
   for (int i = 0; i < MR; i++)
     for (int q = 0; q < NR; q++) acc[i][q] = _mm256_setzero_ps();
   int64_t k = j->k, p = 0;
-  const size_t pf = prefetch_ahead(j, NR), eb = t == RG_WTYPE_F32 ? 4 : 2;
+  const size_t pf = prefetch_ahead(j, NR), eb = t == RG_F32 ? 4 : 2;
   for (; p + 8 <= k; p += 8) {
     __m256 wv[NR];
 #pragma GCC unroll 4
@@ -278,9 +278,9 @@ INLINE __attribute__((target(T_AVX2))) void tile_q8_avx2(const job_t *j, int MR,
       }                                                                                      \
     }                                                                                        \
   }
-#define TILE2_F32(MR, i0, r) tile_avx2(j, RG_WTYPE_F32, MR, i0, r)
-#define TILE2_BF16(MR, i0, r) tile_avx2(j, RG_WTYPE_BF16, MR, i0, r)
-#define TILE2_F16(MR, i0, r) tile_avx2(j, RG_WTYPE_F16, MR, i0, r)
+#define TILE2_F32(MR, i0, r) tile_avx2(j, RG_F32, MR, i0, r)
+#define TILE2_BF16(MR, i0, r) tile_avx2(j, RG_BF16, MR, i0, r)
+#define TILE2_F16(MR, i0, r) tile_avx2(j, RG_F16, MR, i0, r)
 #define TILE2_Q8_0(MR, i0, r) tile_q8_avx2(j, MR, i0, r)
 AVX2_TILES(gemv_avx2_f32, TILE2_F32)
 AVX2_TILES(gemv_avx2_bf16, TILE2_BF16)
@@ -291,12 +291,12 @@ AVX2_TILES(gemv_avx2_q8_0, TILE2_Q8_0)
 
 // 16 float-type weights of a row from element p, widened to f32; elements
 // outside `mask` read as 0 and are not touched in memory.
-INLINE __attribute__((target(T_AVX512))) __m512 w16_avx512(rg_wtype_t t, const unsigned char *row,
+INLINE __attribute__((target(T_AVX512))) __m512 w16_avx512(rg_dtype_t t, const unsigned char *row,
                                                            int64_t p, __mmask16 mask) {
   switch (t) {
-    case RG_WTYPE_F32:
+    case RG_F32:
       return _mm512_maskz_loadu_ps(mask, (const float *)row + p);
-    case RG_WTYPE_BF16: {
+    case RG_BF16: {
       __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, row + 2 * p));
       return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
     }
@@ -306,8 +306,8 @@ INLINE __attribute__((target(T_AVX512))) __m512 w16_avx512(rg_wtype_t t, const u
 }
 
 // Bytes of one row that 32 weights of a float type take (a loop step).
-INLINE size_t step_bytes(rg_wtype_t t) {
-  return t == RG_WTYPE_F32 ? 128 : 64;
+INLINE size_t step_bytes(rg_dtype_t t) {
+  return t == RG_F32 ? 128 : 64;
 }
 
 // Tiles are NRT weight rows × MR rows of x, of which the first mv are real
@@ -324,7 +324,7 @@ INLINE size_t step_bytes(rg_wtype_t t) {
 // separate sums, which halves the chain of dependent FMAs the loop waits on.
 
 // The float types, 32 values a step.
-INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_wtype_t t, int NRT,
+INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_dtype_t t, int NRT,
                                                           int MR, int mv, int64_t i0, int64_t r0) {
   const unsigned char *rows[NR];
   tile_rows_at(j, r0, NRT, rows);
@@ -485,9 +485,9 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_
       }                                                                                 \
     }                                                                                   \
   }
-#define TILE_F32(NRT, MR, mv, i0, r) tile_avx512(j, RG_WTYPE_F32, NRT, MR, mv, i0, r)
-#define TILE_BF16(NRT, MR, mv, i0, r) tile_avx512(j, RG_WTYPE_BF16, NRT, MR, mv, i0, r)
-#define TILE_F16(NRT, MR, mv, i0, r) tile_avx512(j, RG_WTYPE_F16, NRT, MR, mv, i0, r)
+#define TILE_F32(NRT, MR, mv, i0, r) tile_avx512(j, RG_F32, NRT, MR, mv, i0, r)
+#define TILE_BF16(NRT, MR, mv, i0, r) tile_avx512(j, RG_BF16, NRT, MR, mv, i0, r)
+#define TILE_F16(NRT, MR, mv, i0, r) tile_avx512(j, RG_F16, NRT, MR, mv, i0, r)
 #define TILE_Q8_0(NRT, MR, mv, i0, r) (NRT == 1 ? tile_q8_1x1(j, i0, r) : tile_q8_4x4(j, mv, i0, r))
 AVX512_TILES(T_AVX512, gemv_avx512_f32, TILE_F32)
 AVX512_TILES(T_AVX512, gemv_avx512_bf16, TILE_BF16)
@@ -554,12 +554,12 @@ __attribute__((target(T_AVX512BF16))) static void gemv_dpbf16(const job_t *j, in
 typedef void (*gemv_fn)(const job_t *j, int64_t r0, int64_t r1);
 
 // The GEMV kernel for a level and type; dp picks vdpbf16ps for bf16.
-static gemv_fn pick_gemv(rg_cpu_isa_t isa, rg_wtype_t t, int dp) {
+static gemv_fn pick_gemv(rg_cpu_isa_t isa, rg_dtype_t t, int dp) {
 #if RG_X86
-  static const gemv_fn avx512[RG_WTYPE_COUNT] = {gemv_avx512_f32, gemv_avx512_bf16, gemv_avx512_f16,
-                                                 gemv_avx512_q8_0};
-  static const gemv_fn avx2[RG_WTYPE_COUNT] = {gemv_avx2_f32, gemv_avx2_bf16, gemv_avx2_f16,
-                                               gemv_avx2_q8_0};
+  static const gemv_fn avx512[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx512_f32, [RG_BF16] = gemv_avx512_bf16,
+                                                 [RG_F16] = gemv_avx512_f16, [RG_Q8_0] = gemv_avx512_q8_0};
+  static const gemv_fn avx2[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx2_f32, [RG_BF16] = gemv_avx2_bf16,
+                                               [RG_F16] = gemv_avx2_f16, [RG_Q8_0] = gemv_avx2_q8_0};
   if (dp) return gemv_dpbf16;
   if (isa >= RG_CPU_ISA_AVX512) return avx512[t];
   if (isa >= RG_CPU_ISA_AVX2) return avx2[t];
@@ -624,7 +624,7 @@ static void x_to_bf16_worker(void *ctx, size_t b, size_t e, int thread) {
   const job_t *j = ctx;
   uint16_t *xb = (uint16_t *)j->xb;
   for (size_t i = b; i < e; i++) {
-    rg_status_free(rg_row_from_f32_isa(j->isa, RG_WTYPE_BF16, j->x + i * (size_t)j->k,
+    rg_status_free(rg_row_from_f32_isa(j->isa, RG_BF16, j->x + i * (size_t)j->k,
                                        xb + i * (size_t)j->kp, j->k));
     memset(xb + i * (size_t)j->kp + j->k, 0, (size_t)(j->kp - j->k) * sizeof(uint16_t));
   }
@@ -654,7 +654,7 @@ static void gemm_worker(void *ctx, size_t me, size_t unused_e, int thread) {
   while (claim(j, (int)me, &b, &e)) {
     int64_t r0 = (int64_t)b * j->tile_rows,
             r1 = (int64_t)e * j->tile_rows < j->n ? (int64_t)e * j->tile_rows : j->n;
-    if (j->type == RG_WTYPE_F32) {
+    if (j->type == RG_F32) {
       sgemm_cols(j, (const float *)(j->w + (size_t)r0 * j->row_bytes), r0, r1 - r0);
       continue;
     }
@@ -733,11 +733,13 @@ static int openblas_avx512(void) {
   return 0;
 }
 
-static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_wtype_t t) {
-  static const int64_t avx512_fast_blas[RG_WTYPE_COUNT] = {64, 96, 96, 96};
-  static const int64_t avx512_slow_blas[RG_WTYPE_COUNT] = {128, NEVER, NEVER, NEVER};
-  static const int64_t avx2[RG_WTYPE_COUNT] = {16, 64, 64, 32};
-  if (isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_WTYPE_BF16) return NEVER;
+static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
+  static const int64_t avx512_fast_blas[RG_DTYPE_COUNT] = {[RG_F32] = 64, [RG_BF16] = 96, [RG_F16] = 96,
+                                                           [RG_Q8_0] = 96};
+  static const int64_t avx512_slow_blas[RG_DTYPE_COUNT] = {[RG_F32] = 128, [RG_BF16] = NEVER, [RG_F16] = NEVER,
+                                                           [RG_Q8_0] = NEVER};
+  static const int64_t avx2[RG_DTYPE_COUNT] = {[RG_F32] = 16, [RG_BF16] = 64, [RG_F16] = 64, [RG_Q8_0] = 32};
+  if (isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16) return NEVER;
   if (isa >= RG_CPU_ISA_AVX512) {
     static _Atomic int fast = -1;  // computed once; racing threads store the same
     int f = atomic_load_explicit(&fast, memory_order_relaxed);
@@ -752,34 +754,34 @@ typedef struct {
   int dp;  // GEMV with vdpbf16ps
 } plan_t;
 
-static plan_t plan_for(rg_cpu_isa_t isa, rg_wtype_t t, int64_t m, const rg_matmul_opts_t *o) {
+static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmul_opts_t *o) {
   plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0};
   if (p.path == RG_MATMUL_AUTO) p.path = m >= gemm_min_m(isa, t) ? RG_MATMUL_GEMM : RG_MATMUL_GEMV;
-  p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_WTYPE_BF16 &&
+  p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16 &&
          m >= DP_MIN_M;
   return p;
 }
 
 // [isa][type][0 gemv, 1 gemm]; the AVX512_BF16 row holds the vdpbf16ps names.
-static char names[RG_CPU_ISA_COUNT][RG_WTYPE_COUNT][2][64];
+static char names[RG_CPU_ISA_COUNT][RG_DTYPE_COUNT][2][64];
 static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 
 static void names_init(void) {
   for (int i = RG_CPU_ISA_SCALAR; i < RG_CPU_ISA_COUNT; i++)
-    for (int t = 0; t < RG_WTYPE_COUNT; t++) {
-      const char *in = rg_cpu_isa_name((rg_cpu_isa_t)i), *tn = rg_wtype_name((rg_wtype_t)t);
+    for (int t = 0; t < RG_DTYPE_COUNT; t++) {
+      const char *in = rg_cpu_isa_name((rg_cpu_isa_t)i), *tn = rg_dtype_name((rg_dtype_t)t);
       if (i == RG_CPU_ISA_AVX512_BF16)
         snprintf(names[i][t][0], 64, "%s %s gemv (vdpbf16ps, x in bf16)", in, tn);
       else
         snprintf(names[i][t][0], 64, "%s %s gemv", in, tn);
-      if (t == RG_WTYPE_F32)
+      if (t == RG_F32)
         snprintf(names[i][t][1], 64, "openblas sgemm");
       else
         snprintf(names[i][t][1], 64, "openblas sgemm on %s %s->f32 tiles", in, tn);
     }
 }
 
-static const char *name_of(rg_cpu_isa_t isa, rg_wtype_t t, plan_t p) {
+static const char *name_of(rg_cpu_isa_t isa, rg_dtype_t t, plan_t p) {
   pthread_once(&names_once, names_init);
   // Only the vdpbf16ps kernel needs more than avx512.
   if (!p.dp && isa > RG_CPU_ISA_AVX512) isa = RG_CPU_ISA_AVX512;
@@ -847,7 +849,7 @@ static rg_status_t run_gemm(rg_pool_t *pool, job_t *j) {
   // when more calls run at once than the table holds ("too many memory
   // regions"), so at most 32 threads call it concurrently.
   size_t tiles = (size_t)((j->n + tr - 1) / tr), threads = share_count(pool, tiles, 1, 32);
-  if (j->type != RG_WTYPE_F32) {
+  if (j->type != RG_F32) {
     j->tiles = malloc(threads * (size_t)tr * (size_t)j->k * sizeof(float));
     if (!j->tiles)
       return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory for %zu f32 tiles of %lld x %lld",
@@ -876,7 +878,7 @@ rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wm
              .bias = bias,
              .y = y};
   RG_RETURN_IF_ERROR(rg_cpu_isa_resolve(opts ? opts->isa : RG_CPU_ISA_AUTO, &j.isa));
-  RG_RETURN_IF_ERROR(rg_wtype_row_bytes(w->type, w->cols, &j.row_bytes));
+  RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, w->cols, &j.row_bytes));
   if (m == 0) return NULL;
   plan_t p = plan_for(j.isa, j.type, m, opts);
   return p.path == RG_MATMUL_GEMM ? run_gemm(pool, &j) : run_gemv(pool, &j, p);

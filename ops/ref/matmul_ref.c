@@ -8,19 +8,22 @@ rg_status_t rg_matmul_check(const float *x, int64_t m, const rg_wmat_t *w, const
                             const float *y) {
   (void)bias;  // optional
   if (!w) return rg_status_make(RG_INVALID_ARGUMENT, "matmul: no weight matrix");
-  if ((unsigned)w->type >= RG_WTYPE_COUNT)
+  if ((unsigned)w->type >= RG_DTYPE_COUNT)
     return rg_status_make(RG_INVALID_ARGUMENT, "matmul: unknown weight type %d", (int)w->type);
+  if (!rg_dtype_has_codec(w->type))
+    return rg_status_make(RG_UNIMPLEMENTED, "matmul: no CPU kernel for %s weights (f32, bf16, f16, q8_0)",
+                          rg_dtype_name(w->type));
   if (m < 0) return rg_status_make(RG_INVALID_ARGUMENT, "matmul: negative m (%lld)", (long long)m);
   if (w->rows < 1 || w->cols < 1)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "matmul: %s weight has shape (%lld, %lld); both must be >= 1",
-                          rg_wtype_name(w->type), (long long)w->rows, (long long)w->cols);
+                          rg_dtype_name(w->type), (long long)w->rows, (long long)w->cols);
   // OpenBLAS here takes 32-bit sizes; no transformer layer comes near.
   if (m > INT32_MAX || w->rows > INT32_MAX || w->cols > INT32_MAX)
     return rg_status_make(RG_INVALID_ARGUMENT, "matmul: shape m=%lld n=%lld k=%lld exceeds 2^31-1",
                           (long long)m, (long long)w->rows, (long long)w->cols);
   size_t row_bytes;
-  rg_status_t s = rg_wtype_row_bytes(w->type, w->cols, &row_bytes);
+  rg_status_t s = rg_dtype_row_bytes(w->type, w->cols, &row_bytes);
   if (s)
     return rg_status_wrap(s, "matmul: weight (%lld, %lld)", (long long)w->rows, (long long)w->cols);
   if (m > 0 && (!x || !y || !w->data))
@@ -32,20 +35,20 @@ rg_status_t rg_matmul_check(const float *x, int64_t m, const rg_wmat_t *w, const
 }
 
 // One weight of row `row` (bytes of one row), widened exactly.
-static float weight_at(rg_wtype_t t, const unsigned char *row, int64_t p) {
+static float weight_at(rg_dtype_t t, const unsigned char *row, int64_t p) {
   float f;
   uint16_t h;
   switch (t) {
-    case RG_WTYPE_F32:
+    case RG_F32:
       memcpy(&f, row + 4 * p, 4);
       return f;
-    case RG_WTYPE_BF16:
+    case RG_BF16:
       memcpy(&h, row + 2 * p, 2);
       return rg_bf16_to_f32(h);
-    case RG_WTYPE_F16:
+    case RG_F16:
       memcpy(&h, row + 2 * p, 2);
       return rg_f16_to_f32(h);
-    case RG_WTYPE_Q8_0: {
+    case RG_Q8_0: {
       const unsigned char *blk = row + 34 * (p / 32);
       memcpy(&h, blk, 2);
       return rg_f16_to_f32(h) * (float)(int8_t)blk[2 + p % 32];
@@ -61,7 +64,7 @@ rg_status_t rg_matmul_ref(const float *x, int64_t m, const rg_wmat_t *w, const f
   if (m == 0) return NULL;
   int64_t n = w->rows, k = w->cols;
   size_t row_bytes;
-  RG_RETURN_IF_ERROR(rg_wtype_row_bytes(w->type, k, &row_bytes));
+  RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, k, &row_bytes));
   float *wr = malloc((size_t)k * sizeof(float));
   if (!wr)
     return rg_status_make(RG_OUT_OF_MEMORY, "matmul_ref: no memory for a row of %lld",

@@ -61,14 +61,14 @@ void rg_op_swiglu_ref(rg_pool_t *pool, const float *gate, const float *up, float
   }
 }
 
-rg_status_t rg_op_embed_ref(rg_pool_t *pool, const void *table, rg_wtype_t type, size_t vocab,
+rg_status_t rg_op_embed_ref(rg_pool_t *pool, const void *table, rg_dtype_t type, size_t vocab,
                             const int32_t *ids, size_t n, size_t dim, float *out) {
   if (dim > INT64_MAX)
     return rg_status_make(RG_INVALID_ARGUMENT, "embed: dim %zu is too large", dim);
   size_t row_bytes = 0;
   if (dim)
-    RG_RETURN_IF_ERROR(rg_status_wrap(rg_wtype_row_bytes(type, (int64_t)dim, &row_bytes),
-                                      "embed: %s table rows of %zu", rg_wtype_name(type), dim));
+    RG_RETURN_IF_ERROR(rg_status_wrap(rg_dtype_row_bytes(type, (int64_t)dim, &row_bytes),
+                                      "embed: %s table rows of %zu", rg_dtype_name(type), dim));
   for (size_t i = 0; i < n; i++)
     if (ids[i] < 0 || (size_t)ids[i] >= vocab)
       return rg_status_make(RG_INVALID_ARGUMENT,
@@ -81,14 +81,14 @@ rg_status_t rg_op_embed_ref(rg_pool_t *pool, const void *table, rg_wtype_t type,
       float v;
       uint16_t h;
       switch (type) {
-        case RG_WTYPE_F32:
+        case RG_F32:
           memcpy(&v, row + 4 * d, 4);
           break;
-        case RG_WTYPE_BF16:
+        case RG_BF16:
           memcpy(&h, row + 2 * d, 2);
           v = rg_bf16_to_f32(h);
           break;
-        case RG_WTYPE_F16:
+        case RG_F16:
           memcpy(&h, row + 2 * d, 2);
           v = rg_f16_to_f32(h);
           break;

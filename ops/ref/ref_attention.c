@@ -16,15 +16,15 @@ static size_t at(const rg_kv_layer_t *kv, const rg_block_table_t *tb, size_t p, 
 }
 
 static float load(const rg_kv_layer_t *kv, const void *base, size_t e) {
-  if (kv->dtype == RG_WTYPE_F32) return ((const float *)base)[e];
+  if (kv->dtype == RG_F32) return ((const float *)base)[e];
   uint16_t h = ((const uint16_t *)base)[e];
-  return kv->dtype == RG_WTYPE_BF16 ? rg_bf16_to_f32(h) : rg_f16_to_f32(h);
+  return kv->dtype == RG_BF16 ? rg_bf16_to_f32(h) : rg_f16_to_f32(h);
 }
 
 static void store(const rg_kv_layer_t *kv, void *base, size_t e, float v) {
-  if (kv->dtype == RG_WTYPE_F32)
+  if (kv->dtype == RG_F32)
     ((float *)base)[e] = v;
-  else if (kv->dtype == RG_WTYPE_BF16)
+  else if (kv->dtype == RG_BF16)
     ((uint16_t *)base)[e] = rg_f32_to_bf16(v);
   else
     ((uint16_t *)base)[e] = rg_f32_to_f16(v);
