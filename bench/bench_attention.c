@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "devices/cpu/pool.h"
+#include "base/pool.h"
 #include "ops/ops.h"
 
 static double now(void) {

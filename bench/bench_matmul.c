@@ -29,7 +29,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "devices/cpu/pool.h"
+#include "base/pool.h"
 #include "ops/convert.h"
 #include "ops/matmul.h"
 

@@ -68,7 +68,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "devices/cpu/pool.h"
+#include "base/pool.h"
 
 typedef struct rg_driver_s rg_driver_t;
 typedef struct rg_device_s rg_device_t;

@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
-#include "devices/cpu/pool.h"
+#include "base/pool.h"
 #include "ops/convert.h"
 
 // ---------------------------------------------------------------------------

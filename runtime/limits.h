@@ -6,7 +6,7 @@
 #define RG_RUNTIME_LIMITS_H
 
 #include "base/status.h"
-#include "devices/cpu/pool.h"
+#include "base/pool.h"
 
 typedef struct {
   double read_bandwidth;  // bytes/s, summing a buffer far larger than cache

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "devices/cpu/pool.h"
+#include "base/pool.h"
 #include "ops/convert.h"
 #include "ops/matmul.h"
 #include "tests/test.h"

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "devices/cpu/pool.h"
+#include "base/pool.h"
 #include "ops/ops.h"
 #include "tests/test.h"
 

@@ -1,7 +1,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "devices/cpu/pool.h"
+#include "base/pool.h"
 #include "tests/test.h"
 
 typedef struct {

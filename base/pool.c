@@ -1,4 +1,4 @@
-#include "devices/cpu/pool.h"
+#include "base/pool.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,8 @@
-// devices/cpu/pool.h — the CPU backend's thread pool.
+// base/pool.h — a thread pool for host kernels.
+//
+// It lives in base/ because both sides use it: the CPU kernels in ops/cpu
+// split their loops over it, and the CPU device in devices/cpu owns one per
+// device and runs the HAL's ops on it.
 //
 // Kernels split their work with rg_pool_parallel_for(): the calling thread
 // takes part, so a pool of n threads runs n-1 workers. One call is in flight
@@ -7,8 +11,8 @@
 // milliseconds: workers spin briefly before they sleep.
 //
 // Ownership: rg_pool_create returns a pool the caller destroys.
-#ifndef RG_DEVICES_CPU_POOL_H
-#define RG_DEVICES_CPU_POOL_H
+#ifndef RG_BASE_POOL_H
+#define RG_BASE_POOL_H
 
 #include <stddef.h>
 
@@ -32,4 +36,4 @@ int rg_cpu_count(void);
 void rg_pool_parallel_for(rg_pool_t *pool, size_t n, size_t grain,
                           rg_pool_fn_t fn, void *ctx);
 
-#endif  // RG_DEVICES_CPU_POOL_H
+#endif  // RG_BASE_POOL_H
