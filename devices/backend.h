@@ -9,15 +9,24 @@
 //
 //   slot                  NULL means
 //   device.supports_op    supports nothing
+//   device.check_op       supports every op supports_op claims, any type
+//   device.buffer_wrap    cannot wrap host memory (RG_UNIMPLEMENTED)
 //   device.cpu_pool       not a CPU device (rg_device_cpu_pool gives NULL)
 //   buffer.host_ptr       not host visible; write/read must be given
 //   buffer.write/read     memcpy through host_ptr
+//   queue.submit          runs no op (RG_UNIMPLEMENTED naming the op)
+//   queue.copy            same-device copies through write/read/host_ptr
+//   queue.write/read      the buffer's synchronous write/read
+//   queue.record          a synchronous queue: events are complete at once
+//   queue.wait_event      the host waits for a foreign event first
 //   queue.parallel_for    RG_UNIMPLEMENTED naming the device
 //   queue.wait            nothing to wait for (a synchronous queue)
 //
 // The wrappers have done the checks a backend would repeat: pointers are
 // non-NULL, buffer ranges lie inside the buffer, len > 0 for write/read,
-// the requested size is within the device's memory. devices/null/ is the
+// the requested size is within the device's memory, every operand of a
+// submitted op is a buffer of this device with its range inside it, and
+// check_op (or supports_op) accepted the op. devices/null/ is the
 // smallest complete backend; copy it to start a new one.
 #ifndef RG_DEVICES_BACKEND_H
 #define RG_DEVICES_BACKEND_H
@@ -71,8 +80,11 @@ typedef struct {
   // bytes may be 0. Called only when bytes <= the device's memory.
   rg_status_t (*buffer_alloc)(rg_device_t *dev, size_t bytes, rg_buffer_t **out);
   rg_status_t (*queue_create)(rg_device_t *dev, rg_queue_t **out);
-  int (*supports_op)(rg_device_t *dev, const char *op_name);  // optional
-  rg_pool_t *(*cpu_pool)(rg_device_t *dev);                   // optional
+  int (*supports_op)(rg_device_t *dev, rg_op_kind_t op);             // optional
+  rg_status_t (*check_op)(rg_device_t *dev, const rg_op_t *op);     // optional
+  rg_status_t (*buffer_wrap)(rg_device_t *dev, void *ptr, size_t len, void (*release_fn)(void *),
+                             void *ctx, rg_buffer_t **out);          // optional
+  rg_pool_t *(*cpu_pool)(rg_device_t *dev);                          // optional
 } rg_device_vtable_t;
 
 struct rg_device_s {
@@ -111,11 +123,25 @@ void rg__buffer_init(rg_buffer_t *buf, const rg_buffer_vtable_t *vt, rg_device_t
 // A host-memory buffer aligned to 64 bytes, for backends whose memory is the
 // host's (the CPU). Its destroy slot frees the memory.
 RG_MUST_USE rg_status_t rg__host_buffer_alloc(rg_device_t *dev, size_t bytes, rg_buffer_t **out);
+// The device.buffer_wrap slot for host-memory backends.
+RG_MUST_USE rg_status_t rg__host_buffer_wrap(rg_device_t *dev, void *ptr, size_t len, void (*release_fn)(void *),
+                                             void *ctx, rg_buffer_t **out);
 
 // ----- Queue -------------------------------------------------------------------
 
 typedef struct {
   void (*destroy)(rg_queue_t *q);  // after the wrapper has waited
+  rg_status_t (*submit)(rg_queue_t *q, const rg_op_t *op);  // optional
+  // Same-device copy (src and dst on q's device); optional.
+  rg_status_t (*copy)(rg_queue_t *q, rg_buffer_t *dst, size_t dst_off, rg_buffer_t *src, size_t src_off,
+                      size_t len);
+  rg_status_t (*write)(rg_queue_t *q, rg_buffer_t *dst, size_t off, const void *src, size_t len);  // optional
+  rg_status_t (*read)(rg_queue_t *q, rg_buffer_t *src, size_t off, void *dst, size_t len);         // optional
+  // An event for the work so far (rg__event_init on it); optional.
+  rg_status_t (*record)(rg_queue_t *q, rg_event_t **out);
+  // Make later work wait for ev when ev is this backend's; return
+  // RG_UNIMPLEMENTED to have the wrapper wait on the host instead. Optional.
+  rg_status_t (*wait_event)(rg_queue_t *q, rg_event_t *ev);
   rg_status_t (*parallel_for)(rg_queue_t *q, size_t n, size_t grain, rg_pool_fn_t fn,
                               void *ctx);  // optional
   rg_status_t (*wait)(rg_queue_t *q);      // optional
@@ -127,6 +153,23 @@ struct rg_queue_s {
 };
 
 void rg__queue_init(rg_queue_t *q, const rg_queue_vtable_t *vt, rg_device_t *dev);
+
+// ----- Event -------------------------------------------------------------------
+
+typedef struct {
+  void (*destroy)(rg_event_t *ev);
+  // Waits at most timeout_s; RG_UNAVAILABLE when it runs out.
+  rg_status_t (*wait)(rg_event_t *ev, double timeout_s);
+  int (*done)(rg_event_t *ev);
+} rg_event_vtable_t;
+
+struct rg_event_s {
+  const rg_event_vtable_t *vt;  // NULL: complete when created (synchronous queues)
+  rg_device_t *device;          // one reference held
+  atomic_int refs;
+};
+
+void rg__event_init(rg_event_t *ev, const rg_event_vtable_t *vt, rg_device_t *dev);
 
 // ----- Host facts --------------------------------------------------------------
 

@@ -290,11 +290,6 @@ const rg_device_info_t *rg_device_info(const rg_device_t *dev) {
   return dev ? &dev->info : NULL;
 }
 
-int rg_device_supports_op(const rg_device_t *dev, const char *op_name) {
-  if (!dev || !op_name || !op_name[0] || !dev->vt->supports_op) return 0;
-  return dev->vt->supports_op((rg_device_t *)dev, op_name) ? 1 : 0;
-}
-
 rg_pool_t *rg_device_cpu_pool(const rg_device_t *dev) {
   if (!dev || !dev->vt->cpu_pool) return NULL;
   return dev->vt->cpu_pool((rg_device_t *)dev);

@@ -16,8 +16,12 @@
 //           CUDA_ERROR_NO_DEVICE (100): ...").
 //   device  one opened device (a driver name and an index within it).
 //   buffer  bytes in a device's memory.
-//   queue   in-order work on a device: host kernels split across the CPU
-//           device's threads (rg_queue_parallel_for), device work later.
+//   queue   in-order work on a device: the HAL's ops (devices/op.h) on
+//           buffers, copies buffer<->buffer and host<->device, events that
+//           order work across queues and devices, and host kernels split
+//           across the CPU device's threads (rg_queue_parallel_for).
+//   event   a point in a queue's work; another queue can wait for it, the
+//           host can wait for it with a deadline.
 //
 // Lifecycle (arrows are the calls that move an object along):
 //
@@ -32,7 +36,13 @@
 //        |     rg_buffer_write / rg_buffer_read / rg_buffer_host_ptr
 //        |     rg_buffer_release       refs - 1; at 0 the memory is freed
 //        |                             and the device reference dropped
+//        |-- rg_buffer_wrap -------> buffer over caller memory (host-memory
+//        |                             devices only: mapped weights, no copy)
 //        |-- rg_queue_create ------> queue (holds one reference on its device)
+//        |     rg_queue_submit(op) / rg_queue_copy / rg_queue_write / _read
+//        |     rg_queue_record --------> event (yours: rg_event_release)
+//        |     rg_queue_wait_event(ev)   later work on this queue waits for ev
+//        |     rg_event_wait(ev, timeout) the host waits, with a deadline
 //        |     rg_queue_parallel_for ... rg_queue_wait
 //        |     rg_queue_destroy        waits for its work, drops the device
 //        |
@@ -67,13 +77,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/status.h"
 #include "base/pool.h"
+#include "base/status.h"
+#include "devices/op.h"
 
 typedef struct rg_driver_s rg_driver_t;
 typedef struct rg_device_s rg_device_t;
 typedef struct rg_buffer_s rg_buffer_t;
 typedef struct rg_queue_s rg_queue_t;
+typedef struct rg_event_s rg_event_t;
 
 // ----- Drivers and what they found -------------------------------------------
 
@@ -123,6 +135,11 @@ RG_MUST_USE rg_status_t rg_devices_list(rg_device_info_t *out, size_t cap, size_
 
 typedef struct {
   int threads;  // CPU: threads in its pool, 0 = one per core; others ignore it
+  // CPU: the highest instruction-set level its kernels may use (an
+  // rg_cpu_isa_t of ops/convert.h; 0 = AUTO, the best the CPU has). A cap
+  // belongs to the device, so two engines in one process can run at
+  // different levels. Above what the CPU has: RG_UNAVAILABLE at open.
+  int isa;
 } rg_device_options_t;
 
 // Opens device `index` of `driver`; opts may be NULL (defaults). Errors:
@@ -135,10 +152,13 @@ RG_MUST_USE rg_status_t rg_device_open(const char *driver, int index,
 void rg_device_close(rg_device_t *dev);
 // What the device is (the entry rg_devices_list gave for it). Borrowed.
 const rg_device_info_t *rg_device_info(const rg_device_t *dev);
-// 1 when the device has a kernel for op_name (an ops/ name such as "matmul",
-// "rmsnorm", "attention"), 0 otherwise. The CPU has every op in ops/; null
-// has none.
-int rg_device_supports_op(const rg_device_t *dev, const char *op_name);
+// 1 when the device has a kernel for op (for some element type), 0
+// otherwise. The CPU has every op; null has none.
+int rg_device_supports_op(const rg_device_t *dev, rg_op_kind_t op);
+// NULL when the device can run this op as described (its types included);
+// else RG_UNIMPLEMENTED saying what is missing ("opencl:0 has no matmul
+// kernel for q8_0 weights"). rg_queue_submit says the same.
+RG_MUST_USE rg_status_t rg_device_check_op(const rg_device_t *dev, const rg_op_t *op);
 // The CPU device's thread pool, for ops kernels; NULL for other devices.
 // One parallel_for runs on it at a time: CPU queues take turns on it, and a
 // kernel that uses it directly must be on the thread that drives the device.
@@ -165,9 +185,45 @@ RG_MUST_USE rg_status_t rg_buffer_write(rg_buffer_t *buf, size_t offset, const v
                                         size_t len);
 RG_MUST_USE rg_status_t rg_buffer_read(rg_buffer_t *buf, size_t offset, void *dst, size_t len);
 
+// A buffer over len bytes of caller memory at ptr, for devices whose memory
+// is the host's (the CPU): weights mapped from a file run in place. The
+// caller keeps the memory alive until the buffer is released (release_fn,
+// when given, is called then with ctx). Other devices: RG_UNIMPLEMENTED
+// (allocate and write instead).
+RG_MUST_USE rg_status_t rg_buffer_wrap(rg_device_t *dev, void *ptr, size_t len,
+                                       void (*release_fn)(void *ctx), void *ctx, rg_buffer_t **out);
+
 // ----- Queues --------------------------------------------------------------------
 
 RG_MUST_USE rg_status_t rg_queue_create(rg_device_t *dev, rg_queue_t **out);
+// Runs op on q's device. Every operand is checked first (its buffer on this
+// device, its range inside the buffer, the shapes; see rg_op_operands), then
+// the device's support (rg_device_check_op); a failure names the device, the
+// op and its label. A synchronous backend (the CPU) has finished when this
+// returns; others have queued it (rg_queue_wait, or an event).
+RG_MUST_USE rg_status_t rg_queue_submit(rg_queue_t *q, const rg_op_t *op);
+// Copies len bytes between buffers, of this device or any other (through
+// host memory when neither side can reach the other), ordered after the
+// work already on q.
+RG_MUST_USE rg_status_t rg_queue_copy(rg_queue_t *q, rg_buffer_t *dst, size_t dst_offset,
+                                      rg_buffer_t *src, size_t src_offset, size_t len);
+// Host -> buffer and buffer -> host, ordered with q's work. The host memory
+// must stay valid (and, for _read, unread) until q's work reaches it: after
+// rg_queue_wait or an event recorded after the call.
+RG_MUST_USE rg_status_t rg_queue_write(rg_queue_t *q, rg_buffer_t *dst, size_t offset,
+                                       const void *src, size_t len);
+RG_MUST_USE rg_status_t rg_queue_read(rg_queue_t *q, rg_buffer_t *src, size_t offset, void *dst,
+                                      size_t len);
+// An event that completes when all work submitted to q so far has.
+RG_MUST_USE rg_status_t rg_queue_record(rg_queue_t *q, rg_event_t **out);
+// Work submitted to q after this call starts after ev completes (ev may
+// come from any queue of any device).
+RG_MUST_USE rg_status_t rg_queue_wait_event(rg_queue_t *q, rg_event_t *ev);
+// The host waits for ev, at most timeout_s seconds: RG_UNAVAILABLE naming
+// the device and the wait when it runs out.
+RG_MUST_USE rg_status_t rg_event_wait(rg_event_t *ev, double timeout_s);
+int rg_event_done(rg_event_t *ev);  // 1 when complete (or failed)
+void rg_event_release(rg_event_t *ev);
 // Runs fn over [0, n) in chunks of at least `grain` items on the device's
 // threads (see rg_pool_parallel_for). A host-kernel call: only devices whose
 // threads are the host's run it (the CPU); others return RG_UNIMPLEMENTED.

@@ -160,6 +160,42 @@ rg_status_t rg__host_buffer_alloc(rg_device_t *dev, size_t bytes, rg_buffer_t **
   return NULL;
 }
 
+// A buffer over the caller's memory: destroy frees only the struct, after
+// telling the owner through release_fn.
+typedef struct {
+  rg_buffer_t base;
+  void *data;
+  void (*release_fn)(void *);
+  void *ctx;
+} wrapped_buffer_t;
+
+static void wrapped_buffer_destroy(rg_buffer_t *b) {
+  wrapped_buffer_t *wb = (wrapped_buffer_t *)b;
+  if (wb->release_fn) wb->release_fn(wb->ctx);
+  free(wb);
+}
+
+static void *wrapped_buffer_ptr(rg_buffer_t *b) {
+  return ((wrapped_buffer_t *)b)->data;
+}
+
+static const rg_buffer_vtable_t wrapped_buffer_vt = {
+    .destroy = wrapped_buffer_destroy,
+    .host_ptr = wrapped_buffer_ptr,
+};
+
+rg_status_t rg__host_buffer_wrap(rg_device_t *dev, void *ptr, size_t len, void (*release_fn)(void *), void *ctx,
+                                 rg_buffer_t **out) {
+  wrapped_buffer_t *wb = calloc(1, sizeof(*wb));
+  if (!wb) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory wrapping a buffer on %s", dev->label);
+  wb->data = ptr;
+  wb->release_fn = release_fn;
+  wb->ctx = ctx;
+  rg__buffer_init(&wb->base, &wrapped_buffer_vt, dev, len);
+  *out = &wb->base;
+  return NULL;
+}
+
 // ----- Vendor libraries --------------------------------------------------------
 
 rg_status_t rg__dynlib_open(const char *env, const char *const *names, size_t n, const char *absent,

@@ -49,8 +49,16 @@
 // RG_UNAVAILABLE, naming the missing feature, above what the CPU has. Not to
 // be called while kernels run on other threads.
 RG_MUST_USE rg_status_t rg_ops_set_isa(rg_cpu_isa_t want);
-// The level in effect (never AUTO).
+// The level in effect on the calling thread (never AUTO): the thread's cap
+// when one is pushed, else the process-wide level.
 rg_cpu_isa_t rg_ops_isa(void);
+// Caps the calling thread's kernels at `cap` (resolved; AUTO = the best)
+// until the matching pop, and returns what to pop. Kernels pick their code
+// on the calling thread before splitting work, so the cap holds for the
+// pool threads too. This is how a device (and so an engine) has its own
+// level without touching other engines in the process.
+rg_cpu_isa_t rg_ops_isa_push(rg_cpu_isa_t cap);
+void rg_ops_isa_pop(rg_cpu_isa_t previous);
 
 // ---------------------------------------------------------------------------
 // Normalization, position encoding, activations
@@ -110,6 +118,10 @@ void rg_op_softmax_ref(rg_pool_t *pool, float *x, size_t rows, size_t n);
 // not this op.)
 void rg_op_swiglu(rg_pool_t *pool, const float *gate, const float *up, float *out, size_t n);
 void rg_op_swiglu_ref(rg_pool_t *pool, const float *gate, const float *up, float *out, size_t n);
+
+// out = a + b over n elements; out may equal a or b (the residual add).
+void rg_op_add(rg_pool_t *pool, const float *a, const float *b, float *out, size_t n);
+void rg_op_add_ref(rg_pool_t *pool, const float *a, const float *b, float *out, size_t n);
 
 // ---------------------------------------------------------------------------
 // Embedding lookup
@@ -325,5 +337,19 @@ size_t rg_sample_filter(const rg_sampler_config_t *config, const float *logits, 
                         int32_t *out_idx, float *out_prob);
 size_t rg_sample_filter_ref(const rg_sampler_config_t *config, const float *logits, size_t vocab,
                             int32_t *out_idx, float *out_prob);
+
+// One draw with a given uniform u in [0, 1): the candidates of
+// rg_sample_filter, then the first whose cumulative probability exceeds u.
+// Greedy configs ignore u. rg_sampler_sample is this with u from its own
+// stream, so a sampler's stream and rg_sampler_uniform reproduce it on any
+// device. scratch_idx, scratch_prob: room for vocab entries.
+int32_t rg_sample_draw(const rg_sampler_config_t *config, const float *logits, size_t vocab, double u,
+                       int32_t *scratch_idx, float *scratch_prob);
+int32_t rg_sample_draw_ref(const rg_sampler_config_t *config, const float *logits, size_t vocab, double u,
+                           int32_t *scratch_idx, float *scratch_prob);
+// The sampler's config, and the next uniform of its stream (what
+// rg_sampler_sample would draw with; greedy samplers draw none).
+const rg_sampler_config_t *rg_sampler_config(const rg_sampler_t *s);
+double rg_sampler_uniform(rg_sampler_t *s);
 
 #endif  // RG_OPS_OPS_H

@@ -13,10 +13,12 @@
 typedef struct {
   const char *name, *file;
   rg_test_fn_t fn;
+  void *arg;
 } entry_t;
 
 struct rg_test_ctx_s {
   const char *name;
+  void *arg;
   int failures;
   int skipped;
   char skip_reason[256];
@@ -27,14 +29,22 @@ struct rg_test_ctx_s {
 static entry_t *tests;
 static size_t n_tests, cap_tests;
 
-void rg_test_register(const char *name, const char *file, rg_test_fn_t fn) {
+void rg_test_register_arg(const char *name, const char *file, rg_test_fn_t fn, void *arg) {
   if (n_tests == cap_tests) {
     cap_tests = cap_tests ? cap_tests * 2 : 64;
     entry_t *nt = realloc(tests, cap_tests * sizeof(*tests));
     if (!nt) abort();
     tests = nt;
   }
-  tests[n_tests++] = (entry_t){name, file, fn};
+  tests[n_tests++] = (entry_t){name, file, fn, arg};
+}
+
+void rg_test_register(const char *name, const char *file, rg_test_fn_t fn) {
+  rg_test_register_arg(name, file, fn, NULL);
+}
+
+void *rg_test_arg(rg_test_ctx_t *t) {
+  return t->arg;
 }
 
 void rg_test_fail(rg_test_ctx_t *t, const char *file, int line, const char *fmt, ...) {
@@ -123,7 +133,7 @@ int main(int argc, char **argv) {
       for (int a = 1; a < argc; a++) want |= strstr(tests[i].name, argv[a]) != NULL;
       if (!want) continue;
     }
-    rg_test_ctx_t ctx = {.name = tests[i].name};
+    rg_test_ctx_t ctx = {.name = tests[i].name, .arg = tests[i].arg};
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     fflush(stdout);

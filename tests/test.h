@@ -17,6 +17,10 @@ typedef struct rg_test_ctx_s rg_test_ctx_t;
 typedef void (*rg_test_fn_t)(rg_test_ctx_t *t);
 
 void rg_test_register(const char *name, const char *file, rg_test_fn_t fn);
+// Registers a test that runs fn with arg (rg_test_arg); name and arg must
+// live for the whole run. For tests made in a loop (one per device and op).
+void rg_test_register_arg(const char *name, const char *file, rg_test_fn_t fn, void *arg);
+void *rg_test_arg(rg_test_ctx_t *t);
 void rg_test_fail(rg_test_ctx_t *t, const char *file, int line, const char *fmt,
                   ...) RG_PRINTF(4, 5);
 void rg_test_skip(rg_test_ctx_t *t, const char *reason);

@@ -99,13 +99,17 @@ RG_TEST(devices_cpu_supports_ops_and_null_supports_none) {
   rg_device_t *cpu, *null;
   RG_REQUIRE_OK(rg_device_open("cpu", 0, NULL, &cpu));
   RG_REQUIRE_OK(rg_device_open("null", 0, NULL, &null));
-  RG_CHECK(rg_device_supports_op(cpu, "matmul") == 1);
-  RG_CHECK(rg_device_supports_op(cpu, "rmsnorm") == 1);
-  RG_CHECK(rg_device_supports_op(cpu, "no_such_op") == 0);
-  RG_CHECK(rg_device_supports_op(cpu, "") == 0);
-  RG_CHECK(rg_device_supports_op(cpu, NULL) == 0);
-  RG_CHECK(rg_device_supports_op(null, "matmul") == 0);
-  RG_CHECK(rg_device_supports_op(NULL, "matmul") == 0);
+  for (int op = 0; op < RG_OP_COUNT; op++) {
+    RG_CHECK(rg_device_supports_op(cpu, (rg_op_kind_t)op) == 1);
+    RG_CHECK(rg_device_supports_op(null, (rg_op_kind_t)op) == 0);
+  }
+  RG_CHECK(rg_device_supports_op(cpu, RG_OP_COUNT) == 0);
+  RG_CHECK(rg_device_supports_op(cpu, (rg_op_kind_t)-1) == 0);
+  RG_CHECK(rg_device_supports_op(NULL, RG_OP_MATMUL) == 0);
+  rg_op_kind_t k;
+  RG_CHECK(rg_op_from_name("attention", &k) == 0 && k == RG_OP_ATTENTION);
+  RG_CHECK(rg_op_from_name("no_such_op", &k) != 0);
+  RG_CHECK(!strcmp(rg_op_name(RG_OP_SAMPLE), "sample") && !strcmp(rg_op_name(RG_OP_COUNT), "?"));
   rg_device_close(null);
   rg_device_close(cpu);
 }
@@ -551,7 +555,7 @@ RG_TEST(devices_cuda_backend_against_a_stand_in_libcuda) {
   RG_CHECK(!strcmp(info->features, "sm_90 f16 bf16 fp8"));
   RG_CHECK_CONTAINS(info->detail, "compute capability 9.0; CUDA driver 12.4");
   RG_CHECK(rg_device_cpu_pool(dev) == NULL);
-  RG_CHECK(rg_device_supports_op(dev, "matmul") == 0);
+  RG_CHECK(rg_device_supports_op(dev, RG_OP_MATMUL) == 0);
 
   // Device memory: not host visible; copies go through the driver.
   rg_buffer_t *buf;

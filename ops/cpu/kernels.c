@@ -47,9 +47,23 @@ rg_status_t rg_ops_set_isa(rg_cpu_isa_t want) {
   return NULL;
 }
 
+// The calling thread's cap (AUTO: none pushed).
+static _Thread_local rg_cpu_isa_t t_cap = RG_CPU_ISA_AUTO;
+
 rg_cpu_isa_t rg_ops_isa(void) {
+  if (t_cap != RG_CPU_ISA_AUTO) return t_cap;
   int want = atomic_load_explicit(&g_isa, memory_order_relaxed);
   return want == RG_CPU_ISA_AUTO ? rg_cpu_isa_best() : (rg_cpu_isa_t)want;
+}
+
+rg_cpu_isa_t rg_ops_isa_push(rg_cpu_isa_t cap) {
+  rg_cpu_isa_t prev = t_cap, best = rg_cpu_isa_best();
+  t_cap = cap == RG_CPU_ISA_AUTO || cap > best ? best : cap;
+  return prev;
+}
+
+void rg_ops_isa_pop(rg_cpu_isa_t previous) {
+  t_cap = previous;
 }
 
 #ifdef RG_X86
@@ -541,6 +555,24 @@ void rg_op_swiglu(rg_pool_t *pool, const float *gate, const float *up, float *ou
 #endif
   swiglu_ctx_t c = {fn, gate, up, out};
   rg_pool_parallel_for(pool, n, 16384, swiglu_spans, &c);
+}
+
+// ---------------------------------------------------------------------------
+// Residual add: memory-bound; the compiler vectorises the plain loop.
+
+typedef struct {
+  const float *a, *b;
+  float *out;
+} add_ctx_t;
+
+static void add_span(void *ctx, size_t i0, size_t i1, int thread) {
+  const add_ctx_t *c = ctx;
+  for (size_t i = i0; i < i1; i++) c->out[i] = c->a[i] + c->b[i];
+}
+
+void rg_op_add(rg_pool_t *pool, const float *a, const float *b, float *out, size_t n) {
+  add_ctx_t c = {a, b, out};
+  if (n) rg_pool_parallel_for(pool, n, 65536, add_span, &c);
 }
 
 // ---------------------------------------------------------------------------

@@ -223,13 +223,26 @@ size_t rg_sample_filter(const rg_sampler_config_t *cfg, const float *logits, siz
   return n;
 }
 
-int32_t rg_sampler_sample(rg_sampler_t *s, const float *logits) {
-  if (s->cfg.temperature == 0) return (int32_t)argmax(logits, s->vocab);
-  size_t n = rg_sample_filter(&s->cfg, logits, s->vocab, s->idx, s->prob);
-  double u = uniform(&s->state), cum = 0;
+int32_t rg_sample_draw(const rg_sampler_config_t *cfg, const float *logits, size_t vocab, double u, int32_t *idx,
+                       float *prob) {
+  if (cfg->temperature == 0) return (int32_t)argmax(logits, vocab);
+  size_t n = rg_sample_filter(cfg, logits, vocab, idx, prob);
+  double cum = 0;
   for (size_t i = 0; i < n; i++) {
-    cum += s->prob[i];
-    if (u < cum) return s->idx[i];
+    cum += prob[i];
+    if (u < cum) return idx[i];
   }
-  return s->idx[n - 1];  // u within rounding of 1
+  return idx[n - 1];  // u within rounding of 1
+}
+
+const rg_sampler_config_t *rg_sampler_config(const rg_sampler_t *s) {
+  return &s->cfg;
+}
+
+double rg_sampler_uniform(rg_sampler_t *s) {
+  return s->cfg.temperature == 0 ? 0.0 : uniform(&s->state);
+}
+
+int32_t rg_sampler_sample(rg_sampler_t *s, const float *logits) {
+  return rg_sample_draw(&s->cfg, logits, s->vocab, rg_sampler_uniform(s), s->idx, s->prob);
 }

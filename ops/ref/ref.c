@@ -54,6 +54,10 @@ void rg_op_softmax_ref(rg_pool_t *pool, float *x, size_t rows, size_t n) {
   }
 }
 
+void rg_op_add_ref(rg_pool_t *pool, const float *a, const float *b, float *out, size_t n) {
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
 void rg_op_swiglu_ref(rg_pool_t *pool, const float *gate, const float *up, float *out, size_t n) {
   for (size_t i = 0; i < n; i++) {
     double g = gate[i];
@@ -258,4 +262,16 @@ size_t rg_sample_filter_ref(const rg_sampler_config_t *cfg, const float *logits,
     n = keep;
   }
   return n;
+}
+
+int32_t rg_sample_draw_ref(const rg_sampler_config_t *cfg, const float *logits, size_t vocab, double u,
+                           int32_t *idx, float *prob) {
+  size_t n = rg_sample_filter_ref(cfg, logits, vocab, idx, prob);
+  if (cfg->temperature == 0 || n == 0) return n ? idx[0] : 0;
+  double cum = 0;
+  for (size_t i = 0; i < n; i++) {
+    cum += prob[i];
+    if (u < cum) return idx[i];
+  }
+  return idx[n - 1];
 }
