@@ -210,6 +210,30 @@ typedef struct {
 RG_MUST_USE rg_status_t rg_stage_costs(const rg_arch_t *a, const rg_shape_t *s,
                                        rg_stage_cost_t *out, size_t cap,
                                        size_t *out_n);
+// One step of a real batch, as an engine runs it: every sequence adds its
+// own number of tokens to its own cached context, and a stage instance may
+// hold a range of layers and a share of the experts. Costs the step with the
+// very formulas rg_stage_costs uses (a batch of equal sequences over all
+// layers gives the same figures), so the engine's counters and the
+// planner's predictions compare term by term.
+typedef struct {
+  int64_t n_new;    // tokens this sequence adds (>= 1)
+  int64_t context;  // tokens already in its KV cache
+} rg_seq_step_t;
+
+typedef struct {
+  const rg_seq_step_t *seqs;
+  size_t n_seqs;
+  int64_t n_logits;                // rows lm_head computes
+  int64_t layer_begin, layer_end;  // [begin, end); end 0 = all layers
+  double expert_fraction;          // share of routed experts held; 0 = all
+  rg_dtype_t weight_dtype, kv_dtype, act_dtype;
+} rg_batch_shape_t;
+
+// Fills out[0..*out_n) like rg_stage_costs: the entries of the stages over
+// the given layers (embed and lm_head always; they hold no layers).
+RG_MUST_USE rg_status_t rg_stage_costs_batch(const rg_arch_t *a, const rg_batch_shape_t *b,
+                                             rg_stage_cost_t *out, size_t cap, size_t *out_n);
 // Finds an entry by name in a filled array, or NULL.
 const rg_stage_cost_t *rg_stage_find(const rg_stage_cost_t *c, size_t n,
                                      const char *name);

@@ -110,29 +110,36 @@ static rg_status_t check_shape(const rg_shape_t *s) {
   return NULL;
 }
 
-rg_status_t rg_stage_costs(const rg_arch_t *a, const rg_shape_t *s, rg_stage_cost_t *out,
-                           size_t cap, size_t *out_n) {
-  if (out_n) *out_n = 0;
-  if (!a || !s || !out || !out_n)
-    return rg_status_make(RG_INVALID_ARGUMENT, "rg_stage_costs: NULL argument");
-  RG_RETURN_IF_ERROR(rg_arch_validate(a));
-  RG_RETURN_IF_ERROR(check_shape(s));
+// What one step puts through the stages, summed over its sequences and
+// over the layers in question: every formula below reads only these, so the
+// planner's uniform shapes (rg_stage_costs) and the engine's real batches
+// (rg_stage_costs_batch) cost a step the same way.
+typedef struct {
+  int prefill;
+  double T;            // tokens
+  double sampled;      // rows lm_head computes
+  double L, Lf, Ls;    // attention layers; full-context and sliding ones among them
+  double Ld, Lm;       // dense FFN and MoE layers
+  double E_frac;       // share of the routed experts held (1: all)
+  double positions;    // sum over sequences and attention layers of attended positions
+  double ctx;          // sum over sequences and layers of cached positions read
+  double latent;       // sum over sequences of context + new (MLA prefill decompresses them)
+  double kept;         // sum over sequences and layers of positions kept after the step
+  double moved;        // sum over sequences and layers of the new positions (kv_transfer)
+  rg_dtype_t wdt, kvdt, adt;
+} step_agg_t;
 
-  const int prefill = s->phase == RG_PHASE_PREFILL;
-  const int64_t n_moe = rg_arch_n_moe_layers(a), n_dense = a->n_layers - n_moe;
+static rg_status_t emit_costs(const rg_arch_t *a, const step_agg_t *g, rg_stage_cost_t *out, size_t cap,
+                              size_t *out_n) {
+  const int prefill = g->prefill;
+  const int64_t n_moe = (int64_t)g->Lm, n_dense = (int64_t)g->Ld;
   const int has_shared = n_moe > 0 && a->n_shared_experts > 0;
   size_t need = 1 + 3 + (n_dense > 0) + (n_moe > 0 ? 3 + (size_t)has_shared : 0) + 1 + 4;
   if (cap < need)
-    return rg_status_make(RG_INVALID_ARGUMENT,
-                          "rg_stage_costs: room for %zu entries, model '%s' needs %zu", cap,
+    return rg_status_make(RG_INVALID_ARGUMENT, "rg_stage_costs: room for %zu entries, model '%s' needs %zu", cap,
                           a->name, need);
-
-  const double B = (double)s->batch, N = (double)s->new_tokens, C = (double)s->context;
-  const double T = B * N;
-  const double wb = rg_dtype_bytes(s->weight_dtype), kb = rg_dtype_bytes(s->kv_dtype),
-               ab = rg_dtype_bytes(s->act_dtype);
-  const double L = (double)a->n_layers, Lm = (double)n_moe, Ld = (double)n_dense;
-  const double Ls = (double)a->n_sliding_layers, Lf = L - Ls, W = (double)a->sliding_window;
+  const double T = g->T, L = g->L, Lm = g->Lm, Ld = g->Ld;
+  const double wb = rg_dtype_bytes(g->wdt), kb = rg_dtype_bytes(g->kvdt), ab = rg_dtype_bytes(g->adt);
   const double d = (double)a->d_model, V = (double)a->vocab, h = (double)a->n_heads;
   const double kv_tok_layer = rg__kv_elems_per_token_layer(a) * kb;
   size_t n = 0;
@@ -152,8 +159,8 @@ rg_status_t rg_stage_costs(const rg_arch_t *a, const rg_shape_t *s, rg_stage_cos
     // kv_b_proj runs over every position's latent, cached and new.
     double kv_b = rg__mla_kv_b_params(a);
     double kv_heads_width = h * (double)(a->qk_nope_head_dim + a->v_head_dim);
-    proj.flops = 2.0 * L * ((p_attn - kv_b) * T + kv_b * B * (C + N));
-    proj.act = L * (2.0 * T * d + B * (C + N) * kv_heads_width) * ab;
+    proj.flops = 2.0 * L * ((p_attn - kv_b) * T + kv_b * g->latent);
+    proj.act = L * (2.0 * T * d + g->latent * kv_heads_width) * ab;
   } else {
     proj.flops = 2.0 * T * L * p_attn;
     proj.act = 2.0 * T * L * d * ab;
@@ -161,7 +168,6 @@ rg_status_t rg_stage_costs(const rg_arch_t *a, const rg_shape_t *s, rg_stage_cos
 
   // attention.core: scores and weighted sum over the KV.
   parts_t core = {0};
-  double positions = B * (Lf * attended_positions(C, N, 0.0) + Ls * attended_positions(C, N, W));
   double flops_per_pos, act_per_tok;  // act_per_tok: per token per layer, elements
   if (!a->mla) {
     double hd = (double)a->head_dim;
@@ -176,15 +182,15 @@ rg_status_t rg_stage_costs(const rg_arch_t *a, const rg_shape_t *s, rg_stage_cos
     flops_per_pos = 2.0 * h * qk + 2.0 * h * vh;
     act_per_tok = h * qk + h * vh;
   }
-  core.flops = positions * flops_per_pos;
-  core.kv_read = B * (Lf * C + Ls * min_d(C, W)) * kv_tok_layer;
+  core.flops = g->positions * flops_per_pos;
+  core.kv_read = g->ctx * kv_tok_layer;
   core.kv_write = T * L * kv_tok_layer;
   core.act = T * L * act_per_tok * ab;
   if (a->mla && prefill)  // the decompressed K and V that proj wrote
-    core.act += B * (C + N) * L * h * (double)(a->qk_nope_head_dim + a->v_head_dim) * ab;
-  emit(out, &n, RG_STAGE_ATTENTION, "attention", 0, a->n_layers, sum_parts(proj, core));
-  emit(out, &n, RG_STAGE_ATTENTION, "attention.proj", 1, a->n_layers, proj);
-  emit(out, &n, RG_STAGE_ATTENTION, "attention.core", 1, a->n_layers, core);
+    core.act += g->latent * L * h * (double)(a->qk_nope_head_dim + a->v_head_dim) * ab;
+  emit(out, &n, RG_STAGE_ATTENTION, "attention", 0, (int64_t)L, sum_parts(proj, core));
+  emit(out, &n, RG_STAGE_ATTENTION, "attention.proj", 1, (int64_t)L, proj);
+  emit(out, &n, RG_STAGE_ATTENTION, "attention.core", 1, (int64_t)L, core);
 
   if (n_dense > 0) {
     const double p_ffn = rg__ffn_layer_params(a);
@@ -202,11 +208,12 @@ rg_status_t rg_stage_costs(const rg_arch_t *a, const rg_shape_t *s, rg_stage_cos
     router.flops = 2.0 * T * Lm * p_router;
     router.weight = router.resident = Lm * p_router * wb;
     router.act = T * Lm * E * ab;  // logits; the hidden input is counted on experts
-    // Expected distinct experts the step's T tokens touch in one layer.
+    // Expected distinct experts the step's T tokens touch in one layer; an
+    // instance holding a share of the experts sees that share of them.
     double touched = E * (1.0 - pow(1.0 - k / E, T));
-    experts.flops = 2.0 * T * Lm * k * p_exp;
-    experts.weight = Lm * touched * p_exp * wb;
-    experts.resident = Lm * E * p_exp * wb;
+    experts.flops = 2.0 * T * Lm * k * p_exp * g->E_frac;
+    experts.weight = Lm * touched * p_exp * wb * g->E_frac;
+    experts.resident = Lm * E * p_exp * wb * g->E_frac;
     experts.act = 2.0 * T * Lm * d * ab;
     // Shared experts see every token and read the hidden state the routed
     // experts already read (engines fuse them), so they add no activations.
@@ -221,7 +228,7 @@ rg_status_t rg_stage_costs(const rg_arch_t *a, const rg_shape_t *s, rg_stage_cos
   // lm_head, with the final norm. When tied it reads the embedding table,
   // which embed already keeps resident.
   parts_t head = {0};
-  double sampled = prefill ? B : T;
+  double sampled = g->sampled;
   head.flops = 2.0 * sampled * V * d;
   head.weight = (V * d + d) * wb;
   head.resident = ((a->tie_embeddings ? 0.0 : V * d) + d) * wb;
@@ -231,18 +238,91 @@ rg_status_t rg_stage_costs(const rg_arch_t *a, const rg_shape_t *s, rg_stage_cos
   // Moves. A sliding layer keeps only its last `window` tokens, so only those
   // travel.
   parts_t transfer = {0}, offload = {0}, reload = {0}, activation = {0};
-  if (prefill) transfer.kv_read = B * (Lf * N + Ls * min_d(N, W)) * kv_tok_layer;
-  double kept = B * (Lf * (C + N) + Ls * min_d(C + N, W)) * kv_tok_layer;
+  if (prefill) transfer.kv_read = g->moved * kv_tok_layer;
+  double kept = g->kept * kv_tok_layer;
   offload.kv_read = kept;
   reload.kv_write = kept;
   activation.act = 2.0 * T * L * d * ab;
-  emit(out, &n, RG_STAGE_KV_TRANSFER, "kv_transfer", 0, a->n_layers, transfer);
-  emit(out, &n, RG_STAGE_KV_OFFLOAD, "kv_offload", 0, a->n_layers, offload);
-  emit(out, &n, RG_STAGE_KV_RELOAD, "kv_reload", 0, a->n_layers, reload);
-  emit(out, &n, RG_STAGE_ACTIVATION, "activation", 0, a->n_layers, activation);
+  emit(out, &n, RG_STAGE_KV_TRANSFER, "kv_transfer", 0, (int64_t)L, transfer);
+  emit(out, &n, RG_STAGE_KV_OFFLOAD, "kv_offload", 0, (int64_t)L, offload);
+  emit(out, &n, RG_STAGE_KV_RELOAD, "kv_reload", 0, (int64_t)L, reload);
+  emit(out, &n, RG_STAGE_ACTIVATION, "activation", 0, (int64_t)L, activation);
 
   *out_n = n;
   return NULL;
+}
+
+rg_status_t rg_stage_costs(const rg_arch_t *a, const rg_shape_t *s, rg_stage_cost_t *out,
+                           size_t cap, size_t *out_n) {
+  if (out_n) *out_n = 0;
+  if (!a || !s || !out || !out_n)
+    return rg_status_make(RG_INVALID_ARGUMENT, "rg_stage_costs: NULL argument");
+  RG_RETURN_IF_ERROR(rg_arch_validate(a));
+  RG_RETURN_IF_ERROR(check_shape(s));
+  const int64_t n_moe = rg_arch_n_moe_layers(a);
+  const double B = (double)s->batch, N = (double)s->new_tokens, C = (double)s->context;
+  const double L = (double)a->n_layers, Ls = (double)a->n_sliding_layers, Lf = L - Ls;
+  const double W = (double)a->sliding_window;
+  step_agg_t g = {.prefill = s->phase == RG_PHASE_PREFILL,
+                  .T = B * N,
+                  .L = L,
+                  .Lf = Lf,
+                  .Ls = Ls,
+                  .Ld = (double)(a->n_layers - n_moe),
+                  .Lm = (double)n_moe,
+                  .E_frac = 1.0,
+                  .positions = B * (Lf * attended_positions(C, N, 0.0) + Ls * attended_positions(C, N, W)),
+                  .ctx = B * (Lf * C + Ls * min_d(C, W)),
+                  .latent = B * (C + N),
+                  .kept = B * (Lf * (C + N) + Ls * min_d(C + N, W)),
+                  .moved = B * (Lf * N + Ls * min_d(N, W)),
+                  .wdt = s->weight_dtype,
+                  .kvdt = s->kv_dtype,
+                  .adt = s->act_dtype};
+  // lm_head runs on the sampled tokens: the last of each prompt in prefill,
+  // every new token in decode (several: a speculative verify step).
+  g.sampled = g.prefill ? B : g.T;
+  return emit_costs(a, &g, out, cap, out_n);
+}
+
+rg_status_t rg_stage_costs_batch(const rg_arch_t *a, const rg_batch_shape_t *b, rg_stage_cost_t *out, size_t cap,
+                                 size_t *out_n) {
+  if (out_n) *out_n = 0;
+  if (!a || !b || !out || !out_n || (b->n_seqs && !b->seqs))
+    return rg_status_make(RG_INVALID_ARGUMENT, "rg_stage_costs_batch: NULL argument");
+  RG_RETURN_IF_ERROR(rg_arch_validate(a));
+  int64_t l0 = b->layer_begin, l1 = b->layer_end ? b->layer_end : a->n_layers;
+  if (l0 < 0 || l1 > a->n_layers || l0 >= l1)
+    return rg_status_make(RG_INVALID_ARGUMENT, "rg_stage_costs_batch: layers [%lld, %lld) of a %lld-layer model",
+                          (long long)l0, (long long)l1, (long long)a->n_layers);
+  if ((unsigned)b->weight_dtype >= RG_DTYPE_COUNT || (unsigned)b->kv_dtype >= RG_DTYPE_COUNT ||
+      (unsigned)b->act_dtype >= RG_DTYPE_COUNT)
+    return rg_status_make(RG_INVALID_ARGUMENT, "rg_stage_costs_batch: unknown dtype");
+  double Lm = 0;
+  for (int64_t l = l0; l < l1; l++) Lm += a->n_experts > 0 && rg_arch_layer_is_moe(a, l);
+  double L = (double)(l1 - l0);
+  // Which layers slide is not in rg_arch_t, only how many: a range gets its
+  // share of them.
+  double Ls = a->n_layers > 0 ? (double)a->n_sliding_layers * L / (double)a->n_layers : 0.0, Lf = L - Ls;
+  double W = (double)a->sliding_window;
+  step_agg_t g = {.prefill = 0, .L = L, .Lf = Lf, .Ls = Ls, .Ld = L - Lm, .Lm = Lm,
+                  .E_frac = b->expert_fraction > 0 ? b->expert_fraction : 1.0,
+                  .sampled = (double)b->n_logits, .wdt = b->weight_dtype, .kvdt = b->kv_dtype,
+                  .adt = b->act_dtype};
+  for (size_t i = 0; i < b->n_seqs; i++) {
+    double N = (double)b->seqs[i].n_new, C = (double)b->seqs[i].context;
+    if (b->seqs[i].n_new < 1 || b->seqs[i].context < 0)
+      return rg_status_make(RG_INVALID_ARGUMENT, "rg_stage_costs_batch: sequence %zu adds %lld tokens to %lld", i,
+                            (long long)b->seqs[i].n_new, (long long)b->seqs[i].context);
+    g.prefill |= b->seqs[i].n_new > 1;
+    g.T += N;
+    g.positions += Lf * attended_positions(C, N, 0.0) + Ls * attended_positions(C, N, W);
+    g.ctx += Lf * C + Ls * min_d(C, W);
+    g.latent += C + N;
+    g.kept += Lf * (C + N) + Ls * min_d(C + N, W);
+    g.moved += Lf * N + Ls * min_d(N, W);
+  }
+  return emit_costs(a, &g, out, cap, out_n);
 }
 
 const rg_stage_cost_t *rg_stage_find(const rg_stage_cost_t *c, size_t n, const char *name) {

@@ -575,3 +575,61 @@ RG_TEST(graphs_moe_layer_rules) {
   a.first_k_dense = 6;
   RG_CHECK_ERR(rg_arch_validate(&a), "leaves no MoE layer");
 }
+
+// The engine's per-batch costs use the planner's formulas: a batch of equal
+// sequences costs what the uniform shape costs, and layer ranges add up.
+RG_TEST(graphs_batch_costs_match_uniform_shapes_and_split_by_layers) {
+  static const char *const models[] = {"llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3"};
+  for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+    rg_arch_t *a;
+    RG_REQUIRE_OK(rg_model_load(models[m], rg_test_config_dir(), &a));
+    for (int prefill = 0; prefill < 2; prefill++) {
+      rg_shape_t sh = {prefill ? RG_PHASE_PREFILL : RG_PHASE_DECODE, 6, prefill ? 300 : 1, 1000, RG_BF16, RG_BF16,
+                       RG_BF16};
+      rg_stage_cost_t u[RG_MAX_STAGE_COSTS], b[RG_MAX_STAGE_COSTS];
+      size_t nu, nb;
+      RG_REQUIRE_OK(rg_stage_costs(a, &sh, u, RG_MAX_STAGE_COSTS, &nu));
+      rg_seq_step_t seqs[6];
+      for (int i = 0; i < 6; i++) seqs[i] = (rg_seq_step_t){sh.new_tokens, sh.context};
+      rg_batch_shape_t bs = {seqs, 6, prefill ? 6 : 6, 0, 0, 0, RG_BF16, RG_BF16, RG_BF16};
+      RG_REQUIRE_OK(rg_stage_costs_batch(a, &bs, b, RG_MAX_STAGE_COSTS, &nb));
+      RG_REQUIRE(nu == nb);
+      for (size_t i = 0; i < nu; i++) {
+        RG_CHECK(!strcmp(u[i].name, b[i].name));
+        RG_CHECK_NEAR(b[i].flops + 1, u[i].flops + 1, 1e-12);
+        RG_CHECK_NEAR(b[i].bytes + 1, u[i].bytes + 1, 1e-12);
+      }
+      // Two layer ranges add up to the whole for every per-layer stage.
+      int64_t half = a->n_layers / 2;
+      rg_stage_cost_t lo[RG_MAX_STAGE_COSTS], hi[RG_MAX_STAGE_COSTS];
+      size_t nlo, nhi;
+      bs.layer_begin = 0, bs.layer_end = half;
+      RG_REQUIRE_OK(rg_stage_costs_batch(a, &bs, lo, RG_MAX_STAGE_COSTS, &nlo));
+      bs.layer_begin = half, bs.layer_end = a->n_layers;
+      RG_REQUIRE_OK(rg_stage_costs_batch(a, &bs, hi, RG_MAX_STAGE_COSTS, &nhi));
+      static const char *const per_layer[] = {"attention", "attention.core", "ffn", "moe.router"};
+      for (size_t k = 0; k < 4; k++) {
+        const rg_stage_cost_t *w = rg_stage_find(b, nb, per_layer[k]), *x = rg_stage_find(lo, nlo, per_layer[k]),
+                              *y = rg_stage_find(hi, nhi, per_layer[k]);
+        if (!w) continue;
+        double xf = x ? x->flops : 0, yf = y ? y->flops : 0;
+        RG_CHECK_NEAR(xf + yf, w->flops, 1e-12);
+      }
+    }
+    // Mixed batches: a prefill chunk and decodes on different contexts.
+    rg_seq_step_t mix[3] = {{128, 0}, {1, 4000}, {1, 17}};
+    rg_batch_shape_t bm = {mix, 3, 3, 0, 0, 0, RG_BF16, RG_BF16, RG_BF16};
+    rg_stage_cost_t c[RG_MAX_STAGE_COSTS];
+    size_t nc;
+    RG_REQUIRE_OK(rg_stage_costs_batch(a, &bm, c, RG_MAX_STAGE_COSTS, &nc));
+    const rg_stage_cost_t *core = rg_stage_find(c, nc, "attention.core");
+    RG_REQUIRE(core);
+    if (!a->mla && !a->n_sliding_layers) {
+      double pos = 128.0 * 129 / 2 + 4001 + 18;  // attended positions per layer
+      RG_CHECK_NEAR(core->flops, pos * (double)a->n_layers * 4.0 * (double)(a->n_heads * a->head_dim), 1e-12);
+    }
+    bm.layer_end = a->n_layers + 1;
+    RG_CHECK_ERR(rg_stage_costs_batch(a, &bm, c, RG_MAX_STAGE_COSTS, &nc), "layers [0,");
+    rg_arch_destroy(a);
+  }
+}
