@@ -437,10 +437,14 @@ RG_TEST(sched_preempt_swap_out_and_back_in) {
   rg_sched_stats(s, &st);
   RG_CHECK(st.swap_used == 2 && st.preempt_swap == 1 && st.blocks_swapped_out == 2);
   RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  // C would fit the one free block, but a swapped request goes first.
+  int32_t pc[2] = {9, 9}, hC;
+  RG_REQUIRE_OK(add(s, 3, pc, 2, 1, now, &hC));
   int back = 0;
   while (state_of(s, hB) != RG_SCHED_FINISHED) {
     RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
     RG_CHECK_OK(rg_sched_check(s));
+    if (entry_of(&b, hC)) RG_CHECK(back || b.n_swap_in);
     if (b.n_swap_in) {
       back = 1;
       RG_CHECK(state_of(s, hA) == RG_SCHED_FINISHED);
@@ -647,6 +651,60 @@ RG_TEST(sched_prefix_collision_never_shares_wrong_kv) {
   rg_sched_stats(s, &st);
   RG_CHECK(st.blocks_cached == 1);  // x's block alone
   RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+// A block's KV depends on every token before it, not only on its own: a
+// child entered under a parent block that has since been evicted and
+// refilled with other tokens (with a colliding key) must not match.
+RG_TEST(sched_prefix_child_of_a_reused_parent_never_matches) {
+  rg_sched_config_t c = base_config();
+  c.block_size = 2;
+  c.n_blocks = 12;
+  c.prefix_cache = 1;
+  c.hash_bits = 1;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  // x and z: different first blocks with one key; cd: a second block whose
+  // key differs from it, so both can be indexed at once.
+  int32_t x[2] = {1, 2}, z[2] = {3, 4}, cd[2] = {5, 6};
+  uint64_t k0 = key_of(x, 2, 0, 1);
+  while (key_of(z, 2, 0, 1) != k0) z[1]++;
+  while (key_of(cd, 2, k0, 1) == k0) cd[1]++;
+  int32_t y[4] = {x[0], x[1], cd[0], cd[1]}, w[15], q[5] = {z[0], z[1], cd[0], cd[1], 8};
+  fill(w, 15, 500);
+  int32_t hx, hy, hw, hz, hq;
+  RG_REQUIRE_OK(add(s, 1, x, 2, 1, 0, &hx));
+  RG_REQUIRE_OK(add(s, 2, y, 4, 8, 0, &hy));
+  RG_REQUIRE_OK(add(s, 3, w, 15, 8, 0, &hw));
+  rg_sched_batch_t b;
+  // x computes block x; y computes its own twin of it (both missed) and
+  // enters its block cd as the child of x's block. w fills the pool.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_REQUIRE(b.n_entries == 3);
+  int32_t xblock = b.entries[0].blocks[0];
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  RG_CHECK(state_of(s, hx) == RG_SCHED_FINISHED && block_state(s, xblock) == RG_SCHED_BLOCK_CACHED);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_REQUIRE(st.blocks_free == 1 && st.blocks_cached == 1);
+  // y's next decode takes the free block; z reclaims x's cached one, and
+  // enters it under the same key with its own tokens.
+  RG_REQUIRE_OK(add(s, 4, z, 2, 1, 0.15, &hz));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.2, &b));
+  const rg_sched_entry_t *e = entry_of(&b, hz);
+  RG_REQUIRE(e && e->blocks[0] == xblock);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.3, 0));
+  RG_REQUIRE_OK(rg_sched_abort(s, hw, 0.3));
+  // q = z + cd: z's block matches, but y's cd was computed after x.
+  RG_REQUIRE_OK(add(s, 5, q, 5, 1, 0.3, &hq));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.4, &b));
+  e = entry_of(&b, hq);
+  RG_REQUIRE(e);
+  RG_CHECK(e->pos == 2 && e->blocks[0] == xblock);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.5, 0));
+  RG_CHECK_OK(rg_sched_check(s));
+  (void)hy;
   rg_sched_destroy(s);
 }
 
@@ -858,4 +916,475 @@ RG_TEST(sched_check_finds_corruption) {
   s->st.n_state[RG_SCHED_WAITING]--;
   RG_CHECK_OK(rg_sched_check(s));
   rg_sched_destroy(s);
+}
+
+// --- random request streams ----------------------------------------------------
+//
+// A fake model stands in for the engine: the "KV" it writes at a position is
+// a rolling hash of every token up to it, computed from the KV it reads at
+// the previous position, exactly as attention depends on earlier KV. Each
+// step first checks that every position an entry reads holds the hash of
+// that request's own tokens, so a block shared wrongly, freed too early,
+// swapped back wrong or overwritten is caught where it happens, and tokens
+// are sampled from that hash, so outputs can be predicted from the prompt.
+
+typedef struct {
+  uint64_t s;
+} rng_t;
+
+static uint64_t rng_next(rng_t *r) {  // splitmix64
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static int64_t rng_range(rng_t *r, int64_t lo, int64_t hi) {  // inclusive
+  return lo + (int64_t)(rng_next(r) % (uint64_t)(hi - lo + 1));
+}
+static double rng_unit(rng_t *r) {
+  return (double)(rng_next(r) >> 11) / 9007199254740992.0;
+}
+
+enum { FAKE_VOCAB = 1000 };
+static const uint64_t fake_root = 0x5eed5eed5eedull;
+static uint64_t fake_mix(uint64_t prev, int32_t tok) {
+  uint64_t h = (prev ^ (uint64_t)(uint32_t)tok) * 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 29);
+}
+static int32_t fake_sample(uint64_t h) {
+  return (int32_t)((h >> 21) % FAKE_VOCAB);
+}
+static int fake_stop(int32_t tok) {
+  return tok % 89 == 0;
+}
+
+typedef struct {
+  const char *name;
+  int32_t bs;
+  int64_t n_blocks, n_swap;
+  int32_t max_seqs;
+  int64_t max_batch_tokens, max_context;
+  rg_sched_preempt_t preempt;
+  int prefix, hash_bits;
+  int64_t watermark;
+  int n_requests;
+  int prefix_max, suffix_max, out_max;  // lengths drawn up to these
+  int vocab;  // prompt tokens drawn below this (0 = the fake model's 1000)
+} stream_cfg_t;
+
+typedef struct {
+  int64_t requests, refused, iterations, finished, aborted, failed;
+  int64_t preempt_recompute, preempt_swap, hit_tokens, lookup_tokens, evicted;
+  uint64_t digest;
+} stream_out_t;
+
+typedef struct {
+  int live, started, decoding;
+  uint64_t id;
+  int64_t n_prompt, max_tokens, n_known, computed;
+  double arrival;
+  int32_t *tokens;
+} track_t;
+
+// Rolling hash after positions [0, upto) of tokens.
+static uint64_t rolling(const int32_t *tokens, int64_t upto) {
+  uint64_t h = fake_root;
+  for (int64_t i = 0; i < upto; i++) h = fake_mix(h, tokens[i]);
+  return h;
+}
+
+// The outputs the fake model must produce for a prompt.
+static int64_t reference_output(const track_t *k, int32_t *out) {
+  uint64_t h = rolling(k->tokens, k->n_prompt);
+  int64_t n = 0;
+  for (;;) {
+    int32_t tok = fake_sample(h);
+    out[n++] = tok;
+    if (fake_stop(tok) || n == k->max_tokens) return n;
+    h = fake_mix(h, tok);
+  }
+}
+
+static uint64_t *kv_slot(uint64_t *kv, int32_t bs, const int32_t *blocks, int64_t p) {
+  return &kv[(int64_t)blocks[p / bs] * bs + p % bs];
+}
+
+static void end_track(track_t *k) {
+  k->live = 0;
+}
+
+// Aborts or fails a random live request, if one is found quickly.
+static void random_end(rg_test_ctx_t *t, rg_sched_t *s, rng_t *rng, track_t *tr, int32_t n_handles,
+                       double now, stream_out_t *o) {
+  if (n_handles == 0) return;
+  for (int tries = 0; tries < 8; tries++) {
+    int32_t h = (int32_t)rng_range(rng, 0, n_handles - 1);
+    if (!tr[h].live) continue;
+    if (rng_next(rng) & 1) {
+      RG_CHECK_OK(rg_sched_abort(s, h, now));
+      o->aborted++;
+    } else {
+      RG_CHECK_OK(rg_sched_fail(s, h, now, "worker lost (random stream)"));
+      rg_sched_request_info_t info;
+      RG_CHECK_OK(rg_sched_request_info(s, h, &info));
+      RG_CHECK(info.state == RG_SCHED_FAILED && info.reason &&
+               strcmp(info.reason, "worker lost (random stream)") == 0);
+      o->failed++;
+    }
+    end_track(&tr[h]);
+    return;
+  }
+}
+
+static void hash_batch(XXH3_state_t *x, const rg_sched_batch_t *b) {
+  XXH3_64bits_update(x, &b->iteration, sizeof b->iteration);
+  for (size_t i = 0; i < b->n_entries; i++) {
+    const rg_sched_entry_t *e = &b->entries[i];
+    int64_t f[5] = {e->req, e->pos, e->n, e->want_logits, e->is_prefill};
+    XXH3_64bits_update(x, f, sizeof f);
+    XXH3_64bits_update(x, e->blocks, (size_t)e->n_blocks * sizeof(int32_t));
+  }
+  XXH3_64bits_update(x, b->swap_out, b->n_swap_out * sizeof(rg_sched_copy_t));
+  XXH3_64bits_update(x, b->swap_in, b->n_swap_in * sizeof(rg_sched_copy_t));
+  XXH3_64bits_update(x, b->preempted, b->n_preempted * sizeof(int32_t));
+}
+
+// Checks a batch against what the test knows of every request, then runs
+// the fake model over it and fills one result per entry with want_logits.
+static size_t check_and_step(rg_test_ctx_t *t, rg_sched_t *s, const stream_cfg_t *c,
+                             const rg_sched_batch_t *b, track_t *tr, uint64_t *dev, uint64_t *swp,
+                             uint64_t *stamp, int32_t *write_mark, rg_sched_result_t *res) {
+  int32_t bs = c->bs;
+  int64_t tokens = 0;
+  int last_class = 0;
+  ++*stamp;
+  RG_CHECK(b->n_entries <= (size_t)c->max_seqs);
+  for (size_t i = 0; i < b->n_entries; i++) {
+    const rg_sched_entry_t *e = &b->entries[i];
+    track_t *k = &tr[e->req];
+    RG_CHECK(k->live && e->id == k->id && e->n >= 1);
+    int cls = !e->is_prefill ? 0 : k->started ? 1 : 2;
+    RG_CHECK(cls >= last_class);  // decodes, started prefills, new prefills
+    last_class = cls;
+    RG_CHECK(e->is_prefill == !k->decoding);
+    if (cls < 2)
+      RG_CHECK(e->pos == k->computed);
+    else
+      RG_CHECK(e->pos % bs == 0 && e->pos <= (k->n_known - 1) / bs * bs);
+    RG_CHECK(e->pos + e->n <= k->n_known);
+    RG_CHECK(e->want_logits == (e->pos + e->n == k->n_known));
+    RG_CHECK(e->n_blocks == (e->pos + e->n + bs - 1) / bs);
+    RG_CHECK(memcmp(e->tokens, k->tokens + e->pos, (size_t)e->n * sizeof(int32_t)) == 0);
+    tokens += e->n;
+    // The blocks it writes are its own and no other entry's.
+    for (int64_t q = e->pos / bs; q <= (e->pos + e->n - 1) / bs; q++) {
+      int32_t blk = e->blocks[q];
+      RG_CHECK(blk >= 0 && blk < c->n_blocks);
+      RG_CHECK(refcount(s, blk) == 1);
+      RG_CHECK(write_mark[blk] != (int32_t)*stamp);
+      write_mark[blk] = (int32_t)*stamp;
+    }
+  }
+  RG_CHECK(tokens == b->n_decode_tokens + b->n_prefill_tokens && tokens <= c->max_batch_tokens);
+  for (size_t i = 0; i < b->n_preempted; i++) {
+    track_t *k = &tr[b->preempted[i]];
+    rg_sched_state_t st = state_of(s, b->preempted[i]);
+    RG_CHECK(st == RG_SCHED_WAITING || st == RG_SCHED_SWAPPED);
+    if (st == RG_SCHED_WAITING) k->started = k->decoding = 0, k->computed = 0;
+  }
+  // The step: copies first (out, then in), then every entry.
+  for (size_t i = 0; i < b->n_swap_out; i++)
+    memcpy(swp + (int64_t)b->swap_out[i].dst * bs, dev + (int64_t)b->swap_out[i].src * bs,
+           (size_t)bs * sizeof(uint64_t));
+  for (size_t i = 0; i < b->n_swap_in; i++)
+    memcpy(dev + (int64_t)b->swap_in[i].dst * bs, swp + (int64_t)b->swap_in[i].src * bs,
+           (size_t)bs * sizeof(uint64_t));
+  size_t n_res = 0;
+  for (size_t i = 0; i < b->n_entries; i++) {
+    const rg_sched_entry_t *e = &b->entries[i];
+    track_t *k = &tr[e->req];
+    uint64_t h = fake_root;
+    int bad = 0;
+    for (int64_t p = 0; p < e->pos; p++) {
+      h = fake_mix(h, k->tokens[p]);
+      bad |= *kv_slot(dev, bs, e->blocks, p) != h;
+    }
+    if (bad)
+      rg_test_fail(t, __FILE__, __LINE__,
+                   "%s: request %llu reads KV that is not its own before %lld", c->name,
+                   (unsigned long long)k->id, (long long)e->pos);
+    for (int64_t p = e->pos; p < e->pos + e->n; p++) {
+      uint64_t prev = p == 0 ? fake_root : *kv_slot(dev, bs, e->blocks, p - 1);
+      h = fake_mix(prev, e->tokens[p - e->pos]);
+      *kv_slot(dev, bs, e->blocks, p) = h;
+    }
+    k->started = 1;
+    if (e->want_logits) {
+      int32_t tok = fake_sample(h);
+      res[n_res++] = (rg_sched_result_t){e->req, tok, fake_stop(tok)};
+    }
+  }
+  return n_res;
+}
+
+static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, stream_out_t *o) {
+  memset(o, 0, sizeof(*o));
+  rg_sched_config_t sc = {.block_size = c->bs,
+                          .n_blocks = c->n_blocks,
+                          .n_swap_blocks = c->n_swap,
+                          .max_seqs = c->max_seqs,
+                          .max_batch_tokens = c->max_batch_tokens,
+                          .max_context = c->max_context,
+                          .preempt = c->preempt,
+                          .prefix_cache = c->prefix,
+                          .watermark_blocks = c->watermark,
+                          .hash_bits = c->hash_bits};
+  rg_sched_t *s = NULL;
+  RG_CHECK_OK(rg_sched_create(&sc, &s));
+  uint64_t *dev = calloc((size_t)(c->n_blocks * c->bs), sizeof(uint64_t));
+  uint64_t *swp = calloc((size_t)((c->n_swap + 1) * c->bs), sizeof(uint64_t));
+  int32_t *write_mark = calloc((size_t)c->n_blocks, sizeof(int32_t));
+  track_t *tr = calloc((size_t)c->n_requests, sizeof(track_t));
+  int32_t *ref = malloc((size_t)(c->max_context + 1) * sizeof(int32_t));
+  rg_sched_result_t *res = malloc((size_t)c->max_seqs * sizeof(*res));
+  int32_t *prompt =
+      malloc((size_t)(c->prefix_max + c->suffix_max + c->max_context + 1) * sizeof(int32_t));
+  XXH3_state_t *x = XXH3_createState();
+  if (!s || !dev || !swp || !write_mark || !tr || !ref || !res || !prompt || !x) {
+    RG_CHECK(!"out of memory");
+    goto done;
+  }
+  XXH3_64bits_reset(x);
+  rng_t rng = {seed};
+  int vocab = c->vocab ? c->vocab : FAKE_VOCAB;
+  // A few shared prefixes, so prefix hits (and their collisions) happen.
+  int32_t family[4][64];
+  int family_len[4];
+  for (int f = 0; f < 4; f++) {
+    family_len[f] = (int)rng_range(&rng, 0, c->prefix_max);
+    for (int i = 0; i < family_len[f]; i++) family[f][i] = (int32_t)rng_range(&rng, 0, vocab - 1);
+  }
+  double now = 0, next_arrival = 0;
+  int32_t n_handles = 0;
+  int added = 0, live = 0;
+  uint64_t stamp = 0;
+  while (added < c->n_requests || live > 0) {
+    // Arrivals up to a little ahead of now: some are added before they
+    // arrive, as a simulator does.
+    while (added < c->n_requests && next_arrival <= now + 0.002) {
+      int f = (int)rng_range(&rng, 0, 3);
+      int64_t n = family_len[f];
+      memcpy(prompt, family[f], (size_t)n * sizeof(int32_t));
+      int64_t suffix = rng_range(&rng, 0, 9) == 0 ? 0 : rng_range(&rng, 1, c->suffix_max);
+      if (n + suffix == 0) suffix = 1;
+      int64_t max_tokens = rng_range(&rng, 1, c->out_max);
+      if (rng_range(&rng, 0, 39) == 0) suffix += c->max_context;  // can never run
+      for (int64_t i = 0; i < suffix; i++) prompt[n + i] = (int32_t)rng_range(&rng, 0, vocab - 1);
+      n += suffix;
+      uint64_t id = (uint64_t)added + 1;
+      int32_t h;
+      rg_status_t st = add(s, id, prompt, (size_t)n, max_tokens, next_arrival, &h);
+      added++;
+      // Bursts: now and then several requests arrive at once.
+      if (rng_range(&rng, 0, 29) != 0) next_arrival += -0.0015 * log(1 - rng_unit(&rng));
+      if (st) {
+        const char *m = rg_status_message(st);
+        RG_CHECK(n + max_tokens > c->max_context || n + max_tokens - 1 > c->n_blocks * c->bs);
+        RG_CHECK(strstr(m, "exceeds max_context") || strstr(m, "KV blocks of"));
+        rg_status_free(st);
+        o->refused++;
+        continue;
+      }
+      RG_CHECK(h >= 0 && h < c->n_requests);
+      if (h >= n_handles) n_handles = h + 1;
+      track_t *k = &tr[h];
+      free(k->tokens);
+      *k = (track_t){.live = 1,
+                     .id = id,
+                     .n_prompt = n,
+                     .max_tokens = max_tokens,
+                     .n_known = n,
+                     .arrival = next_arrival};
+      k->tokens = malloc((size_t)(n + max_tokens) * sizeof(int32_t));
+      if (!k->tokens) {
+        RG_CHECK(!"out of memory");
+        goto done;
+      }
+      memcpy(k->tokens, prompt, (size_t)n * sizeof(int32_t));
+      o->requests++;
+      live++;
+    }
+    if (rng_range(&rng, 0, 33) == 0) random_end(t, s, &rng, tr, n_handles, now, o);
+
+    rg_sched_batch_t b;
+    rg_status_t st = rg_sched_schedule(s, now, &b);
+    if (st) {
+      RG_CHECK_OK(st);
+      goto done;
+    }
+    o->iterations++;
+    hash_batch(x, &b);
+    if ((st = rg_sched_check(s))) {
+      rg_test_fail(t, __FILE__, __LINE__, "%s, iteration %lld, after schedule: %s", c->name,
+                   (long long)o->iterations, rg_status_message(st));
+      rg_status_free(st);
+      goto done;
+    }
+    size_t n_res = check_and_step(t, s, c, &b, tr, dev, swp, &stamp, write_mark, res);
+    if (b.n_entries == 0 && b.n_preempted == 0) {
+      // Nothing ran: only allowed when nothing that has arrived is left.
+      for (int32_t h = 0; h < n_handles; h++)
+        if (tr[h].live && tr[h].arrival <= now) {
+          rg_test_fail(t, __FILE__, __LINE__, "%s: iteration %lld stalled with request %llu ready",
+                       c->name, (long long)o->iterations, (unsigned long long)tr[h].id);
+          goto done;
+        }
+    }
+    // Sometimes a request ends while its step runs; its result may or may
+    // not be handed in.
+    if (b.n_entries && rng_range(&rng, 0, 39) == 0) {
+      size_t i = (size_t)rng_range(&rng, 0, (int64_t)b.n_entries - 1);
+      int32_t h = b.entries[i].req;
+      RG_CHECK_OK(rg_sched_abort(s, h, now));
+      end_track(&tr[h]);
+      o->aborted++;
+      if (rng_next(&rng) & 1)
+        for (size_t j = 0; j < n_res; j++)
+          if (res[j].req == h) res[j] = res[--n_res];
+    }
+    double step = 0.001 + 1e-5 * (double)(b.n_decode_tokens + b.n_prefill_tokens);
+    if ((st = rg_sched_commit(s, now + step, res, n_res))) {
+      RG_CHECK_OK(st);
+      goto done;
+    }
+    now += step;
+    if ((st = rg_sched_check(s))) {
+      rg_test_fail(t, __FILE__, __LINE__, "%s, iteration %lld, after commit: %s", c->name,
+                   (long long)o->iterations, rg_status_message(st));
+      rg_status_free(st);
+      goto done;
+    }
+    // What the test knows advances as the scheduler's does.
+    for (size_t i = 0; i < b.n_entries; i++) {
+      const rg_sched_entry_t *e = &b.entries[i];
+      track_t *k = &tr[e->req];
+      if (!k->live) continue;
+      k->computed = e->pos + e->n;
+      if (!e->want_logits) continue;
+      rg_sched_request_info_t info;
+      RG_CHECK_OK(rg_sched_request_info(s, e->req, &info));
+      k->tokens[k->n_known++] = info.output[info.n_output - 1];
+      k->decoding = 1;
+      RG_CHECK(info.n_output == k->n_known - k->n_prompt);
+      if (info.state != RG_SCHED_FINISHED) continue;
+      int64_t n_ref = reference_output(k, ref);
+      RG_CHECK(info.n_output == n_ref &&
+               memcmp(info.output, ref, (size_t)n_ref * sizeof(int32_t)) == 0);
+      RG_CHECK(strcmp(info.reason, fake_stop(ref[n_ref - 1]) ? "stop" : "length") == 0);
+      RG_CHECK(info.n_blocks == 0 && info.first_token <= info.last_token);
+      end_track(k);
+      o->finished++;
+      if (rng_next(&rng) & 1) rg_sched_release(s, e->req);
+    }
+    live = 0;
+    for (int32_t h = 0; h < n_handles; h++) live += tr[h].live;
+    if (b.n_entries == 0 && b.n_preempted == 0 && next_arrival > now) now = next_arrival;
+    if (o->iterations > 200000) {
+      RG_CHECK(!"the stream did not drain in 200000 iterations");
+      goto done;
+    }
+  }
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  // Nothing leaked: every block free or cached, the swap tier empty, no
+  // request left in a live state.
+  RG_CHECK(st.blocks_used == 0 && st.blocks_free + st.blocks_cached == c->n_blocks);
+  RG_CHECK(st.swap_used == 0);
+  RG_CHECK(st.n_state[RG_SCHED_WAITING] + st.n_state[RG_SCHED_PREFILLING] +
+               st.n_state[RG_SCHED_DECODING] + st.n_state[RG_SCHED_SWAPPED] ==
+           0);
+  RG_CHECK(st.total_finished == o->finished &&
+           st.total_aborted + st.total_failed == o->aborted + o->failed);
+  RG_CHECK(o->finished + o->aborted + o->failed == o->requests);
+  if (!c->prefix) RG_CHECK(st.blocks_cached == 0 && st.prefix_lookup_tokens == 0);
+  o->preempt_recompute = st.preempt_recompute;
+  o->preempt_swap = st.preempt_swap;
+  o->hit_tokens = st.prefix_hit_tokens;
+  o->lookup_tokens = st.prefix_lookup_tokens;
+  o->evicted = st.blocks_evicted;
+  o->digest = XXH3_64bits_digest(x);
+  RG_CHECK_OK(rg_sched_check(s));
+done:
+  if (tr)
+    for (int i = 0; i < c->n_requests; i++) free(tr[i].tokens);
+  XXH3_freeState(x);
+  free(prompt);
+  free(res);
+  free(ref);
+  free(tr);
+  free(write_mark);
+  free(swp);
+  free(dev);
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_random_streams_keep_every_invariant) {
+  // Small pools, so preemption is frequent; both policies; cache on and
+  // off; a 2-bit key so collisions are everywhere; block sizes 1 to 16.
+  static const stream_cfg_t cfgs[] = {
+      {"recompute", 4, 24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 0, 0, -1, 500, 14, 12, 24, 0},
+      {"recompute+cache", 4, 24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 1, 0, -1, 500, 14, 12,
+       24, 0},
+      {"swap", 4, 24, 16, 6, 24, 96, RG_SCHED_PREEMPT_SWAP, 0, 0, -1, 500, 14, 12, 24, 0},
+      {"swap+cache+watermark", 4, 28, 12, 6, 32, 96, RG_SCHED_PREEMPT_SWAP, 1, 0, 2, 500, 14, 12,
+       24, 0},
+      {"cache, 2-bit keys", 4, 24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 1, 2, -1, 500, 14, 12,
+       24, 0},
+      // Two token ids and 2-token blocks: equal blocks after different
+      // prefixes everywhere, so only the parent check tells them apart.
+      {"2-bit keys, 2 tokens", 2, 24, 0, 6, 24, 48, RG_SCHED_PREEMPT_RECOMPUTE, 1, 2, -1, 500, 8, 6,
+       12, 2},
+      {"4-bit keys, 3 tokens", 2, 30, 8, 6, 24, 48, RG_SCHED_PREEMPT_SWAP, 1, 4, -1, 500, 8, 6, 12,
+       3},
+      {"swap, tier too small", 4, 20, 4, 5, 20, 80, RG_SCHED_PREEMPT_SWAP, 1, 0, -1, 400, 10, 10,
+       20, 0},
+      {"block size 1", 1, 20, 10, 5, 12, 20, RG_SCHED_PREEMPT_SWAP, 1, 0, -1, 400, 6, 4, 8, 0},
+      {"block size 16", 16, 10, 6, 4, 32, 160, RG_SCHED_PREEMPT_RECOMPUTE, 1, 0, -1, 300, 40, 40,
+       40, 0},
+  };
+  stream_out_t sum = {0};
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    stream_out_t a, b, other;
+    run_stream(t, &cfgs[i], 1000 + i, &a);
+    run_stream(t, &cfgs[i], 1000 + i, &b);
+    // The same seed gives the same decisions, batch for batch.
+    RG_CHECK(a.digest == b.digest && a.iterations == b.iterations && a.finished == b.finished);
+    if (i == 0) {
+      run_stream(t, &cfgs[i], 77, &other);
+      RG_CHECK(other.digest != a.digest);  // the digest does see the decisions
+    }
+    printf(
+        "    %-22s %4lld requests (%lld refused), %6lld iterations, %4lld finished, %3lld aborted, "
+        "%3lld failed, preempted %lld by recompute %lld by swap, prefix hits %lld of %lld tokens, "
+        "%lld evictions\n",
+        cfgs[i].name, (long long)a.requests, (long long)a.refused, (long long)a.iterations,
+        (long long)a.finished, (long long)a.aborted, (long long)a.failed,
+        (long long)a.preempt_recompute, (long long)a.preempt_swap, (long long)a.hit_tokens,
+        (long long)a.lookup_tokens, (long long)a.evicted);
+    sum.requests += a.requests;
+    sum.iterations += a.iterations;
+    sum.preempt_recompute += a.preempt_recompute;
+    sum.preempt_swap += a.preempt_swap;
+    sum.hit_tokens += a.hit_tokens;
+    if (cfgs[i].preempt == RG_SCHED_PREEMPT_SWAP && cfgs[i].n_swap >= 10)
+      RG_CHECK(a.preempt_swap > 0);
+    if (cfgs[i].prefix) RG_CHECK(a.hit_tokens > 0);
+  }
+  printf(
+      "    total: %lld requests, %lld iterations, %lld preemptions (%lld recompute, %lld swap), "
+      "%lld prefix-hit tokens\n",
+      (long long)sum.requests, (long long)sum.iterations,
+      (long long)(sum.preempt_recompute + sum.preempt_swap), (long long)sum.preempt_recompute,
+      (long long)sum.preempt_swap, (long long)sum.hit_tokens);
+  RG_CHECK(sum.preempt_recompute > 0 && sum.preempt_swap > 0);
 }
