@@ -38,31 +38,37 @@
 //
 //   rg_sched_add
 //        |
-//        v                 rg_sched_schedule: admitted when the blocks for
-//   +-> WAITING ---------- its first chunk are free (prefix-cache hits shared)
-//   |                       |
-//   |                       v
-//   |                  PREFILLING --rg_sched_commit: the chunk that reaches
-//   |                       |        the end of its tokens yields a token--+
-//   |                       |                                              v
-//   |                       |                                           DECODING
-//   |                       |  rg_sched_schedule: a running decode needs     |
-//   |                       |  a block and none is free; the most recently  |
-//   |                       +---- admitted running request is preempted ----+
-//   |                       |                                              |
-//   |  recompute: blocks    |    swap (policy swap and the swap tier has   |
-//   +- dropped, to the -----+    room): blocks copied down, then ---> SWAPPED
-//      front of WAITING;                                                   |
-//      its generated tokens are    rg_sched_schedule: swapped in when its  |
-//      kept and re-prefilled       blocks fit; back to the state it left <-+
-//      after the prompt
+//        v
+//    WAITING <----------------------------------------------------+
+//        |  rg_sched_schedule: admitted (arrived, at the head of    |
+//        |  the queue, the blocks for its first chunk free)         |
+//        v                                                         |
+//    PREFILLING --rg_sched_commit: the chunk that reaches the end  |
+//        |        of its tokens yields a token --+                 |
+//        |                                       v                 |
+//        |                                   DECODING              |
+//        |                                       |                 |
+//        +------------------+--------------------+                 |
+//                           | rg_sched_schedule: preempted when a  |
+//                           | running request needs a block and    |
+//                           | none is free: the newest running one |
+//                           | goes (vLLM's policy), maybe itself   |
+//           recompute: its  |                                      |
+//           blocks dropped, its generated tokens kept, to the -----+
+//           front of the queue (re-prefilled after the prompt)
+//                           |
+//           swap (policy swap, room in the swap tier): its blocks
+//           copied down     v
+//                        SWAPPED --rg_sched_schedule: swapped in when its
+//                                  blocks fit--> PREFILLING or DECODING,
+//                                  whichever it left
 //
-//   DECODING --rg_sched_commit: result.stop, or max_tokens generated--> FINISHED
+//   DECODING, or PREFILLING on its first token --rg_sched_commit: the
+//       caller's stop, or max_tokens generated--> FINISHED
 //   WAITING, PREFILLING, DECODING, SWAPPED --rg_sched_abort--> ABORTED
 //                                          --rg_sched_fail---> FAILED (reason kept)
-//   any state --rg_sched_release--> record gone, handle reusable
+//   any state --rg_sched_release--> gone; the handle may be reused
 //
-// (A request whose very first token ends it goes PREFILLING -> FINISHED.)
 // "Running" means PREFILLING or DECODING: those hold device blocks. WAITING
 // requests hold none, SWAPPED ones hold only swap-tier blocks, and finished,
 // aborted and failed ones hold nothing but their record.
@@ -81,11 +87,10 @@
 //
 // Ownership: rg_sched_create returns a scheduler the caller destroys.
 // rg_sched_add copies the prompt. Everything a batch, an info or a stats
-// call hands out is borrowed: a batch's arrays until the next
-// rg_sched_schedule, and the token and block pointers of its entries also
-// until the request is released; an info's pointers until that request
-// changes state or is released. Status messages belong to the caller.
-// Not thread-safe: one caller drives a scheduler.
+// call hands out is borrowed: a batch's arrays and the pointers in its
+// entries until the next rg_sched_schedule (or the release of that entry's
+// request, if sooner); an info's pointers until that request is released. Status messages belong to
+// the caller. Not thread-safe: one caller drives a scheduler.
 #ifndef RG_SCHED_SCHED_H
 #define RG_SCHED_SCHED_H
 
