@@ -336,7 +336,7 @@ rg_status_t rg_sched_add(rg_sched_t *s, const rg_sched_request_t *q, int32_t *ou
 
   int32_t cap = (int32_t)rg__sched_blocks_for(s, n_total);
   // One allocation for every per-request array, 8-byte members first.
-  size_t bytes = (size_t)cap * (sizeof(uint64_t) + 3 * sizeof(int32_t) + sizeof(uint32_t)) +
+  size_t bytes = (size_t)cap * (2 * sizeof(uint64_t) + 3 * sizeof(int32_t)) +
                  (size_t)n_total * sizeof(int32_t);
   uint64_t *mem = malloc(bytes);
   if (!mem)
@@ -363,11 +363,11 @@ rg_status_t rg_sched_add(rg_sched_t *s, const rg_sched_request_t *q, int32_t *ou
   r->n_known = r->n_prompt;
   r->cap_blocks = cap;
   r->keys = mem;
-  r->table = (int32_t *)(r->keys + cap);
+  r->canon_gen = r->keys + cap;
+  r->table = (int32_t *)(r->canon_gen + cap);
   r->swap = r->table + cap;
   r->canon = r->swap + cap;
-  r->canon_gen = (uint32_t *)(r->canon + cap);
-  r->tokens = (int32_t *)(r->canon_gen + cap);
+  r->tokens = r->canon + cap;
   memcpy(r->tokens, q->prompt, q->n_prompt * sizeof(int32_t));
   r->batch_iter = -1;
   r->arrival = q->arrival;

@@ -174,7 +174,7 @@ static void ensure_keys(rg_sched_t *s, rg__req_t *r, int32_t n) {
 
 // Whether indexed block b holds the KV of `tokens` computed right after the
 // indexed block `parent` (generation parent_gen); -1 for the first block.
-static int block_matches(const rg_sched_t *s, int32_t b, int32_t parent, uint32_t parent_gen,
+static int block_matches(const rg_sched_t *s, int32_t b, int32_t parent, uint64_t parent_gen,
                          const int32_t *tokens) {
   const rg__block_t *k = &s->blocks[b];
   if (k->parent != parent || (parent >= 0 && k->parent_gen != parent_gen)) return 0;
@@ -183,7 +183,7 @@ static int block_matches(const rg_sched_t *s, int32_t b, int32_t parent, uint32_
 
 int32_t rg__prefix_lookup(rg_sched_t *s, rg__req_t *r, int32_t max_blocks) {
   int32_t parent = -1;
-  uint32_t parent_gen = 0;
+  uint64_t parent_gen = 0;
   int32_t n = 0;
   while (n < max_blocks) {
     ensure_keys(s, r, n + 1);
@@ -202,7 +202,7 @@ void rg__prefix_commit(rg_sched_t *s, rg__req_t *r) {
   ensure_keys(s, r, full);
   for (int32_t i = r->n_canon; i < full; i++) {
     int32_t parent = -1;
-    uint32_t parent_gen = 0;
+    uint64_t parent_gen = 0;
     r->canon[i] = -1;
     if (i > 0) {
       parent = r->canon[i - 1];

@@ -20,7 +20,7 @@ typedef struct {
   int32_t ref;       // block tables holding it
   uint8_t state;     // an rg_sched_block_state_t
   uint8_t indexed;   // in the prefix index: key, parent and tokens are valid
-  uint32_t gen;      // bumped each time the block is handed out for new content
+  uint64_t gen;      // bumped each time the block is handed out: never wraps
   int32_t lru_prev;  // links on the LRU list while cached
   int32_t lru_next;
   // The prefix this block's KV was computed after: the indexed block (and
@@ -28,7 +28,7 @@ typedef struct {
   // first block. A hit must find the very block it just matched here, so
   // equal keys with different histories never match.
   int32_t parent;
-  uint32_t parent_gen;
+  uint64_t parent_gen;
   uint64_t key;
 } rg__block_t;
 
@@ -61,7 +61,7 @@ typedef struct {
   // canon[i-1] as their parent, so duplicates computed by two requests at
   // once still chain to the one the index kept.
   int32_t *canon;
-  uint32_t *canon_gen;
+  uint64_t *canon_gen;
   int32_t n_canon;
   int64_t batch_iter;  // iteration of the batch it last had an entry in
   int32_t batch_slot;  // that entry's index
