@@ -1,0 +1,1390 @@
+// sched/: every transition, the batch's order and budget, admission,
+// preemption by recompute and by swap, the prefix cache and its collision
+// safety, LRU eviction, misuse; then random request streams checked against
+// a fake model whose KV pages record what was computed where.
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "sched/sched.h"
+#include "sched/sched_impl.h"  // the checker test corrupts state on purpose
+#include "tests/test.h"
+
+// --- helpers ----------------------------------------------------------------
+
+static rg_sched_config_t base_config(void) {
+  return (rg_sched_config_t){.block_size = 4,
+                             .n_blocks = 64,
+                             .max_seqs = 4,
+                             .max_batch_tokens = 64,
+                             .max_context = 256,
+                             .watermark_blocks = -1};
+}
+
+static void fill(int32_t *p, size_t n, int32_t base) {
+  for (size_t i = 0; i < n; i++) p[i] = base + (int32_t)i;
+}
+
+static rg_status_t add(rg_sched_t *s, uint64_t id, const int32_t *p, size_t n, int64_t max_tokens,
+                       double arrival, int32_t *h) {
+  rg_sched_request_t q = {
+      .id = id, .prompt = p, .n_prompt = n, .max_tokens = max_tokens, .arrival = arrival};
+  return rg_sched_add(s, &q, h);
+}
+
+// The token this file's tests sample for an entry: a function of where the
+// entry ends, so outputs can be predicted and compared after preemptions.
+static int32_t token_for(uint64_t id, int64_t end) {
+  return (int32_t)((id * 131 + end) % 1000);
+}
+
+// Commits a result for every entry with want_logits; stop_id names a
+// request whose result says stop (0 = none).
+static rg_status_t commit_all(rg_sched_t *s, const rg_sched_batch_t *b, double now,
+                              uint64_t stop_id) {
+  rg_sched_result_t r[64];
+  size_t n = 0;
+  for (size_t i = 0; i < b->n_entries; i++) {
+    const rg_sched_entry_t *e = &b->entries[i];
+    if (!e->want_logits) continue;
+    r[n++] = (rg_sched_result_t){e->req, token_for(e->id, e->pos + e->n), e->id == stop_id};
+  }
+  return rg_sched_commit(s, now, r, n);
+}
+
+static rg_sched_state_t state_of(rg_sched_t *s, int32_t h) {
+  rg_sched_request_info_t info;
+  rg_status_t st = rg_sched_request_info(s, h, &info);
+  if (st) {
+    rg_status_free(st);
+    return RG_SCHED_STATE_COUNT;
+  }
+  return info.state;
+}
+
+static const rg_sched_entry_t *entry_of(const rg_sched_batch_t *b, int32_t h) {
+  for (size_t i = 0; i < b->n_entries; i++)
+    if (b->entries[i].req == h) return &b->entries[i];
+  return NULL;
+}
+
+static int32_t refcount(rg_sched_t *s, int32_t block) {
+  rg_sched_block_info_t bi;
+  rg_status_t st = rg_sched_block_info(s, block, &bi);
+  if (st) {
+    rg_status_free(st);
+    return -1;
+  }
+  return bi.refcount;
+}
+
+static rg_sched_block_state_t block_state(rg_sched_t *s, int32_t block) {
+  rg_sched_block_info_t bi;
+  rg_status_t st = rg_sched_block_info(s, block, &bi);
+  if (st) {
+    rg_status_free(st);
+    return RG_SCHED_BLOCK_COUNT;
+  }
+  return bi.state;
+}
+
+// --- config and add ----------------------------------------------------------
+
+RG_TEST(sched_config_errors_name_the_field) {
+  rg_sched_t *s = NULL;
+  RG_CHECK_ERR(rg_sched_create(NULL, &s), "none given");
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 0;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "n_blocks 0 is out of range");
+  c = base_config();
+  c.block_size = -1;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "block_size -1 is out of range");
+  c = base_config();
+  c.max_seqs = -2;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "max_seqs -2 is out of range");
+  c = base_config();
+  c.max_seqs = 16;
+  c.max_batch_tokens = 8;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "max_batch_tokens 8 is below max_seqs 16");
+  c = base_config();
+  c.max_context = 0;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "max_context 0 must be positive");
+  c = base_config();
+  c.preempt = (rg_sched_preempt_t)7;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "preempt 7 is not a policy");
+  c = base_config();
+  c.preempt = RG_SCHED_PREEMPT_SWAP;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "preempt is swap but n_swap_blocks is 0");
+  c = base_config();
+  c.n_swap_blocks = -1;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "n_swap_blocks -1 is out of range");
+  c = base_config();
+  c.prefix_cache = 2;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "prefix_cache 2 must be 0 (off) or 1 (on)");
+  c = base_config();
+  c.watermark_blocks = 64;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "watermark_blocks 64 must be -1 (none)");
+  c = base_config();
+  c.hash_bits = 65;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "hash_bits 65 is out of range");
+  RG_CHECK(s == NULL);
+
+  // Zeros take the documented defaults.
+  rg_sched_config_t z = {.n_blocks = 1000, .max_context = 4096};
+  RG_REQUIRE_OK(rg_sched_create(&z, &s));
+  rg_sched_config_t got;
+  rg_sched_get_config(s, &got);
+  RG_CHECK(got.block_size == 16 && got.max_seqs == 16 && got.max_batch_tokens == 512);
+  RG_CHECK(got.preempt == RG_SCHED_PREEMPT_RECOMPUTE && got.prefix_cache == 0);
+  rg_sched_destroy(s);
+
+  rg_sched_preempt_t p;
+  RG_CHECK_ERR(rg_sched_preempt_parse("lru", &p),
+               "unknown preemption policy 'lru'; choose recompute or swap");
+  RG_CHECK_OK(rg_sched_preempt_parse("swap", &p));
+  RG_CHECK(p == RG_SCHED_PREEMPT_SWAP);
+  RG_CHECK(strcmp(rg_sched_preempt_name(RG_SCHED_PREEMPT_RECOMPUTE), "recompute") == 0);
+  RG_CHECK(strcmp(rg_sched_state_name(RG_SCHED_SWAPPED), "swapped") == 0);
+  RG_CHECK(strcmp(rg_sched_state_name(RG_SCHED_STATE_COUNT), "?") == 0);
+  RG_CHECK(strcmp(rg_sched_block_state_name(RG_SCHED_BLOCK_CACHED), "cached") == 0);
+}
+
+RG_TEST(sched_add_refuses_what_can_never_run) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 4;  // 16 tokens of KV
+  c.max_context = 100;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t p[100], h;
+  fill(p, 100, 0);
+  RG_CHECK_ERR(add(s, 7, p, 90, 20, 0, &h),
+               "request 7: prompt of 90 tokens plus 20 to generate exceeds max_context 100");
+  RG_CHECK(h == -1);
+  RG_CHECK_ERR(add(s, 8, p, 12, 6, 0, &h),
+               "request 8: prompt of 12 tokens plus 6 to generate needs 5 KV blocks of 4 tokens, "
+               "but the pool holds only 4 blocks (16 tokens)");
+  // The last generated token is never fed back: 12 + 5 needs 16 positions.
+  RG_CHECK_OK(add(s, 9, p, 12, 5, 0, &h));
+  RG_CHECK_ERR(add(s, 10, p, 0, 5, 0, &h), "request 10: the prompt is empty");
+  RG_CHECK_ERR(add(s, 11, NULL, 3, 5, 0, &h), "n_prompt is 3 but no prompt tokens were given");
+  RG_CHECK_ERR(add(s, 12, p, 3, 0, 0, &h), "request 12: max_tokens is 0; at least 1 token");
+  RG_CHECK_ERR(add(s, 13, p, 3, 2, NAN, &h), "request 13: arrival nan is not a finite number");
+  p[2] = -3;
+  RG_CHECK_ERR(add(s, 14, p, 3, 2, 0, &h),
+               "request 14: prompt token 2 is -3; token ids must be >= 0");
+  RG_CHECK_ERR(rg_sched_add(s, NULL, &h), "no request given");
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.n_state[RG_SCHED_WAITING] == 1);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+// --- transitions -------------------------------------------------------------
+
+RG_TEST(sched_lifecycle_waiting_prefill_decode_finish) {
+  rg_sched_config_t c = base_config();
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t p[6], h, h2;
+  fill(p, 6, 50);
+  RG_REQUIRE_OK(add(s, 3, p, 6, 3, 1.0, &h));
+  RG_CHECK(state_of(s, h) == RG_SCHED_WAITING);
+  rg_sched_batch_t b;
+  // Not before its arrival.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.5, &b));
+  RG_CHECK(b.n_entries == 0 && b.iteration == 1);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.0, &b));
+  RG_REQUIRE(b.n_entries == 1);
+  const rg_sched_entry_t *e = &b.entries[0];
+  RG_CHECK(e->req == h && e->id == 3 && e->pos == 0 && e->n == 6 && e->want_logits &&
+           e->is_prefill);
+  RG_CHECK(e->n_blocks == 2 && memcmp(e->tokens, p, sizeof p) == 0);
+  RG_CHECK(b.n_prefill_tokens == 6 && b.n_decode_tokens == 0);
+  RG_CHECK(state_of(s, h) == RG_SCHED_PREFILLING);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 1.1, 0));
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, h, &info));
+  RG_CHECK(info.state == RG_SCHED_DECODING && info.n_output == 1 && info.n_computed == 6);
+  RG_CHECK(info.first_scheduled == 1.0 && info.first_token == 1.1 && isnan(info.finished));
+  RG_CHECK(info.output[0] == token_for(3, 6) && info.reason == NULL);
+
+  for (int k = 0; k < 2; k++) {
+    RG_REQUIRE_OK(rg_sched_schedule(s, 1.2 + k, &b));
+    RG_REQUIRE(b.n_entries == 1);
+    e = &b.entries[0];
+    RG_CHECK(e->pos == 6 + k && e->n == 1 && !e->is_prefill && e->want_logits);
+    RG_CHECK(e->tokens[0] == token_for(3, 6 + k) && e->n_blocks == 2);
+    RG_CHECK(b.n_decode_tokens == 1);
+    RG_REQUIRE_OK(commit_all(s, &b, 1.3 + k, 0));
+    RG_CHECK_OK(rg_sched_check(s));
+  }
+  RG_REQUIRE_OK(rg_sched_request_info(s, h, &info));
+  RG_CHECK(info.state == RG_SCHED_FINISHED && info.n_output == 3 && info.finished == 2.3);
+  RG_CHECK(info.reason && strcmp(info.reason, "length") == 0 && info.n_blocks == 0);
+  RG_CHECK(info.output[2] == token_for(3, 8) && info.last_token == 2.3);
+
+  // A stop on the very first token ends it straight from prefilling.
+  RG_REQUIRE_OK(add(s, 4, p, 6, 10, 0, &h2));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 3, &b));
+  RG_REQUIRE(b.n_entries == 1);
+  RG_REQUIRE_OK(commit_all(s, &b, 3.5, 4));
+  RG_REQUIRE_OK(rg_sched_request_info(s, h2, &info));
+  RG_CHECK(info.state == RG_SCHED_FINISHED && strcmp(info.reason, "stop") == 0 &&
+           info.n_output == 1);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_used == 0 && st.blocks_free == 64 && st.total_finished == 2);
+  RG_CHECK(st.n_state[RG_SCHED_FINISHED] == 2);
+
+  rg_sched_release(s, h);
+  RG_CHECK_ERR(rg_sched_request_info(s, h, &info), "request handle 0 is not in use");
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.n_state[RG_SCHED_FINISHED] == 1);
+  rg_sched_release(s, 999);  // unknown: ignored
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_batch_order_budget_and_seq_cap) {
+  rg_sched_config_t c = base_config();
+  c.max_batch_tokens = 10;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t p[16], hA, hB, hC, hD, hE;
+  fill(p, 16, 1);
+  RG_REQUIRE_OK(add(s, 1, p, 2, 10, 0, &hA));
+  RG_REQUIRE_OK(add(s, 2, p, 12, 10, 0, &hB));
+  RG_REQUIRE_OK(add(s, 3, p, 5, 10, 0, &hC));
+  RG_REQUIRE_OK(add(s, 4, p, 3, 10, 0, &hD));
+  RG_REQUIRE_OK(add(s, 5, p, 3, 10, 0, &hE));
+  rg_sched_batch_t b;
+  // A takes 2 tokens, B's first chunk is cut to the 8 left, C waits.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_REQUIRE(b.n_entries == 2);
+  RG_CHECK(b.entries[0].req == hA && b.entries[0].n == 2 && b.entries[0].want_logits);
+  RG_CHECK(b.entries[1].req == hB && b.entries[1].n == 8 && !b.entries[1].want_logits);
+  RG_CHECK(b.n_prefill_tokens == 10 && state_of(s, hC) == RG_SCHED_WAITING);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  // Decode first, then B's next chunk, then the new C, within 10 tokens.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.2, &b));
+  RG_REQUIRE(b.n_entries == 3);
+  RG_CHECK(b.entries[0].req == hA && !b.entries[0].is_prefill && b.entries[0].n == 1);
+  RG_CHECK(b.entries[1].req == hB && b.entries[1].is_prefill && b.entries[1].pos == 8 &&
+           b.entries[1].n == 4 && b.entries[1].want_logits);
+  RG_CHECK(b.entries[2].req == hC && b.entries[2].is_prefill && b.entries[2].n == 5);
+  RG_CHECK(b.n_decode_tokens == 1 && b.n_prefill_tokens == 9);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.3, 0));
+  // Three decodes and D; E is held back by max_seqs 4, not by the budget.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.4, &b));
+  RG_REQUIRE(b.n_entries == 4);
+  RG_CHECK(b.entries[0].req == hA && b.entries[1].req == hB && b.entries[2].req == hC);
+  for (int i = 0; i < 3; i++) RG_CHECK(!b.entries[i].is_prefill);
+  RG_CHECK(b.entries[3].req == hD && b.entries[3].is_prefill);
+  RG_CHECK(b.n_decode_tokens + b.n_prefill_tokens == 6 && state_of(s, hE) == RG_SCHED_WAITING);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 0.5, 0));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_chunked_prefill_cuts_at_the_budget) {
+  rg_sched_config_t c = base_config();
+  c.block_size = 16;
+  c.max_batch_tokens = 32;
+  c.max_seqs = 1;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t p[100], h;
+  fill(p, 100, 0);
+  RG_REQUIRE_OK(add(s, 1, p, 100, 4, 0, &h));
+  const int64_t want_pos[] = {0, 32, 64, 96}, want_n[] = {32, 32, 32, 4},
+                want_blocks[] = {2, 4, 6, 7};
+  for (int k = 0; k < 4; k++) {
+    rg_sched_batch_t b;
+    RG_REQUIRE_OK(rg_sched_schedule(s, k, &b));
+    RG_REQUIRE(b.n_entries == 1);
+    const rg_sched_entry_t *e = &b.entries[0];
+    RG_CHECK(e->pos == want_pos[k] && e->n == want_n[k] && e->n_blocks == want_blocks[k]);
+    RG_CHECK(e->is_prefill && e->want_logits == (k == 3) && e->tokens[0] == (int32_t)want_pos[k]);
+    if (k < 3) {
+      rg_sched_result_t r = {h, 5, 0};
+      RG_CHECK_ERR(rg_sched_commit(s, k + 0.5, &r, 1),
+                   "whose entry yields no logits: its chunk ends at position");
+    }
+    RG_REQUIRE_OK(commit_all(s, &b, k + 0.5, 0));
+    RG_CHECK_OK(rg_sched_check(s));
+  }
+  RG_CHECK(state_of(s, h) == RG_SCHED_DECODING);
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_admission_keeps_the_watermark) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 10;
+  c.watermark_blocks = 2;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t p[40], hA, hB, hC, hX;
+  fill(p, 40, 0);
+  RG_REQUIRE_OK(add(s, 1, p, 16, 4, 0, &hA));
+  RG_REQUIRE_OK(add(s, 2, p, 16, 4, 0, &hB));
+  RG_REQUIRE_OK(add(s, 3, p, 4, 4, 0, &hC));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  // A: 4 blocks (6 left). B: 4 + watermark 2 <= 6. C: 1 + 2 > 2 left.
+  RG_REQUIRE(b.n_entries == 2);
+  RG_CHECK(b.entries[0].req == hA && b.entries[1].req == hB && state_of(s, hC) == RG_SCHED_WAITING);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  RG_REQUIRE_OK(rg_sched_abort(s, hA, 0.2));
+  RG_REQUIRE_OK(rg_sched_abort(s, hB, 0.2));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.3, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.entries[0].req == hC);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.4, 3));
+  // A request that needs the whole pool gets in once nothing else runs.
+  RG_REQUIRE_OK(add(s, 4, p, 40, 1, 0, &hX));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.5, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.entries[0].req == hX && b.entries[0].n_blocks == 10);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.6, 0));
+  RG_CHECK(state_of(s, hX) == RG_SCHED_FINISHED);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+// Two requests of 4-token prompts in a pool of 4 blocks of 4: both admit,
+// and the second is preempted when the first needs its third block.
+static void preempt_setup(rg_test_ctx_t *t, rg_sched_t *s, int32_t *hA, int32_t *hB, double *now,
+                          rg_sched_batch_t *b) {
+  int32_t pa[4] = {1, 2, 3, 4}, pb[4] = {5, 6, 7, 8};
+  RG_CHECK_OK(add(s, 1, pa, 4, 8, 0, hA));
+  RG_CHECK_OK(add(s, 2, pb, 4, 8, 0, hB));
+  for (;;) {
+    RG_CHECK_OK(rg_sched_schedule(s, *now, b));
+    RG_CHECK_OK(rg_sched_check(s));
+    if (b->n_preempted || b->n_entries == 0) return;
+    RG_CHECK_OK(commit_all(s, b, *now += 0.01, 0));
+    *now += 0.01;
+  }
+}
+
+RG_TEST(sched_preempt_recompute_keeps_generated_tokens) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 4;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t hA, hB;
+  double now = 0;
+  rg_sched_batch_t b;
+  preempt_setup(t, s, &hA, &hB, &now, &b);
+  // A (pos 8) needs block 3; the newest, B, gives its two blocks back.
+  RG_REQUIRE(b.n_preempted == 1 && b.preempted[0] == hB);
+  RG_REQUIRE(b.n_entries == 1 && b.entries[0].req == hA && b.entries[0].pos == 8);
+  RG_CHECK(b.n_swap_out == 0);
+  rg_sched_request_info_t ib;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  RG_CHECK(ib.state == RG_SCHED_WAITING && ib.n_computed == 0 && ib.n_blocks == 0);
+  RG_CHECK(ib.n_preemptions == 1 && ib.n_output == 5);
+  int32_t kept[5];
+  memcpy(kept, ib.output, sizeof kept);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  // B re-prefills prompt + its 5 outputs once A has finished.
+  int readmitted = 0;
+  while (state_of(s, hB) != RG_SCHED_FINISHED) {
+    RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+    RG_CHECK_OK(rg_sched_check(s));
+    const rg_sched_entry_t *e = entry_of(&b, hB);
+    if (e && !readmitted) {
+      readmitted = 1;
+      RG_CHECK(state_of(s, hA) == RG_SCHED_FINISHED);
+      RG_CHECK(e->pos == 0 && e->n == 9 && e->is_prefill && e->want_logits);
+      RG_CHECK(e->tokens[0] == 5 && memcmp(e->tokens + 4, kept, sizeof kept) == 0);
+    }
+    RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  }
+  RG_CHECK(readmitted);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  RG_CHECK(ib.n_output == 8 && memcmp(ib.output, kept, sizeof kept) == 0);
+  // Outputs end where they would have without the preemption.
+  for (int i = 0; i < 8; i++) RG_CHECK(ib.output[i] == token_for(2, 4 + i));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.preempt_recompute == 1 && st.preempt_swap == 0 && st.blocks_used == 0);
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_preempt_swap_out_and_back_in) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 4;
+  c.n_swap_blocks = 8;
+  c.preempt = RG_SCHED_PREEMPT_SWAP;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t hA, hB;
+  double now = 0;
+  rg_sched_batch_t b;
+  preempt_setup(t, s, &hA, &hB, &now, &b);
+  RG_REQUIRE(b.n_preempted == 1 && b.preempted[0] == hB);
+  rg_sched_request_info_t ib;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  RG_CHECK(ib.state == RG_SCHED_SWAPPED && ib.n_computed == 8 && ib.n_swap_blocks == 2);
+  RG_REQUIRE(b.n_swap_out == 2 && b.n_swap_in == 0);
+  rg_sched_copy_t out[2] = {b.swap_out[0], b.swap_out[1]};
+  // B's device blocks went to A's new block and the free list; A's entry
+  // writes one of them in this very step, after the copies.
+  RG_CHECK(b.entries[0].blocks[2] == out[0].src || b.entries[0].blocks[2] == out[1].src);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.swap_used == 2 && st.preempt_swap == 1 && st.blocks_swapped_out == 2);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  // C would fit the one free block, but a swapped request goes first.
+  int32_t pc[2] = {9, 9}, hC;
+  RG_REQUIRE_OK(add(s, 3, pc, 2, 1, now, &hC));
+  int back = 0;
+  while (state_of(s, hB) != RG_SCHED_FINISHED) {
+    RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+    RG_CHECK_OK(rg_sched_check(s));
+    if (entry_of(&b, hC)) RG_CHECK(back || b.n_swap_in);
+    if (b.n_swap_in) {
+      back = 1;
+      RG_CHECK(state_of(s, hA) == RG_SCHED_FINISHED);
+      RG_REQUIRE(b.n_swap_in == 2);
+      const rg_sched_entry_t *e = entry_of(&b, hB);
+      RG_REQUIRE(e);
+      // Back as a decode, where it left off, its blocks copied up.
+      RG_CHECK(!e->is_prefill && e->pos == 8 && e->n == 1 && e->n_blocks == 3);
+      for (int i = 0; i < 2; i++)
+        RG_CHECK(b.swap_in[i].src == out[i].dst && b.swap_in[i].dst == e->blocks[i]);
+    }
+    RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  }
+  RG_CHECK(back);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  for (int i = 0; i < 8; i++) RG_CHECK(ib.output[i] == token_for(2, 4 + i));
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.swap_used == 0 && st.blocks_swapped_in == 2 && st.blocks_used == 0);
+  rg_sched_destroy(s);
+
+  // A swap tier too small for the victim falls back to recompute.
+  c.n_swap_blocks = 1;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  now = 0;
+  preempt_setup(t, s, &hA, &hB, &now, &b);
+  RG_CHECK(b.n_preempted == 1 && b.n_swap_out == 0 && state_of(s, hB) == RG_SCHED_WAITING);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.preempt_recompute == 1 && st.preempt_swap == 0);
+  RG_CHECK_OK(commit_all(s, &b, now + 0.01, 0));
+  rg_sched_destroy(s);
+}
+
+// --- prefix cache ------------------------------------------------------------
+
+static rg_sched_t *cached_sched(rg_test_ctx_t *t, int64_t n_blocks, int hash_bits) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = n_blocks;
+  c.prefix_cache = 1;
+  c.hash_bits = hash_bits;
+  rg_sched_t *s = NULL;
+  RG_CHECK_OK(rg_sched_create(&c, &s));
+  return s;
+}
+
+// Runs one request alone to completion (max_tokens 1) so its full blocks
+// end up cached; returns its handle.
+static int32_t run_alone(rg_test_ctx_t *t, rg_sched_t *s, uint64_t id, const int32_t *p, size_t n,
+                         double *now) {
+  int32_t h = -1;
+  RG_CHECK_OK(add(s, id, p, n, 1, *now, &h));
+  rg_sched_batch_t b;
+  while (state_of(s, h) != RG_SCHED_FINISHED) {
+    rg_status_t st = rg_sched_schedule(s, *now += 0.01, &b);
+    if (st) {
+      RG_CHECK_OK(st);
+      break;
+    }
+    RG_CHECK_OK(commit_all(s, &b, *now += 0.01, 0));
+  }
+  RG_CHECK_OK(rg_sched_check(s));
+  return h;
+}
+
+RG_TEST(sched_prefix_hits_share_blocks) {
+  rg_sched_t *s = cached_sched(t, 32, 0);
+  RG_REQUIRE(s);
+  int32_t pa[13], pb[13], hA, hB;
+  fill(pa, 13, 100);
+  memcpy(pb, pa, sizeof pa);
+  pb[12] = 999;
+  RG_REQUIRE_OK(add(s, 1, pa, 13, 4, 0, &hA));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_REQUIRE(b.n_entries == 1);
+  int32_t a_blocks[4];
+  memcpy(a_blocks, b.entries[0].blocks, sizeof a_blocks);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  // A's three full blocks are keyed once committed.
+  for (int i = 0; i < 3; i++) {
+    rg_sched_block_info_t bi;
+    RG_REQUIRE_OK(rg_sched_block_info(s, a_blocks[i], &bi));
+    RG_CHECK(bi.cached_key && bi.state == RG_SCHED_BLOCK_USED && bi.refcount == 1);
+  }
+  RG_REQUIRE_OK(add(s, 2, pb, 13, 4, 0.15, &hB));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.2, &b));
+  const rg_sched_entry_t *e = entry_of(&b, hB);
+  RG_REQUIRE(e && b.n_entries == 2);
+  RG_CHECK(e->pos == 12 && e->n == 1 && e->want_logits && e->is_prefill && e->n_blocks == 4);
+  for (int i = 0; i < 3; i++) {
+    RG_CHECK(e->blocks[i] == a_blocks[i]);
+    RG_CHECK(refcount(s, a_blocks[i]) == 2);
+  }
+  RG_CHECK(e->blocks[3] != a_blocks[3] && refcount(s, e->blocks[3]) == 1);
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &info));
+  RG_CHECK(info.n_cached_tokens == 12 && info.n_computed == 12);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.prefix_lookup_tokens == 26 && st.prefix_hit_tokens == 12);
+  RG_CHECK(st.prefix_lookup_blocks == 6 && st.prefix_hit_blocks == 3);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(rg_sched_abort(s, hA, 0.3));
+  RG_REQUIRE_OK(rg_sched_abort(s, hB, 0.3));
+  // Unreferenced, the shared blocks stay cached; A's partial block is free.
+  for (int i = 0; i < 3; i++) RG_CHECK(block_state(s, a_blocks[i]) == RG_SCHED_BLOCK_CACHED);
+  RG_CHECK(block_state(s, a_blocks[3]) == RG_SCHED_BLOCK_FREE);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_used == 0 && st.blocks_cached == 3 && st.blocks_free == 29);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_prefix_never_reuses_the_last_prompt_token) {
+  rg_sched_t *s = cached_sched(t, 32, 0);
+  RG_REQUIRE(s);
+  int32_t p[8];
+  fill(p, 8, 7);
+  double now = 0;
+  run_alone(t, s, 1, p, 8, &now);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_cached == 2);
+  // Both blocks are cached, but the hit stops at floor(7 / 4) = 1 block so
+  // position 7 is computed and yields logits.
+  int32_t h;
+  RG_REQUIRE_OK(add(s, 2, p, 8, 1, now, &h));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  RG_REQUIRE(b.n_entries == 1);
+  RG_CHECK(b.entries[0].pos == 4 && b.entries[0].n == 4 && b.entries[0].want_logits);
+  // The recomputed twin of a cached block stays private: the index keeps
+  // the first, and the twin is freed, not cached, at the end.
+  int32_t twin = b.entries[0].blocks[1];
+  rg_sched_block_info_t bi;
+  RG_REQUIRE_OK(rg_sched_block_info(s, twin, &bi));
+  RG_CHECK(!bi.cached_key);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  RG_CHECK(block_state(s, twin) == RG_SCHED_BLOCK_FREE);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.prefix_hit_tokens == 4 && st.prefix_lookup_tokens == 16 && st.blocks_cached == 2);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+// The key the header documents: XXH3 of the block's int32 tokens, seeded
+// with the parent's key (0 for the first block).
+static uint64_t key_of(const int32_t *tokens, int bs, uint64_t parent, uint64_t mask) {
+  return XXH3_64bits_withSeed(tokens, (size_t)bs * sizeof(int32_t), parent) & mask;
+}
+
+RG_TEST(sched_prefix_key_is_the_documented_hash_chain) {
+  rg_sched_t *s = cached_sched(t, 16, 0);
+  RG_REQUIRE(s);
+  int32_t p[9];
+  fill(p, 9, 40);
+  int32_t h;
+  RG_REQUIRE_OK(add(s, 1, p, 9, 1, 0, &h));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  int32_t blk[2] = {b.entries[0].blocks[0], b.entries[0].blocks[1]};
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  rg_sched_block_info_t b0, b1;
+  RG_REQUIRE_OK(rg_sched_block_info(s, blk[0], &b0));
+  RG_REQUIRE_OK(rg_sched_block_info(s, blk[1], &b1));
+  uint64_t k0 = key_of(p, 4, 0, UINT64_MAX);
+  RG_CHECK(b0.cached_key && b0.key == k0);
+  RG_CHECK(b1.cached_key && b1.key == key_of(p + 4, 4, k0, UINT64_MAX));
+  RG_CHECK_ERR(rg_sched_block_info(s, 16, &b0), "block 16 is not in the pool of 16 blocks");
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_prefix_collision_never_shares_wrong_kv) {
+  // One key bit: two different blocks with equal keys are easy to make.
+  rg_sched_t *s = cached_sched(t, 32, 1);
+  RG_REQUIRE(s);
+  int32_t x[5] = {10, 11, 12, 13, 99}, y[5] = {10, 11, 12, 0, 99};
+  while (key_of(y, 4, 0, 1) != key_of(x, 4, 0, 1) || y[3] == x[3]) y[3]++;
+  double now = 0;
+  int32_t hx = run_alone(t, s, 1, x, 5, &now);
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hx, &info));
+  RG_CHECK(info.n_cached_tokens == 0);
+  // y's first block has x's key but other tokens: no hit, computed afresh.
+  int32_t hy = run_alone(t, s, 2, y, 5, &now);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hy, &info));
+  RG_CHECK(info.n_cached_tokens == 0);
+  // x's own tokens still hit x's block.
+  int32_t x2[5] = {10, 11, 12, 13, 42};
+  int32_t hx2 = run_alone(t, s, 3, x2, 5, &now);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hx2, &info));
+  RG_CHECK(info.n_cached_tokens == 4);
+  // A second block after y's (uncached) first one is not entered either:
+  // nothing could chain to it.
+  int32_t y9[9] = {10, 11, 12, y[3], 1, 2, 3, 4, 5};
+  run_alone(t, s, 4, y9, 9, &now);
+  int32_t h;
+  RG_REQUIRE_OK(add(s, 5, y9, 9, 1, now, &h));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  RG_REQUIRE(b.n_entries == 1);
+  RG_CHECK(b.entries[0].pos == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_cached == 1);  // x's block alone
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+// A block's KV depends on every token before it, not only on its own: a
+// child entered under a parent block that has since been evicted and
+// refilled with other tokens (with a colliding key) must not match.
+RG_TEST(sched_prefix_child_of_a_reused_parent_never_matches) {
+  rg_sched_config_t c = base_config();
+  c.block_size = 2;
+  c.n_blocks = 12;
+  c.prefix_cache = 1;
+  c.hash_bits = 1;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  // x and z: different first blocks with one key; cd: a second block whose
+  // key differs from it, so both can be indexed at once.
+  int32_t x[2] = {1, 2}, z[2] = {3, 4}, cd[2] = {5, 6};
+  uint64_t k0 = key_of(x, 2, 0, 1);
+  while (key_of(z, 2, 0, 1) != k0) z[1]++;
+  while (key_of(cd, 2, k0, 1) == k0) cd[1]++;
+  int32_t y[4] = {x[0], x[1], cd[0], cd[1]}, w[15], q[5] = {z[0], z[1], cd[0], cd[1], 8};
+  fill(w, 15, 500);
+  int32_t hx, hy, hw, hz, hq;
+  RG_REQUIRE_OK(add(s, 1, x, 2, 1, 0, &hx));
+  RG_REQUIRE_OK(add(s, 2, y, 4, 8, 0, &hy));
+  RG_REQUIRE_OK(add(s, 3, w, 15, 8, 0, &hw));
+  rg_sched_batch_t b;
+  // x computes block x; y computes its own twin of it (both missed) and
+  // enters its block cd as the child of x's block. w fills the pool.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_REQUIRE(b.n_entries == 3);
+  int32_t xblock = b.entries[0].blocks[0];
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  RG_CHECK(state_of(s, hx) == RG_SCHED_FINISHED && block_state(s, xblock) == RG_SCHED_BLOCK_CACHED);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_REQUIRE(st.blocks_free == 1 && st.blocks_cached == 1);
+  // y's next decode takes the free block; z reclaims x's cached one, and
+  // enters it under the same key with its own tokens.
+  RG_REQUIRE_OK(add(s, 4, z, 2, 1, 0.15, &hz));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.2, &b));
+  const rg_sched_entry_t *e = entry_of(&b, hz);
+  RG_REQUIRE(e && e->blocks[0] == xblock);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.3, 0));
+  RG_REQUIRE_OK(rg_sched_abort(s, hw, 0.3));
+  // q = z + cd: z's block matches, but y's cd was computed after x.
+  RG_REQUIRE_OK(add(s, 5, q, 5, 1, 0.3, &hq));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.4, &b));
+  e = entry_of(&b, hq);
+  RG_REQUIRE(e);
+  RG_CHECK(e->pos == 2 && e->blocks[0] == xblock);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.5, 0));
+  RG_CHECK_OK(rg_sched_check(s));
+  (void)hy;
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_lru_evicts_oldest_and_chain_tails_first) {
+  rg_sched_t *s = cached_sched(t, 6, 0);
+  RG_REQUIRE(s);
+  int32_t pa[8], pb[8], pc[12];
+  fill(pa, 8, 100);
+  fill(pb, 8, 200);
+  fill(pc, 12, 300);
+  double now = 0;
+  rg_sched_batch_t b;
+  int32_t h;
+  // Record A's and B's block ids from their batches.
+  RG_REQUIRE_OK(add(s, 1, pa, 8, 1, 0, &h));
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  int32_t a0 = b.entries[0].blocks[0], a1 = b.entries[0].blocks[1];
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  RG_REQUIRE_OK(add(s, 2, pb, 8, 1, 0, &h));
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  int32_t b0 = b.entries[0].blocks[0], b1 = b.entries[0].blocks[1];
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_cached == 4 && st.blocks_free == 2);
+  // C needs 3 blocks: the 2 free ones, then the least recently used
+  // cached block. A was released first, its tail block before its head.
+  run_alone(t, s, 3, pc, 12, &now);
+  uint64_t ka0 = key_of(pa, 4, 0, UINT64_MAX), kb0 = key_of(pb, 4, 0, UINT64_MAX);
+  rg_sched_block_info_t bi;
+  RG_REQUIRE_OK(rg_sched_block_info(s, a1, &bi));
+  RG_CHECK(bi.key != key_of(pa + 4, 4, ka0, UINT64_MAX));  // now holds C's third block
+  RG_REQUIRE_OK(rg_sched_block_info(s, a0, &bi));
+  RG_CHECK(bi.state == RG_SCHED_BLOCK_CACHED && bi.key == ka0);
+  RG_REQUIRE_OK(rg_sched_block_info(s, b0, &bi));
+  RG_CHECK(bi.state == RG_SCHED_BLOCK_CACHED && bi.key == kb0);
+  RG_REQUIRE_OK(rg_sched_block_info(s, b1, &bi));
+  RG_CHECK(bi.state == RG_SCHED_BLOCK_CACHED && bi.key == key_of(pb + 4, 4, kb0, UINT64_MAX));
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_evicted == 1);
+  // A's head block outlived its tail: A again hits one block.
+  int32_t ha2 = run_alone(t, s, 5, pa, 8, &now);
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, ha2, &info));
+  RG_CHECK(info.n_cached_tokens == 4);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+// --- abort, fail, misuse -------------------------------------------------------
+
+RG_TEST(sched_abort_and_fail_in_every_state_return_blocks) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 8;
+  c.n_swap_blocks = 8;
+  c.preempt = RG_SCHED_PREEMPT_SWAP;
+  c.max_batch_tokens = 8;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t p[20], hW, hP, hD;
+  fill(p, 20, 1);
+  RG_REQUIRE_OK(add(s, 1, p, 4, 20, 0, &hD));
+  RG_REQUIRE_OK(add(s, 2, p, 20, 4, 0, &hP));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  RG_REQUIRE_OK(add(s, 3, p, 4, 4, 5.0, &hW));  // arrives later: stays waiting
+  RG_CHECK(state_of(s, hD) == RG_SCHED_DECODING && state_of(s, hP) == RG_SCHED_PREFILLING);
+  RG_REQUIRE_OK(rg_sched_fail(s, hP, 0.2, "worker 3 (cuda:1) stopped answering"));
+  RG_REQUIRE_OK(rg_sched_abort(s, hW, 0.2));
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hP, &info));
+  RG_CHECK(info.state == RG_SCHED_FAILED && info.finished == 0.2 && info.n_blocks == 0);
+  RG_CHECK(strcmp(info.reason, "worker 3 (cuda:1) stopped answering") == 0);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hW, &info));
+  RG_CHECK(info.state == RG_SCHED_ABORTED && strcmp(info.reason, "aborted") == 0);
+  RG_CHECK_ERR(rg_sched_abort(s, hW, 0.3), "request 3 (handle 2) has already been aborted");
+  RG_CHECK_ERR(rg_sched_fail(s, hP, 0.3, "x"), "request 2 (handle 1) has already failed");
+  RG_CHECK_ERR(rg_sched_fail(s, hD, 0.3, ""), "a reason is required");
+  RG_CHECK_ERR(rg_sched_abort(s, 77, 0.3), "rg_sched_abort: request handle 77 is not in use");
+
+  // In the outstanding batch: ended at once, skipped at commit; a result
+  // for it is accepted and ignored.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.4, &b));
+  RG_REQUIRE(entry_of(&b, hD));
+  rg_sched_result_t r = {hD, 5, 0};
+  RG_REQUIRE_OK(rg_sched_abort(s, hD, 0.45));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_used == 0);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(rg_sched_commit(s, 0.5, &r, 1));
+  RG_REQUIRE_OK(rg_sched_request_info(s, hD, &info));
+  RG_CHECK(info.state == RG_SCHED_ABORTED && info.n_output == 1);
+
+  // Swapped: its swap blocks return. Fill the pool with two decoders until
+  // one is swapped out.
+  int32_t h1, h2;
+  RG_REQUIRE_OK(add(s, 4, p, 12, 12, 0, &h1));
+  RG_REQUIRE_OK(add(s, 5, p, 12, 12, 0, &h2));
+  double now = 0.6;
+  for (int k = 0; k < 40 && state_of(s, h2) != RG_SCHED_SWAPPED; k++) {
+    RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+    RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  }
+  RG_REQUIRE(state_of(s, h2) == RG_SCHED_SWAPPED);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.swap_used > 0);
+  RG_REQUIRE_OK(rg_sched_fail(s, h2, now, "swap tier device lost"));
+  RG_REQUIRE_OK(rg_sched_abort(s, h1, now));
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.swap_used == 0 && st.blocks_used == 0 && st.total_failed == 2 &&
+           st.total_aborted == 3);
+  RG_CHECK(st.n_state[RG_SCHED_SWAPPED] == 0 && st.n_state[RG_SCHED_FAILED] == 2);
+  RG_CHECK_OK(rg_sched_check(s));
+  // Releasing an active request aborts it first.
+  int32_t h3;
+  RG_REQUIRE_OK(add(s, 6, p, 4, 4, 0, &h3));
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  RG_REQUIRE(entry_of(&b, h3));
+  rg_sched_release(s, h3);
+  RG_CHECK_OK(rg_sched_check(s));
+  r = (rg_sched_result_t){h3, 1, 0};
+  RG_CHECK_OK(rg_sched_commit(s, now += 0.01, &r, 1));
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_used == 0 && st.total_aborted == 4);
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_misuse_is_an_error_not_a_crash) {
+  rg_sched_config_t c = base_config();
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  RG_CHECK_ERR(rg_sched_commit(s, 0, NULL, 0),
+               "no batch is outstanding; call rg_sched_schedule first");
+  int32_t p[6], hA, hB, hC;
+  fill(p, 6, 1);
+  RG_REQUIRE_OK(add(s, 10, p, 6, 5, 0, &hA));
+  RG_REQUIRE_OK(add(s, 11, p, 6, 5, 0, &hB));
+  RG_REQUIRE_OK(add(s, 12, p, 6, 5, 9, &hC));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1, &b));
+  RG_REQUIRE(b.n_entries == 2);
+  RG_CHECK_ERR(rg_sched_schedule(s, 1, &b),
+               "the batch of iteration 1 (2 entries) has not been committed");
+  rg_sched_result_t r[3] = {{hA, 1, 0}, {hB, 2, 0}, {hC, 3, 0}};
+  RG_CHECK_ERR(rg_sched_commit(s, 2, r, 3),
+               "result 2 names request handle 2, which has no entry in the batch of iteration 1");
+  r[2] = (rg_sched_result_t){hA, 3, 0};
+  RG_CHECK_ERR(rg_sched_commit(s, 2, r, 3),
+               "result 2 is a second result for request 10 (handle 0)");
+  r[1].token = -4;
+  RG_CHECK_ERR(rg_sched_commit(s, 2, r, 2),
+               "result 1 for request 11 (handle 1) has token -4; token ids must be >= 0");
+  RG_CHECK_ERR(rg_sched_commit(s, 2, r, 1),
+               "request 11 (handle 1) has an entry that yields logits in this batch but no result");
+  RG_CHECK_ERR(rg_sched_commit(s, 2, NULL, 2), "2 results announced but none given");
+  r[1].token = 2;
+  RG_CHECK_ERR(rg_sched_commit(s, 0.5, r, 2),
+               "rg_sched_commit: time went backwards: 0.5 s is before 1 s");
+  RG_CHECK_ERR(rg_sched_commit(s, NAN, r, 2), "time nan is not a finite number of seconds");
+  // Nothing was committed by the failed calls: a correct one still works.
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(rg_sched_commit(s, 2, r, 2));
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hA, &info));
+  RG_CHECK(info.n_output == 1 && info.output[0] == 1);
+  RG_CHECK_ERR(rg_sched_commit(s, 2, r, 2), "no batch is outstanding");
+  RG_CHECK_ERR(rg_sched_schedule(s, 1.5, &b), "rg_sched_schedule: time went backwards");
+  RG_CHECK_ERR(rg_sched_abort(s, hA, 1.5), "rg_sched_abort: time went backwards");
+  RG_CHECK_ERR(rg_sched_request_info(s, -1, &info), "request handle -1 is not in use");
+  // An empty batch needs no commit.
+  RG_REQUIRE_OK(rg_sched_abort(s, hA, 3));
+  RG_REQUIRE_OK(rg_sched_abort(s, hB, 3));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 3, &b));
+  RG_CHECK(b.n_entries == 0);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 9, &b));
+  RG_CHECK(b.n_entries == 1 && b.entries[0].req == hC);
+  RG_CHECK_OK(commit_all(s, &b, 9.5, 0));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_check_finds_corruption) {
+  rg_sched_config_t c = base_config();
+  c.prefix_cache = 1;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t p[9], h;
+  fill(p, 9, 1);
+  RG_REQUIRE_OK(add(s, 1, p, 9, 4, 0, &h));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  RG_REQUIRE_OK(rg_sched_check(s));
+  int32_t used = b.entries[0].blocks[0];
+  s->blocks[used].ref++;
+  RG_CHECK_ERR(rg_sched_check(s), "has refcount 2 but 1 block tables hold it");
+  s->blocks[used].ref--;
+  int32_t top = s->free_list[s->n_free - 1];
+  s->free_list[s->n_free - 2] = top;
+  RG_CHECK_ERR(rg_sched_check(s), "is on the free list twice");
+  s->free_list[s->n_free - 2] = top + 1;  // the stack's ids fall toward its top
+  RG_CHECK_OK(rg_sched_check(s));
+  s->reqs[h].n_table--;
+  RG_CHECK_ERR(rg_sched_check(s), "holds 2 device and 0 swap blocks; expected 3");
+  s->reqs[h].n_table++;
+  s->st.n_state[RG_SCHED_WAITING]++;
+  RG_CHECK_ERR(rg_sched_check(s), "0 requests are waiting but the count says 1");
+  s->st.n_state[RG_SCHED_WAITING]--;
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+// --- random request streams ----------------------------------------------------
+//
+// A fake model stands in for the engine: the "KV" it writes at a position is
+// a rolling hash of every token up to it, computed from the KV it reads at
+// the previous position, exactly as attention depends on earlier KV. Each
+// step first checks that every position an entry reads holds the hash of
+// that request's own tokens, so a block shared wrongly, freed too early,
+// swapped back wrong or overwritten is caught where it happens, and tokens
+// are sampled from that hash, so outputs can be predicted from the prompt.
+
+typedef struct {
+  uint64_t s;
+} rng_t;
+
+static uint64_t rng_next(rng_t *r) {  // splitmix64
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static int64_t rng_range(rng_t *r, int64_t lo, int64_t hi) {  // inclusive
+  return lo + (int64_t)(rng_next(r) % (uint64_t)(hi - lo + 1));
+}
+static double rng_unit(rng_t *r) {
+  return (double)(rng_next(r) >> 11) / 9007199254740992.0;
+}
+
+enum { FAKE_VOCAB = 1000 };
+static const uint64_t fake_root = 0x5eed5eed5eedull;
+static uint64_t fake_mix(uint64_t prev, int32_t tok) {
+  uint64_t h = (prev ^ (uint64_t)(uint32_t)tok) * 0x9E3779B97F4A7C15ull;
+  return h ^ (h >> 29);
+}
+static int32_t fake_sample(uint64_t h) {
+  return (int32_t)((h >> 21) % FAKE_VOCAB);
+}
+static int fake_stop(int32_t tok) {
+  return tok % 89 == 0;
+}
+
+typedef struct {
+  const char *name;
+  int32_t bs;
+  int64_t n_blocks, n_swap;
+  int32_t max_seqs;
+  int64_t max_batch_tokens, max_context;
+  rg_sched_preempt_t preempt;
+  int prefix, hash_bits;
+  int64_t watermark;
+  int n_requests;
+  int prefix_max, suffix_max, out_max;  // lengths drawn up to these
+  int vocab;  // prompt tokens drawn below this (0 = the fake model's 1000)
+} stream_cfg_t;
+
+typedef struct {
+  int64_t requests, refused, iterations, finished, aborted, failed;
+  int64_t preempt_recompute, preempt_swap, hit_tokens, lookup_tokens, evicted;
+  uint64_t digest;
+} stream_out_t;
+
+typedef struct {
+  int live, started, decoding;
+  uint64_t id;
+  int64_t n_prompt, max_tokens, n_known, computed;
+  double arrival;
+  int32_t *tokens;
+} track_t;
+
+// Rolling hash after positions [0, upto) of tokens.
+static uint64_t rolling(const int32_t *tokens, int64_t upto) {
+  uint64_t h = fake_root;
+  for (int64_t i = 0; i < upto; i++) h = fake_mix(h, tokens[i]);
+  return h;
+}
+
+// The outputs the fake model must produce for a prompt.
+static int64_t reference_output(const track_t *k, int32_t *out) {
+  uint64_t h = rolling(k->tokens, k->n_prompt);
+  int64_t n = 0;
+  for (;;) {
+    int32_t tok = fake_sample(h);
+    out[n++] = tok;
+    if (fake_stop(tok) || n == k->max_tokens) return n;
+    h = fake_mix(h, tok);
+  }
+}
+
+static uint64_t *kv_slot(uint64_t *kv, int32_t bs, const int32_t *blocks, int64_t p) {
+  return &kv[(int64_t)blocks[p / bs] * bs + p % bs];
+}
+
+static void end_track(track_t *k) {
+  k->live = 0;
+}
+
+// Aborts or fails a random live request, if one is found quickly.
+static void random_end(rg_test_ctx_t *t, rg_sched_t *s, rng_t *rng, track_t *tr, int32_t n_handles,
+                       double now, stream_out_t *o) {
+  if (n_handles == 0) return;
+  for (int tries = 0; tries < 8; tries++) {
+    int32_t h = (int32_t)rng_range(rng, 0, n_handles - 1);
+    if (!tr[h].live) continue;
+    if (rng_next(rng) & 1) {
+      RG_CHECK_OK(rg_sched_abort(s, h, now));
+      o->aborted++;
+    } else {
+      RG_CHECK_OK(rg_sched_fail(s, h, now, "worker lost (random stream)"));
+      rg_sched_request_info_t info;
+      RG_CHECK_OK(rg_sched_request_info(s, h, &info));
+      RG_CHECK(info.state == RG_SCHED_FAILED && info.reason &&
+               strcmp(info.reason, "worker lost (random stream)") == 0);
+      o->failed++;
+    }
+    end_track(&tr[h]);
+    return;
+  }
+}
+
+static void hash_batch(XXH3_state_t *x, const rg_sched_batch_t *b) {
+  XXH3_64bits_update(x, &b->iteration, sizeof b->iteration);
+  for (size_t i = 0; i < b->n_entries; i++) {
+    const rg_sched_entry_t *e = &b->entries[i];
+    int64_t f[5] = {e->req, e->pos, e->n, e->want_logits, e->is_prefill};
+    XXH3_64bits_update(x, f, sizeof f);
+    XXH3_64bits_update(x, e->blocks, (size_t)e->n_blocks * sizeof(int32_t));
+  }
+  XXH3_64bits_update(x, b->swap_out, b->n_swap_out * sizeof(rg_sched_copy_t));
+  XXH3_64bits_update(x, b->swap_in, b->n_swap_in * sizeof(rg_sched_copy_t));
+  XXH3_64bits_update(x, b->preempted, b->n_preempted * sizeof(int32_t));
+}
+
+// Checks a batch against what the test knows of every request, then runs
+// the fake model over it and fills one result per entry with want_logits.
+static size_t check_and_step(rg_test_ctx_t *t, rg_sched_t *s, const stream_cfg_t *c,
+                             const rg_sched_batch_t *b, track_t *tr, uint64_t *dev, uint64_t *swp,
+                             uint64_t *stamp, int32_t *write_mark, rg_sched_result_t *res) {
+  int32_t bs = c->bs;
+  int64_t tokens = 0;
+  int last_class = 0;
+  ++*stamp;
+  RG_CHECK(b->n_entries <= (size_t)c->max_seqs);
+  for (size_t i = 0; i < b->n_entries; i++) {
+    const rg_sched_entry_t *e = &b->entries[i];
+    track_t *k = &tr[e->req];
+    RG_CHECK(k->live && e->id == k->id && e->n >= 1);
+    int cls = !e->is_prefill ? 0 : k->started ? 1 : 2;
+    RG_CHECK(cls >= last_class);  // decodes, started prefills, new prefills
+    last_class = cls;
+    RG_CHECK(e->is_prefill == !k->decoding);
+    if (cls < 2)
+      RG_CHECK(e->pos == k->computed);
+    else
+      RG_CHECK(e->pos % bs == 0 && e->pos <= (k->n_known - 1) / bs * bs);
+    RG_CHECK(e->pos + e->n <= k->n_known);
+    RG_CHECK(e->want_logits == (e->pos + e->n == k->n_known));
+    RG_CHECK(e->n_blocks == (e->pos + e->n + bs - 1) / bs);
+    RG_CHECK(memcmp(e->tokens, k->tokens + e->pos, (size_t)e->n * sizeof(int32_t)) == 0);
+    tokens += e->n;
+    // The blocks it writes are its own and no other entry's.
+    for (int64_t q = e->pos / bs; q <= (e->pos + e->n - 1) / bs; q++) {
+      int32_t blk = e->blocks[q];
+      RG_CHECK(blk >= 0 && blk < c->n_blocks);
+      RG_CHECK(refcount(s, blk) == 1);
+      RG_CHECK(write_mark[blk] != (int32_t)*stamp);
+      write_mark[blk] = (int32_t)*stamp;
+    }
+  }
+  RG_CHECK(tokens == b->n_decode_tokens + b->n_prefill_tokens && tokens <= c->max_batch_tokens);
+  for (size_t i = 0; i < b->n_preempted; i++) {
+    track_t *k = &tr[b->preempted[i]];
+    rg_sched_state_t st = state_of(s, b->preempted[i]);
+    RG_CHECK(st == RG_SCHED_WAITING || st == RG_SCHED_SWAPPED);
+    if (st == RG_SCHED_WAITING) k->started = k->decoding = 0, k->computed = 0;
+  }
+  // The step: copies first (out, then in), then every entry.
+  for (size_t i = 0; i < b->n_swap_out; i++)
+    memcpy(swp + (int64_t)b->swap_out[i].dst * bs, dev + (int64_t)b->swap_out[i].src * bs,
+           (size_t)bs * sizeof(uint64_t));
+  for (size_t i = 0; i < b->n_swap_in; i++)
+    memcpy(dev + (int64_t)b->swap_in[i].dst * bs, swp + (int64_t)b->swap_in[i].src * bs,
+           (size_t)bs * sizeof(uint64_t));
+  size_t n_res = 0;
+  for (size_t i = 0; i < b->n_entries; i++) {
+    const rg_sched_entry_t *e = &b->entries[i];
+    track_t *k = &tr[e->req];
+    uint64_t h = fake_root;
+    int bad = 0;
+    for (int64_t p = 0; p < e->pos; p++) {
+      h = fake_mix(h, k->tokens[p]);
+      bad |= *kv_slot(dev, bs, e->blocks, p) != h;
+    }
+    if (bad)
+      rg_test_fail(t, __FILE__, __LINE__,
+                   "%s: request %llu reads KV that is not its own before %lld", c->name,
+                   (unsigned long long)k->id, (long long)e->pos);
+    for (int64_t p = e->pos; p < e->pos + e->n; p++) {
+      uint64_t prev = p == 0 ? fake_root : *kv_slot(dev, bs, e->blocks, p - 1);
+      h = fake_mix(prev, e->tokens[p - e->pos]);
+      *kv_slot(dev, bs, e->blocks, p) = h;
+    }
+    k->started = 1;
+    if (e->want_logits) {
+      int32_t tok = fake_sample(h);
+      res[n_res++] = (rg_sched_result_t){e->req, tok, fake_stop(tok)};
+    }
+  }
+  return n_res;
+}
+
+static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, stream_out_t *o) {
+  memset(o, 0, sizeof(*o));
+  rg_sched_config_t sc = {.block_size = c->bs,
+                          .n_blocks = c->n_blocks,
+                          .n_swap_blocks = c->n_swap,
+                          .max_seqs = c->max_seqs,
+                          .max_batch_tokens = c->max_batch_tokens,
+                          .max_context = c->max_context,
+                          .preempt = c->preempt,
+                          .prefix_cache = c->prefix,
+                          .watermark_blocks = c->watermark,
+                          .hash_bits = c->hash_bits};
+  rg_sched_t *s = NULL;
+  RG_CHECK_OK(rg_sched_create(&sc, &s));
+  uint64_t *dev = calloc((size_t)(c->n_blocks * c->bs), sizeof(uint64_t));
+  uint64_t *swp = calloc((size_t)((c->n_swap + 1) * c->bs), sizeof(uint64_t));
+  int32_t *write_mark = calloc((size_t)c->n_blocks, sizeof(int32_t));
+  track_t *tr = calloc((size_t)c->n_requests, sizeof(track_t));
+  int32_t *ref = malloc((size_t)(c->max_context + 1) * sizeof(int32_t));
+  rg_sched_result_t *res = malloc((size_t)c->max_seqs * sizeof(*res));
+  int32_t *prompt =
+      malloc((size_t)(c->prefix_max + c->suffix_max + c->max_context + 1) * sizeof(int32_t));
+  XXH3_state_t *x = XXH3_createState();
+  if (!s || !dev || !swp || !write_mark || !tr || !ref || !res || !prompt || !x) {
+    RG_CHECK(!"out of memory");
+    goto done;
+  }
+  XXH3_64bits_reset(x);
+  rng_t rng = {seed};
+  int vocab = c->vocab ? c->vocab : FAKE_VOCAB;
+  // A few shared prefixes, so prefix hits (and their collisions) happen.
+  int32_t family[4][64];
+  int family_len[4];
+  for (int f = 0; f < 4; f++) {
+    family_len[f] = (int)rng_range(&rng, 0, c->prefix_max);
+    for (int i = 0; i < family_len[f]; i++) family[f][i] = (int32_t)rng_range(&rng, 0, vocab - 1);
+  }
+  double now = 0, next_arrival = 0;
+  int32_t n_handles = 0;
+  int added = 0, live = 0;
+  uint64_t stamp = 0;
+  while (added < c->n_requests || live > 0) {
+    // Arrivals up to a little ahead of now: some are added before they
+    // arrive, as a simulator does.
+    while (added < c->n_requests && next_arrival <= now + 0.002) {
+      int f = (int)rng_range(&rng, 0, 3);
+      int64_t n = family_len[f];
+      memcpy(prompt, family[f], (size_t)n * sizeof(int32_t));
+      int64_t suffix = rng_range(&rng, 0, 9) == 0 ? 0 : rng_range(&rng, 1, c->suffix_max);
+      if (n + suffix == 0) suffix = 1;
+      int64_t max_tokens = rng_range(&rng, 1, c->out_max);
+      if (rng_range(&rng, 0, 39) == 0) suffix += c->max_context;  // can never run
+      for (int64_t i = 0; i < suffix; i++) prompt[n + i] = (int32_t)rng_range(&rng, 0, vocab - 1);
+      n += suffix;
+      uint64_t id = (uint64_t)added + 1;
+      int32_t h;
+      rg_status_t st = add(s, id, prompt, (size_t)n, max_tokens, next_arrival, &h);
+      added++;
+      // Bursts: now and then several requests arrive at once.
+      if (rng_range(&rng, 0, 29) != 0) next_arrival += -0.0015 * log(1 - rng_unit(&rng));
+      if (st) {
+        const char *m = rg_status_message(st);
+        RG_CHECK(n + max_tokens > c->max_context || n + max_tokens - 1 > c->n_blocks * c->bs);
+        RG_CHECK(strstr(m, "exceeds max_context") || strstr(m, "KV blocks of"));
+        rg_status_free(st);
+        o->refused++;
+        continue;
+      }
+      RG_CHECK(h >= 0 && h < c->n_requests);
+      if (h >= n_handles) n_handles = h + 1;
+      track_t *k = &tr[h];
+      free(k->tokens);
+      *k = (track_t){.live = 1,
+                     .id = id,
+                     .n_prompt = n,
+                     .max_tokens = max_tokens,
+                     .n_known = n,
+                     .arrival = next_arrival};
+      k->tokens = malloc((size_t)(n + max_tokens) * sizeof(int32_t));
+      if (!k->tokens) {
+        RG_CHECK(!"out of memory");
+        goto done;
+      }
+      memcpy(k->tokens, prompt, (size_t)n * sizeof(int32_t));
+      o->requests++;
+      live++;
+    }
+    if (rng_range(&rng, 0, 33) == 0) random_end(t, s, &rng, tr, n_handles, now, o);
+
+    rg_sched_batch_t b;
+    rg_status_t st = rg_sched_schedule(s, now, &b);
+    if (st) {
+      RG_CHECK_OK(st);
+      goto done;
+    }
+    o->iterations++;
+    hash_batch(x, &b);
+    if ((st = rg_sched_check(s))) {
+      rg_test_fail(t, __FILE__, __LINE__, "%s, iteration %lld, after schedule: %s", c->name,
+                   (long long)o->iterations, rg_status_message(st));
+      rg_status_free(st);
+      goto done;
+    }
+    size_t n_res = check_and_step(t, s, c, &b, tr, dev, swp, &stamp, write_mark, res);
+    if (b.n_entries == 0 && b.n_preempted == 0) {
+      // Nothing ran: only allowed when nothing that has arrived is left.
+      for (int32_t h = 0; h < n_handles; h++)
+        if (tr[h].live && tr[h].arrival <= now) {
+          rg_test_fail(t, __FILE__, __LINE__, "%s: iteration %lld stalled with request %llu ready",
+                       c->name, (long long)o->iterations, (unsigned long long)tr[h].id);
+          goto done;
+        }
+    }
+    // Sometimes a request ends while its step runs; its result may or may
+    // not be handed in.
+    if (b.n_entries && rng_range(&rng, 0, 39) == 0) {
+      size_t i = (size_t)rng_range(&rng, 0, (int64_t)b.n_entries - 1);
+      int32_t h = b.entries[i].req;
+      RG_CHECK_OK(rg_sched_abort(s, h, now));
+      end_track(&tr[h]);
+      o->aborted++;
+      if (rng_next(&rng) & 1)
+        for (size_t j = 0; j < n_res; j++)
+          if (res[j].req == h) res[j] = res[--n_res];
+    }
+    double step = 0.001 + 1e-5 * (double)(b.n_decode_tokens + b.n_prefill_tokens);
+    if ((st = rg_sched_commit(s, now + step, res, n_res))) {
+      RG_CHECK_OK(st);
+      goto done;
+    }
+    now += step;
+    if ((st = rg_sched_check(s))) {
+      rg_test_fail(t, __FILE__, __LINE__, "%s, iteration %lld, after commit: %s", c->name,
+                   (long long)o->iterations, rg_status_message(st));
+      rg_status_free(st);
+      goto done;
+    }
+    // What the test knows advances as the scheduler's does.
+    for (size_t i = 0; i < b.n_entries; i++) {
+      const rg_sched_entry_t *e = &b.entries[i];
+      track_t *k = &tr[e->req];
+      if (!k->live) continue;
+      k->computed = e->pos + e->n;
+      if (!e->want_logits) continue;
+      rg_sched_request_info_t info;
+      RG_CHECK_OK(rg_sched_request_info(s, e->req, &info));
+      k->tokens[k->n_known++] = info.output[info.n_output - 1];
+      k->decoding = 1;
+      RG_CHECK(info.n_output == k->n_known - k->n_prompt);
+      if (info.state != RG_SCHED_FINISHED) continue;
+      int64_t n_ref = reference_output(k, ref);
+      RG_CHECK(info.n_output == n_ref &&
+               memcmp(info.output, ref, (size_t)n_ref * sizeof(int32_t)) == 0);
+      RG_CHECK(strcmp(info.reason, fake_stop(ref[n_ref - 1]) ? "stop" : "length") == 0);
+      RG_CHECK(info.n_blocks == 0 && info.first_token <= info.last_token);
+      end_track(k);
+      o->finished++;
+      if (rng_next(&rng) & 1) rg_sched_release(s, e->req);
+    }
+    live = 0;
+    for (int32_t h = 0; h < n_handles; h++) live += tr[h].live;
+    if (b.n_entries == 0 && b.n_preempted == 0 && next_arrival > now) now = next_arrival;
+    if (o->iterations > 200000) {
+      RG_CHECK(!"the stream did not drain in 200000 iterations");
+      goto done;
+    }
+  }
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  // Nothing leaked: every block free or cached, the swap tier empty, no
+  // request left in a live state.
+  RG_CHECK(st.blocks_used == 0 && st.blocks_free + st.blocks_cached == c->n_blocks);
+  RG_CHECK(st.swap_used == 0);
+  RG_CHECK(st.n_state[RG_SCHED_WAITING] + st.n_state[RG_SCHED_PREFILLING] +
+               st.n_state[RG_SCHED_DECODING] + st.n_state[RG_SCHED_SWAPPED] ==
+           0);
+  RG_CHECK(st.total_finished == o->finished &&
+           st.total_aborted + st.total_failed == o->aborted + o->failed);
+  RG_CHECK(o->finished + o->aborted + o->failed == o->requests);
+  if (!c->prefix) RG_CHECK(st.blocks_cached == 0 && st.prefix_lookup_tokens == 0);
+  o->preempt_recompute = st.preempt_recompute;
+  o->preempt_swap = st.preempt_swap;
+  o->hit_tokens = st.prefix_hit_tokens;
+  o->lookup_tokens = st.prefix_lookup_tokens;
+  o->evicted = st.blocks_evicted;
+  o->digest = XXH3_64bits_digest(x);
+  RG_CHECK_OK(rg_sched_check(s));
+done:
+  if (tr)
+    for (int i = 0; i < c->n_requests; i++) free(tr[i].tokens);
+  XXH3_freeState(x);
+  free(prompt);
+  free(res);
+  free(ref);
+  free(tr);
+  free(write_mark);
+  free(swp);
+  free(dev);
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_random_streams_keep_every_invariant) {
+  // Small pools, so preemption is frequent; both policies; cache on and
+  // off; a 2-bit key so collisions are everywhere; block sizes 1 to 16.
+  static const stream_cfg_t cfgs[] = {
+      {"recompute", 4, 24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 0, 0, -1, 500, 14, 12, 24, 0},
+      {"recompute+cache", 4, 24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 1, 0, -1, 500, 14, 12,
+       24, 0},
+      {"swap", 4, 24, 16, 6, 24, 96, RG_SCHED_PREEMPT_SWAP, 0, 0, -1, 500, 14, 12, 24, 0},
+      {"swap+cache+watermark", 4, 28, 12, 6, 32, 96, RG_SCHED_PREEMPT_SWAP, 1, 0, 2, 500, 14, 12,
+       24, 0},
+      {"cache, 2-bit keys", 4, 24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 1, 2, -1, 500, 14, 12,
+       24, 0},
+      // Two token ids and 2-token blocks: equal blocks after different
+      // prefixes everywhere, so only the parent check tells them apart.
+      {"2-bit keys, 2 tokens", 2, 24, 0, 6, 24, 48, RG_SCHED_PREEMPT_RECOMPUTE, 1, 2, -1, 500, 8, 6,
+       12, 2},
+      {"4-bit keys, 3 tokens", 2, 30, 8, 6, 24, 48, RG_SCHED_PREEMPT_SWAP, 1, 4, -1, 500, 8, 6, 12,
+       3},
+      {"swap, tier too small", 4, 20, 4, 5, 20, 80, RG_SCHED_PREEMPT_SWAP, 1, 0, -1, 400, 10, 10,
+       20, 0},
+      {"block size 1", 1, 20, 10, 5, 12, 20, RG_SCHED_PREEMPT_SWAP, 1, 0, -1, 400, 6, 4, 8, 0},
+      {"block size 16", 16, 10, 6, 4, 32, 160, RG_SCHED_PREEMPT_RECOMPUTE, 1, 0, -1, 300, 40, 40,
+       40, 0},
+  };
+  stream_out_t sum = {0};
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+    stream_out_t a, b, other;
+    run_stream(t, &cfgs[i], 1000 + i, &a);
+    run_stream(t, &cfgs[i], 1000 + i, &b);
+    // The same seed gives the same decisions, batch for batch.
+    RG_CHECK(a.digest == b.digest && a.iterations == b.iterations && a.finished == b.finished);
+    if (i == 0) {
+      run_stream(t, &cfgs[i], 77, &other);
+      RG_CHECK(other.digest != a.digest);  // the digest does see the decisions
+    }
+    printf(
+        "    %-22s %4lld requests (%lld refused), %6lld iterations, %4lld finished, %3lld aborted, "
+        "%3lld failed, preempted %lld by recompute %lld by swap, prefix hits %lld of %lld tokens, "
+        "%lld evictions\n",
+        cfgs[i].name, (long long)a.requests, (long long)a.refused, (long long)a.iterations,
+        (long long)a.finished, (long long)a.aborted, (long long)a.failed,
+        (long long)a.preempt_recompute, (long long)a.preempt_swap, (long long)a.hit_tokens,
+        (long long)a.lookup_tokens, (long long)a.evicted);
+    sum.requests += a.requests;
+    sum.iterations += a.iterations;
+    sum.preempt_recompute += a.preempt_recompute;
+    sum.preempt_swap += a.preempt_swap;
+    sum.hit_tokens += a.hit_tokens;
+    if (cfgs[i].preempt == RG_SCHED_PREEMPT_SWAP && cfgs[i].n_swap >= 10)
+      RG_CHECK(a.preempt_swap > 0);
+    if (cfgs[i].prefix) RG_CHECK(a.hit_tokens > 0);
+  }
+  printf(
+      "    total: %lld requests, %lld iterations, %lld preemptions (%lld recompute, %lld swap), "
+      "%lld prefix-hit tokens\n",
+      (long long)sum.requests, (long long)sum.iterations,
+      (long long)(sum.preempt_recompute + sum.preempt_swap), (long long)sum.preempt_recompute,
+      (long long)sum.preempt_swap, (long long)sum.hit_tokens);
+  RG_CHECK(sum.preempt_recompute > 0 && sum.preempt_swap > 0);
+}
