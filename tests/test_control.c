@@ -485,7 +485,7 @@ RG_TEST(control_worker_errors_when_its_coordinator_is_stopped_or_gone) {
   rg_control_server_destroy(s);
   t0 = now_s();
   RG_CHECK_ERR(rg_control_client_recv(c, 5, &ev), "is lost: closed the connection");
-  RG_CHECK(now_s() - t0 < 1.0);
+  RG_CHECK(now_s() - t0 < 2.0);
   rg_control_client_destroy(c);
 }
 
@@ -637,7 +637,9 @@ static size_t read_to_close(int fd, uint8_t *buf, size_t cap, bool *closed) {
     uint8_t scratch[256];
     ssize_t n =
         read(fd, have < cap ? buf + have : scratch, have < cap ? cap - have : sizeof scratch);
-    if (n == 0) *closed = true;
+    // A reset is a close too: bytes the coordinator had not read when it
+    // closed make the kernel answer with one.
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) *closed = true;
     if (n <= 0) break;
     if (have < cap) have += (size_t)n;
   }
