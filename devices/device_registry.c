@@ -286,6 +286,10 @@ void rg_device_close(rg_device_t *dev) {
   rg__device_release(dev);
 }
 
+void rg_device_retain(rg_device_t *dev) {
+  if (dev) rg__device_retain(dev);
+}
+
 const rg_device_info_t *rg_device_info(const rg_device_t *dev) {
   return dev ? &dev->info : NULL;
 }

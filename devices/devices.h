@@ -150,6 +150,9 @@ RG_MUST_USE rg_status_t rg_device_open(const char *driver, int index,
                                        const rg_device_options_t *opts, rg_device_t **out);
 // Drops the caller's reference (NULL is fine).
 void rg_device_close(rg_device_t *dev);
+// Takes one more reference, dropped by rg_device_close (an object that
+// keeps a device it was given).
+void rg_device_retain(rg_device_t *dev);
 // What the device is (the entry rg_devices_list gave for it). Borrowed.
 const rg_device_info_t *rg_device_info(const rg_device_t *dev);
 // 1 when the device has a kernel for op (for some element type), 0

@@ -1,25 +1,33 @@
-// runtime/engine.h — a single-device engine: one model, many sequences, a
-// paged KV cache, prefill and decode in one batched forward step.
+// runtime/engine.h — the single-process pipeline: a model's stage instances
+// (runtime/stage.h) on devices of this process, run one batched forward step
+// at a time over a paged KV cache.
 //
-// The engine reads a model directory (config.json + safetensors, with its
-// tokenizer.json) or a GGUF file, maps the weights (no copy for f32, bf16,
-// f16 and Q8_0 matrices), and runs the transformer with ops/ kernels on the
-// CPU device of devices/. Later issues split the same stages across devices
-// and processes.
+// The engine opens the model, opens its device(s) (the CPU unless told
+// otherwise; any HAL device whose backend has the ops), and composes
 //
-// Sequences and their KV blocks:
+//   embed -> for each layer: attention[range], then ffn[range] or moe[range]
+//         -> lm_head
 //
-//     rg_engine_seq_new ──> [empty] ──forward(n tokens)──> [len n] ──forward──> ...
-//                                                            │
-//     rg_engine_seq_free <───────────────────────────────────┘ (blocks return to the pool)
+// from stage instances, by default one per kind over all layers (or ranges
+// of `layers_per_stage` layers: the same kernels in the same order, so the
+// same bits). It keeps no sequences: which KV blocks a sequence owns is the
+// scheduler's business (sched/), and every forward step names them.
 //
-// A sequence's KV lives in fixed-size blocks taken from one pool on demand
-// as it grows; a forward step that needs more blocks than are free fails with
-// RG_OUT_OF_MEMORY and changes nothing, so the caller can free sequences and
-// retry. The engine is not thread-safe: one caller drives it.
+//   rg_engine_create ──> engine ──rg_engine_forward(entries)──> logits
+//                          │  entries: per sequence its tokens, first
+//                          │  position, block table, whether it wants logits
+//                          ├─rg_engine_swap(out, in)  copies for sched's swap tier
+//                          └─rg_engine_destroy
+//
+// A step checks every entry (token ids in the vocabulary, blocks in the pool,
+// positions within the table and the context limit) before anything runs,
+// so a bad step changes nothing. Logits that come out NaN or infinite fail
+// the step with an error naming the first stage and layer whose output was
+// not finite (the step is re-run with a check after every stage to find it).
 //
 // Ownership: rg_engine_create returns an engine the caller destroys; the
-// arch, tokenizer and counters it hands out are borrowed.
+// model, tokenizer, stages and counters it hands out are borrowed. Not
+// thread-safe: one caller drives it.
 #ifndef RG_RUNTIME_ENGINE_H
 #define RG_RUNTIME_ENGINE_H
 
@@ -29,64 +37,101 @@
 #include "base/status.h"
 #include "graphs/graphs.h"
 #include "graphs/tokenizer.h"
+#include "runtime/model.h"
+#include "runtime/stage.h"
 
 typedef struct rg_engine_s rg_engine_t;
 
 typedef struct {
+  // Devices as "driver:index" ("cpu:0", "opencl:0"); NULL = "cpu:0". The
+  // feed-forward (ffn and moe) stages may run on another device of this
+  // process (NULL = the same); hidden states are copied between them.
+  const char *device;
+  const char *ffn_device;
   int threads;          // CPU threads; 0 = one per core
   rg_dtype_t kv_dtype;  // RG_F32, RG_BF16 or RG_F16, when kv_dtype_set
   int kv_dtype_set;     // 0: bf16, the dtype models are published in
   int block_size;       // tokens per KV block; 0 = 16
   int64_t kv_tokens;    // KV capacity in tokens over all sequences; 0 = max_seqs * max_context
   int64_t max_context;  // per sequence; 0 = min(model maximum, 4096)
-  int max_seqs;         // 0 = 16
+  int max_seqs;         // sequences a step may hold; 0 = 16
+  int64_t swap_tokens;  // host-memory swap tier for preempted KV, in tokens; 0 = none
   // Cap on the CPU kernels' instruction set (RG_CPU_ISA_AUTO = the best the
-  // CPU has). AVX512 rather than AVX512_BF16 keeps activations in f32 in
-  // bf16 matmuls: slower, but exact to f32 rounding, for checking.
-  int isa;              // an rg_cpu_isa_t from ops/convert.h
-  // How matrices are held: AUTO copies them into huge-page memory when the
-  // weights fit in a quarter of RAM (decode streams them faster), else they
-  // are used from the read-only file mapping.
+  // CPU has), for this engine's devices only. AVX512 rather than
+  // AVX512_BF16 keeps activations in f32 in bf16 matmuls: slower, but exact
+  // to f32 rounding, for checking.
+  int isa;  // an rg_cpu_isa_t from ops/convert.h
+  // How CPU matrices are held: AUTO copies them into huge-page memory when
+  // the weights fit in a quarter of RAM (decode streams them faster), else
+  // they run from the read-only file mapping.
   enum { RG_LOAD_AUTO, RG_LOAD_MMAP, RG_LOAD_COPY } load;
+  // 0: one stage instance per kind over all layers; N: instances over
+  // ranges of N layers (the same results, bit for bit).
+  int layers_per_stage;
 } rg_engine_options_t;
 
 RG_MUST_USE rg_status_t rg_engine_create(const char *model_path, const rg_engine_options_t *opt,
                                          rg_engine_t **out);
 void rg_engine_destroy(rg_engine_t *e);
 
+const rg_model_t *rg_engine_model(const rg_engine_t *e);
 const rg_arch_t *rg_engine_arch(const rg_engine_t *e);
 // The tokenizer found beside the weights (tokenizer.json, or the GGUF
 // vocabulary), or NULL when the model ships none.
 const rg_tokenizer_t *rg_engine_tokenizer(const rg_engine_t *e);
 int64_t rg_engine_vocab(const rg_engine_t *e);
-const char *rg_engine_describe(const rg_engine_t *e);  // "llama, 2 layers, bf16 weights, ..."
-double rg_engine_weight_bytes(const rg_engine_t *e);   // bytes of weights mapped
-int rg_engine_threads(const rg_engine_t *e);
-const char *rg_engine_device_name(const rg_engine_t *e);
-struct rg_pool_s *rg_engine_pool(const rg_engine_t *e);
+const char *rg_engine_describe(const rg_engine_t *e);      // "llama, 2 layers, bf16 weights, ..."
+double rg_engine_weight_bytes(const rg_engine_t *e);       // bytes of weights the stages hold
+int rg_engine_threads(const rg_engine_t *e);               // of the CPU device, 0 when none
+const char *rg_engine_device_name(const rg_engine_t *e);   // the main device's name
+const char *rg_engine_device_label(const rg_engine_t *e);  // "cpu:0"
+struct rg_pool_s *rg_engine_pool(const rg_engine_t *e);    // the CPU device's pool, or NULL
 
-RG_MUST_USE rg_status_t rg_engine_seq_new(rg_engine_t *e, int *out_seq);
-void rg_engine_seq_free(rg_engine_t *e, int seq);
-int64_t rg_engine_seq_len(const rg_engine_t *e, int seq);
-int64_t rg_engine_free_tokens(const rg_engine_t *e);  // KV tokens still free
+// The KV pool: blocks, tokens per block, the context limit, the sequence
+// cap, and the swap tier's blocks (0: none). A scheduler is sized from these.
+int64_t rg_engine_kv_blocks(const rg_engine_t *e);
+int rg_engine_block_size(const rg_engine_t *e);
+int64_t rg_engine_max_context(const rg_engine_t *e);
+int rg_engine_max_seqs(const rg_engine_t *e);
+int64_t rg_engine_swap_blocks(const rg_engine_t *e);
+double rg_engine_kv_bytes(const rg_engine_t *e);  // bytes of the device KV pool(s)
 
-// One entry of a forward step: append n tokens to seq. With want_logits,
-// the logits after its last token go to the next row of `logits`.
+// One entry of a forward step: n tokens of one sequence at positions
+// [pos, pos + n), its KV in `blocks` (block b holds positions
+// [b*block_size, (b+1)*block_size)). With want_logits, the logits after its
+// last token go to the next row of `logits`. The fields are those of
+// sched's rg_sched_entry_t.
 typedef struct {
-  int seq;
+  int64_t pos;
+  int32_t n;
   const int32_t *tokens;
-  int64_t n;
+  const int32_t *blocks;
+  int32_t n_blocks;
   int want_logits;
-} rg_batch_entry_t;
+} rg_engine_entry_t;
 
 // Runs one step over all entries (prefill chunks and decode tokens mixed);
 // logits: one row of rg_engine_vocab() floats per entry with want_logits.
-RG_MUST_USE rg_status_t rg_engine_forward(rg_engine_t *e, const rg_batch_entry_t *entries, size_t n,
-                                          float *logits);
+// Entries must be distinct sequences (no two entries share a block they
+// write). Errors name the entry and what was wrong; nothing has run then.
+RG_MUST_USE rg_status_t rg_engine_forward(rg_engine_t *e, const rg_engine_entry_t *entries,
+                                          size_t n, float *logits);
 
-// What the engine did, summed since creation (or the last reset): bytes of
-// weights streamed by matmuls, KV bytes read by attention, FLOPs of matmuls
-// and attention, and wall time inside rg_engine_forward.
+// Copies KV blocks for the scheduler's swap tier: out[i] device src -> tier
+// dst, then in[i] tier src -> device dst (sched's rg_sched_copy_t fields).
+typedef struct {
+  int32_t src, dst;
+} rg_engine_copy_t;
+RG_MUST_USE rg_status_t rg_engine_swap(rg_engine_t *e, const rg_engine_copy_t *out, size_t n_out,
+                                       const rg_engine_copy_t *in, size_t n_in);
+
+// The stage instances in pipeline order (borrowed).
+size_t rg_engine_stage_count(const rg_engine_t *e);
+const rg_stage_t *rg_engine_stage_at(const rg_engine_t *e, size_t i);
+
+// What the engine did, summed over its stages since creation (or the last
+// reset): the weight, KV and activation bytes and FLOPs graphs' formulas
+// give for every step, and the wall time inside rg_engine_forward.
 typedef struct {
   double weight_bytes, kv_bytes, flops, seconds;
   int64_t tokens, steps;

@@ -1,0 +1,388 @@
+// Continuous batching over the scheduler (see runtime/serve.h).
+#include "runtime/serve.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void sleep_s(double s) {
+  if (s <= 0) return;
+  struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&t, &t) && errno == EINTR) {
+  }
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double at(const double *v, size_t n, double q) {
+  double pos = q * (double)(n - 1);
+  size_t i = (size_t)pos;
+  if (i + 1 >= n) return v[n - 1];
+  return v[i] + (pos - (double)i) * (v[i + 1] - v[i]);
+}
+
+rg_percentiles_t rg_percentiles(double *v, size_t n) {
+  rg_percentiles_t p = {0, 0, 0, (int64_t)n};
+  if (!n) return p;
+  qsort(v, n, sizeof *v, cmp_d);
+  p.p50 = at(v, n, 0.50), p.p90 = at(v, n, 0.90), p.p99 = at(v, n, 0.99);
+  return p;
+}
+
+typedef struct {
+  int32_t handle;  // sched's, or -1 when not (or no longer) in sched
+  rg_sampler_t *sampler;
+  size_t cap;  // of tokens / times
+  int done;
+} live_t;
+
+static rg_status_t push_token(rg_serve_result_t *r, live_t *l, int32_t tok, double t) {
+  if ((size_t)r->n_tokens == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    int32_t *nt = realloc(r->tokens, cap * sizeof(int32_t));
+    if (nt) r->tokens = nt;
+    double *tt = nt ? realloc(r->times, cap * sizeof(double)) : NULL;
+    if (!nt || !tt) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory recording tokens");
+    r->times = tt;
+    l->cap = cap;
+  }
+  r->tokens[r->n_tokens] = tok;
+  r->times[r->n_tokens++] = t;
+  return NULL;
+}
+
+static void fail_result(rg_serve_result_t *r, const char *msg) {
+  r->finish = "error";
+  snprintf(r->error, sizeof r->error, "%s", msg);
+}
+
+// Checks what the scheduler cannot: token ids against the vocabulary.
+static rg_status_t check_request(const rg_serve_request_t *q, int64_t vocab) {
+  if (!q->n_prompt || !q->prompt) return rg_status_make(RG_INVALID_ARGUMENT, "the prompt is empty");
+  for (size_t i = 0; i < q->n_prompt; i++)
+    if (q->prompt[i] < 0 || q->prompt[i] >= vocab)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "prompt token %zu is id %d, outside the vocabulary (0..%lld)", i,
+                            (int)q->prompt[i], (long long)vocab - 1);
+  if (q->max_tokens < 1)
+    return rg_status_make(RG_INVALID_ARGUMENT, "max_tokens is %lld; at least 1",
+                          (long long)q->max_tokens);
+  return NULL;
+}
+
+static void add_counters(rg_engine_counters_t *acc, const rg_engine_counters_t *a,
+                         const rg_engine_counters_t *b) {
+  acc->weight_bytes += b->weight_bytes - a->weight_bytes;
+  acc->kv_bytes += b->kv_bytes - a->kv_bytes;
+  acc->flops += b->flops - a->flops;
+  acc->seconds += b->seconds - a->seconds;
+  acc->tokens += b->tokens - a->tokens;
+  acc->steps += b->steps - a->steps;
+}
+
+typedef struct {
+  rg_engine_t *e;
+  rg_sched_t *sched;
+  const rg_serve_request_t *reqs;
+  size_t n;
+  const rg_serve_options_t *o;
+  rg_serve_result_t *res;
+  live_t *live;
+  size_t *of_handle;  // request index by sched handle
+  size_t cap_handles;
+  rg_engine_entry_t *entries;
+  rg_sched_result_t *results;
+  size_t *rows_of;  // request index of each logits row
+  float *logits;
+  size_t cap_entries;
+  double kv_sum;
+  int64_t kv_samples;
+} run_t;
+
+static rg_status_t grow_entries(run_t *r, size_t n) {
+  if (n <= r->cap_entries) return NULL;
+  size_t cap = n * 2;
+  rg_engine_entry_t *en = realloc(r->entries, cap * sizeof *en);
+  if (en) r->entries = en;
+  rg_sched_result_t *rs = en ? realloc(r->results, cap * sizeof *rs) : NULL;
+  if (rs) r->results = rs;
+  size_t *ro = rs ? realloc(r->rows_of, cap * sizeof *ro) : NULL;
+  if (ro) r->rows_of = ro;
+  float *lg = ro ? realloc(r->logits, cap * (size_t)rg_engine_vocab(r->e) * sizeof(float)) : NULL;
+  if (!lg) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a batch of %zu", n);
+  r->logits = lg;
+  r->cap_entries = cap;
+  return NULL;
+}
+
+// Ends request i in sched and records why.
+static void finish_req(run_t *r, size_t i, double t) {
+  live_t *l = &r->live[i];
+  rg_serve_result_t *res = &r->res[i];
+  if (l->handle >= 0) {
+    rg_sched_request_info_t info;
+    rg_status_t s = rg_sched_request_info(r->sched, l->handle, &info);
+    if (!s) {
+      if (!res->finish)
+        res->finish = info.reason && !strcmp(info.reason, "stop") ? "stop" : "length";
+      if (info.state == RG_SCHED_FAILED && info.reason) fail_result(res, info.reason);
+      res->cached_tokens = info.n_cached_tokens;
+      res->preemptions = info.n_preemptions;
+    }
+    rg_status_free(s);
+    rg_sched_release(r->sched, l->handle);
+    l->handle = -1;
+  }
+  res->finished = t;
+  l->done = 1;
+}
+
+static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
+  const rg_serve_options_t *o = r->o;
+  const rg_tokenizer_t *tok = rg_engine_tokenizer(r->e);
+  size_t active = 0;
+  for (size_t i = 0; i < r->n; i++) active += !r->live[i].done;
+  int idle_spins = 0;
+  while (active) {
+    double now = now_s() - t0;
+    rg_sched_batch_t b;
+    RG_RETURN_IF_ERROR(rg_sched_schedule(r->sched, now, &b));
+    if (b.n_swap_out || b.n_swap_in)
+      RG_RETURN_IF_ERROR(rg_engine_swap(r->e, (const rg_engine_copy_t *)b.swap_out, b.n_swap_out,
+                                        (const rg_engine_copy_t *)b.swap_in, b.n_swap_in));
+    if (!b.n_entries) {
+      // Nothing runnable: wait for the next arrival, or give up when none is due.
+      double next = INFINITY;
+      for (size_t i = 0; i < r->n; i++)
+        if (!r->live[i].done && r->res[i].n_tokens == 0 && r->reqs[i].arrival > now &&
+            r->reqs[i].arrival < next)
+          next = r->reqs[i].arrival;
+      RG_RETURN_IF_ERROR(rg_sched_commit(r->sched, now, NULL, 0));
+      if (isfinite(next)) {
+        sleep_s(next - now);
+        continue;
+      }
+      if (++idle_spins > 3)
+        return rg_status_make(
+            RG_INTERNAL, "the scheduler holds %zu requests but schedules none of them", active);
+      continue;
+    }
+    idle_spins = 0;
+    RG_RETURN_IF_ERROR(grow_entries(r, b.n_entries));
+    size_t rows = 0;
+    for (size_t k = 0; k < b.n_entries; k++) {
+      const rg_sched_entry_t *se = &b.entries[k];
+      r->entries[k] = (rg_engine_entry_t){se->pos,    se->n,        se->tokens,
+                                          se->blocks, se->n_blocks, se->want_logits};
+      if (se->want_logits) r->rows_of[rows++] = r->of_handle[se->req];
+    }
+    rg_engine_counters_t c0, c1;
+    rg_engine_counters(r->e, &c0);
+    rg_status_t st = rg_engine_forward(r->e, r->entries, b.n_entries, r->logits);
+    rg_engine_counters(r->e, &c1);
+    add_counters(b.n_prefill_tokens ? &stats->prefill : &stats->decode, &c0, &c1);
+    double t = now_s() - t0;
+    if (st) {
+      // The step's requests fail with its error; the others go on.
+      for (size_t k = 0; k < b.n_entries; k++) {
+        size_t i = r->of_handle[b.entries[k].req];
+        rg_status_free(rg_sched_fail(r->sched, b.entries[k].req, t, rg_status_message(st)));
+        fail_result(&r->res[i], rg_status_message(st));
+      }
+      rg_status_free(st);
+      RG_RETURN_IF_ERROR(rg_sched_commit(r->sched, t, NULL, 0));
+    } else {
+      stats->iterations++;
+      size_t nres = 0;
+      for (size_t k = 0, row = 0; k < b.n_entries; k++) {
+        const rg_sched_entry_t *se = &b.entries[k];
+        if (!se->want_logits) continue;
+        size_t i = r->rows_of[row];
+        const float *lr = r->logits + row * (size_t)rg_engine_vocab(r->e);
+        row++;
+        if (i == 0 && o->dump_logits && r->res[0].n_tokens < o->dump_rows)
+          memcpy(o->dump_logits + (size_t)r->res[0].n_tokens * (size_t)rg_engine_vocab(r->e), lr,
+                 (size_t)rg_engine_vocab(r->e) * sizeof(float));
+        int32_t id = rg_sampler_sample(r->live[i].sampler, lr);
+        RG_RETURN_IF_ERROR(push_token(&r->res[i], &r->live[i], id, t));
+        int stop = o->stop_at_eog && tok && rg_tokenizer_is_eog(tok, id);
+        if (stop) r->res[i].finish = "stop";
+        r->results[nres++] = (rg_sched_result_t){se->req, id, stop};
+        if (o->on_token) RG_RETURN_IF_ERROR(o->on_token(o->ctx, i, id));
+      }
+      RG_RETURN_IF_ERROR(rg_sched_commit(r->sched, t, r->results, nres));
+    }
+    rg_sched_stats_t ss;
+    rg_sched_stats(r->sched, &ss);
+    double used = (double)ss.blocks_used / (double)rg_engine_kv_blocks(r->e);
+    r->kv_sum += used;
+    r->kv_samples++;
+    if (used > stats->kv_used_max) stats->kv_used_max = used;
+    // Requests that ended this iteration.
+    for (size_t i = 0; i < r->n; i++) {
+      live_t *l = &r->live[i];
+      if (l->done || l->handle < 0) continue;
+      rg_sched_request_info_t info;
+      RG_RETURN_IF_ERROR(rg_sched_request_info(r->sched, l->handle, &info));
+      if (info.state == RG_SCHED_FINISHED || info.state == RG_SCHED_FAILED ||
+          info.state == RG_SCHED_ABORTED) {
+        finish_req(r, i, t);
+        active--;
+      }
+    }
+  }
+  return NULL;
+}
+
+rg_status_t rg_serve(rg_engine_t *e, const rg_serve_request_t *reqs, size_t n,
+                     const rg_serve_options_t *opt, rg_serve_result_t *res,
+                     rg_serve_stats_t *stats) {
+  memset(stats, 0, sizeof *stats);
+  memset(res, 0, n * sizeof *res);
+  rg_serve_options_t o = opt ? *opt : (rg_serve_options_t){0};
+  if (!n) return NULL;
+  run_t r = {.e = e, .reqs = reqs, .n = n, .o = &o, .res = res};
+  rg_status_t st = NULL;
+  rg_sched_config_t sc = {
+      .block_size = rg_engine_block_size(e),
+      .n_blocks = rg_engine_kv_blocks(e),
+      .n_swap_blocks = rg_engine_swap_blocks(e),
+      .max_seqs = o.max_seqs > 0 ? o.max_seqs : rg_engine_max_seqs(e),
+      .max_batch_tokens = o.max_batch_tokens > 0 ? o.max_batch_tokens : 512,
+      .max_context = rg_engine_max_context(e),
+      .preempt = o.preempt,
+      .prefix_cache = o.prefix_cache,
+  };
+  if (sc.max_batch_tokens < sc.max_seqs) sc.max_batch_tokens = sc.max_seqs;
+  if (sc.preempt == RG_SCHED_PREEMPT_SWAP && !sc.n_swap_blocks) {
+    st = rg_status_make(RG_INVALID_ARGUMENT,
+                        "preemption by swap needs a swap tier; give the engine swap tokens");
+    goto done;
+  }
+  if ((st = rg_sched_create(&sc, &r.sched))) goto done;
+  r.live = calloc(n, sizeof *r.live);
+  r.of_handle = calloc(n, sizeof *r.of_handle);
+  if (!r.live || !r.of_handle) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory for %zu requests", n);
+    goto done;
+  }
+  // Add in arrival order: sched serves its waiting queue in order of add.
+  size_t *order = malloc(n * sizeof *order);
+  if (!order) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) order[i] = i;
+  for (size_t i = 1; i < n; i++)  // stable insertion sort by arrival
+    for (size_t j = i; j > 0 && reqs[order[j]].arrival < reqs[order[j - 1]].arrival; j--) {
+      size_t tmp = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = tmp;
+    }
+  int64_t vocab = rg_engine_vocab(e);
+  for (size_t k = 0; k < n && !st; k++) {
+    size_t i = order[k];
+    const rg_serve_request_t *q = &reqs[i];
+    live_t *l = &r.live[i];
+    l->handle = -1;
+    res[i].arrival = q->arrival;
+    stats->requests++;
+    stats->prompt_tokens += (int64_t)q->n_prompt;
+    rg_status_t bad = check_request(q, vocab);
+    rg_sched_request_t sr = {q->id, q->prompt, q->n_prompt, q->max_tokens, q->arrival};
+    if (!bad) bad = rg_sched_add(r.sched, &sr, &l->handle);
+    if (!bad) bad = rg_sampler_create(&q->sampler, (size_t)vocab, &l->sampler);
+    if (bad) {
+      fail_result(&res[i], rg_status_message(bad));
+      rg_status_free(bad);
+      if (l->handle >= 0) rg_sched_release(r.sched, l->handle);
+      l->handle = -1;
+      l->done = 1;
+      continue;
+    }
+    if ((size_t)l->handle >= n) {
+      st = rg_status_make(RG_INTERNAL, "scheduler handle %d past %zu requests", (int)l->handle, n);
+      break;
+    }
+    r.of_handle[l->handle] = i;
+  }
+  free(order);
+  double t0 = now_s();
+  if (!st) st = serve_loop(&r, t0, stats);
+  // Whatever is left when the run stops early ends as failed.
+  for (size_t i = 0; i < n; i++)
+    if (!r.live[i].done) {
+      if (!res[i].finish) fail_result(&res[i], st ? rg_status_message(st) : "the run stopped");
+      finish_req(&r, i, now_s() - t0);
+    }
+  // Statistics.
+  double *v = malloc((n + 1) * sizeof(double) * 3);
+  size_t n_tbt_cap = 1;
+  for (size_t i = 0; i < n; i++)
+    n_tbt_cap += (size_t)(res[i].n_tokens > 1 ? res[i].n_tokens - 1 : 0);
+  double *tbt = malloc(n_tbt_cap * sizeof(double));
+  if (v && tbt) {
+    double *ttft = v, *e2e = v + n + 1;
+    size_t a = 0, b = 0, c = 0;
+    double first = INFINITY, last = 0;
+    for (size_t i = 0; i < n; i++) {
+      const rg_serve_result_t *q = &res[i];
+      if (q->finish && !strcmp(q->finish, "error")) stats->failed++;
+      stats->new_tokens += q->n_tokens;
+      if (q->arrival < first) first = q->arrival;
+      if (!q->n_tokens) continue;
+      if (q->times[q->n_tokens - 1] > last) last = q->times[q->n_tokens - 1];
+      ttft[a++] = q->times[0] - q->arrival;
+      e2e[c++] = q->finished - q->arrival;
+      for (int64_t k = 1; k < q->n_tokens; k++) tbt[b++] = q->times[k] - q->times[k - 1];
+    }
+    stats->ttft = rg_percentiles(ttft, a);
+    stats->e2e = rg_percentiles(e2e, c);
+    stats->tbt = rg_percentiles(tbt, b);
+    stats->wall_s = last > first ? last - (first > 0 ? first : 0) : 0;
+    stats->tokens_per_s = stats->wall_s > 0 ? (double)stats->new_tokens / stats->wall_s : 0;
+  }
+  free(v);
+  free(tbt);
+  if (r.sched) {
+    rg_sched_stats_t ss;
+    rg_sched_stats(r.sched, &ss);
+    stats->preempt_recompute = ss.preempt_recompute;
+    stats->preempt_swap = ss.preempt_swap;
+    stats->prefix_lookup_tokens = ss.prefix_lookup_tokens;
+    stats->prefix_hit_tokens = ss.prefix_hit_tokens;
+    stats->prefix_hit_rate = ss.prefix_lookup_tokens
+                                 ? (double)ss.prefix_hit_tokens / (double)ss.prefix_lookup_tokens
+                                 : 0;
+  }
+  stats->kv_used_mean = r.kv_samples ? r.kv_sum / (double)r.kv_samples : 0;
+done:
+  if (r.live)
+    for (size_t i = 0; i < n; i++) rg_sampler_destroy(r.live[i].sampler);
+  free(r.live);
+  free(r.of_handle);
+  free(r.entries), free(r.results), free(r.rows_of), free(r.logits);
+  rg_sched_destroy(r.sched);
+  return st;
+}
+
+void rg_serve_results_free(rg_serve_result_t *res, size_t n) {
+  for (size_t i = 0; res && i < n; i++) {
+    free(res[i].tokens);
+    free(res[i].times);
+    res[i].tokens = NULL;
+    res[i].times = NULL;
+  }
+}

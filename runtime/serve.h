@@ -1,0 +1,95 @@
+// runtime/serve.h — continuous batching: many requests through the engine,
+// every iteration's batch decided by the scheduler (sched/), on the real
+// clock.
+//
+// Requests arrive at their arrival times (seconds after the start); each
+// iteration rg_sched_schedule picks the running decodes, then prefill chunks,
+// within the token budget and the sequence cap; the engine runs them as one
+// forward step; each request's own sampler draws its next token; the
+// scheduler commits. KV blocks, preemption (recompute, or swap to the
+// engine's host tier) and the prefix cache are sched's. Every token is
+// timestamped, so TTFT, TBT and end-to-end latency come out per request and
+// as percentiles.
+//
+// A request that can never run (empty, a token id outside the vocabulary,
+// longer than the context) fails alone with its reason; the others run. A
+// failed step fails the requests in it with the step's error and the rest
+// go on.
+//
+// Ownership: results hold malloc'd arrays the caller frees with
+// rg_serve_results_free; everything else is borrowed for the call.
+#ifndef RG_RUNTIME_SERVE_H
+#define RG_RUNTIME_SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/ops.h"
+#include "runtime/engine.h"
+#include "sched/sched.h"
+
+typedef struct {
+  uint64_t id;  // the caller's, echoed
+  const int32_t *prompt;
+  size_t n_prompt;
+  int64_t max_tokens;
+  rg_sampler_config_t sampler;
+  double arrival;  // seconds after the start (0: at once)
+} rg_serve_request_t;
+
+typedef struct {
+  int64_t max_batch_tokens;    // tokens per iteration; 0 = 512
+  int max_seqs;                // running sequences; 0 = the engine's
+  int prefix_cache;            // 1: share full KV blocks of identical prefixes
+  rg_sched_preempt_t preempt;  // RECOMPUTE, or SWAP (needs the engine's swap tier)
+  int stop_at_eog;             // end a request at its end-of-generation token
+  // Called with every sampled token (request index, token); a non-OK status
+  // stops the run.
+  rg_status_t (*on_token)(void *ctx, size_t req, int32_t token);
+  void *ctx;
+  // Optional: the logits behind each of request 0's first dump_rows tokens,
+  // (dump_rows, vocab); rows it did not reach stay as they were.
+  float *dump_logits;
+  int64_t dump_rows;
+} rg_serve_options_t;
+
+typedef struct {
+  int32_t *tokens;  // (n_tokens) generated
+  double *times;    // (n_tokens) seconds after the start, when each was sampled
+  int64_t n_tokens;
+  double arrival, finished;  // seconds after the start
+  const char *finish;        // "stop", "length" or "error"
+  char error[320];           // when finish is "error"
+  int64_t cached_tokens;     // prompt tokens found in the prefix cache
+  int32_t preemptions;
+} rg_serve_result_t;
+
+// p50, p90, p99 of a set of values (0 when empty).
+typedef struct {
+  double p50, p90, p99;
+  int64_t n;
+} rg_percentiles_t;
+
+typedef struct {
+  int64_t requests, failed, prompt_tokens, new_tokens, iterations;
+  int64_t preempt_recompute, preempt_swap;
+  double wall_s;                     // first arrival to the last token
+  double tokens_per_s;               // new tokens / wall
+  rg_percentiles_t ttft, tbt, e2e;   // seconds
+  double kv_used_mean, kv_used_max;  // fraction of the KV pool in use, sampled per iteration
+  int64_t prefix_lookup_tokens, prefix_hit_tokens;
+  double prefix_hit_rate;
+  // Engine counters of the steps that held prefill tokens, and of the
+  // decode-only ones.
+  rg_engine_counters_t prefill, decode;
+} rg_serve_stats_t;
+
+RG_MUST_USE rg_status_t rg_serve(rg_engine_t *e, const rg_serve_request_t *reqs, size_t n,
+                                 const rg_serve_options_t *o, rg_serve_result_t *results,
+                                 rg_serve_stats_t *stats);
+void rg_serve_results_free(rg_serve_result_t *results, size_t n);
+
+// The percentiles of v[0..n) (sorted in place), by linear interpolation.
+rg_percentiles_t rg_percentiles(double *v, size_t n);
+
+#endif  // RG_RUNTIME_SERVE_H
