@@ -108,6 +108,15 @@ RG_TEST(sched_config_errors_name_the_field) {
   c.max_batch_tokens = 8;
   RG_CHECK_ERR(rg_sched_create(&c, &s), "max_batch_tokens 8 is below max_seqs 16");
   c = base_config();
+  c.max_batch_tokens = -5;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "max_batch_tokens -5 is negative");
+  c.max_batch_tokens = (int64_t)INT32_MAX + 1;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "max_batch_tokens 2147483648 is above 2147483647");
+  c = base_config();
+  c.n_blocks = INT32_MAX;
+  RG_CHECK_ERR(rg_sched_create(&c, &s),
+               "n_blocks 2147483647 is out of range; the KV pool needs 1 to 2147483646 blocks");
+  c = base_config();
   c.max_context = 0;
   RG_CHECK_ERR(rg_sched_create(&c, &s), "max_context 0 must be positive");
   c = base_config();
@@ -703,8 +712,9 @@ RG_TEST(sched_prefix_child_of_a_reused_parent_never_matches) {
   RG_REQUIRE(e);
   RG_CHECK(e->pos == 2 && e->blocks[0] == xblock);
   RG_REQUIRE_OK(commit_all(s, &b, 0.5, 0));
+  // y still runs on its own blocks, cd among them.
+  RG_CHECK(state_of(s, hy) == RG_SCHED_DECODING);
   RG_CHECK_OK(rg_sched_check(s));
-  (void)hy;
   rg_sched_destroy(s);
 }
 
