@@ -1,62 +1,97 @@
-// `ridge run`: load a model on this machine's CPU device, prefill a prompt,
-// stream generated text, and report TTFT, decode tokens/s, and achieved
-// GB/s and GFLOP/s against this machine's limits measured in the same run.
+// `ridge run`: run a model on this machine's devices. One prompt (streamed,
+// optionally decoded in copies), a file of requests, or a synthetic
+// workload, all through continuous batching (runtime/serve.h over sched/).
+// Reports per-request TTFT and TBT, their percentiles, throughput, KV
+// occupancy, the prefix-cache hit rate, and per stage the measured time
+// beside the roofline prediction from this machine's limits measured in the
+// same run.
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/units.h"
+#include "base/utf8.h"
 #include "cli/cli.h"
 #include "cli/output.h"
 #include "graphs/tokenizer.h"
 #include "graphs/weights.h"
+#include "planner/workload_gen.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/limits.h"
+#include "runtime/serve.h"
 
 static const char usage[] =
-    "usage: ridge run [--model DIR|FILE] [--prompt TEXT | --prompt-ids 1,2,3] [-n N]\n"
-    "                 [--temperature T] [--top-k K] [--top-p P] [--seed S] [--chat]\n"
-    "                 [--batch B] [--threads N] [--kv-dtype f32|bf16|f16] [--max-context C]\n"
-    "                 [--dump-logits FILE.npy] [--isa I] [--no-measure] [--json]\n"
+    "usage: ridge run [--model DIR|FILE] [--prompt TEXT | --prompt-ids 1,2,3 | --requests FILE.jsonl |\n"
+    "                 --workload W --num-requests N] [-n N] [--temperature T] [--top-k K] [--top-p P]\n"
+    "                 [--seed S] [--chat] [--batch B] [--device D] [--threads N] [--isa I]\n"
+    "                 [--max-seqs N] [--max-batch-tokens N] [--block-size N] [--prefix-cache on|off]\n"
+    "                 [--max-context C] [--kv-tokens N] [--kv-dtype f32|bf16|f16] [--swap-tokens N]\n"
+    "                 [--preempt recompute|swap] [--dump-logits FILE.npy] [--no-measure] [--json]\n"
     "\n"
-    "Runs a model on this machine's CPU: prefill the prompt, then decode N tokens,\n"
-    "streaming the text as it is generated. Reports time to first token, decode\n"
-    "tokens/s, and the GB/s and GFLOP/s achieved against this machine's read\n"
-    "bandwidth and FMA peak, measured in the same run.\n"
+    "Runs a model on this machine with continuous batching: every iteration the scheduler takes the\n"
+    "running decodes, then prefill chunks, within a token budget. Reports time to first token (TTFT),\n"
+    "time between tokens (TBT) and end-to-end latency per request and as p50/p90/p99, throughput, KV\n"
+    "occupancy, the prefix-cache hit rate, and for each stage the measured time beside the roofline\n"
+    "prediction from this machine's read bandwidth and FMA peak, measured in the same run.\n"
     "\n"
-    "  --model M        a Hugging Face directory (config.json, *.safetensors, tokenizer.json)\n"
-    "                   or a .gguf file; default: the random-weight test model (`ridge\n"
-    "                   testmodel`), generated once into ~/.cache/ridge\n"
-    "  --prompt TEXT    default \"The quick brown fox\"; --chat wraps it in the model's chat template\n"
-    "  --prompt-ids L   token ids instead of text (comma-separated)\n"
-    "  -n N             tokens to generate (default 64)\n"
-    "  --temperature T  0 = greedy (default 0.8); --top-k (default 40), --top-p (default 0.95)\n"
-    "  --seed S         sampling seed (default 0); sequence i uses S + i\n"
-    "  --batch B        decode B copies of the prompt together (default 1)\n"
-    "  --threads N      CPU threads (default: one per core)\n"
-    "  --kv-dtype T     KV cache dtype (default bf16)\n"
-    "  --dump-logits F  write the logits behind every generated token of sequence 0 as a\n"
-    "                   float32 .npy of shape (N, vocab)\n"
-    "  --isa I          cap the kernels: scalar, avx2, avx512, avx512-bf16 (default: the best\n"
-    "                   this CPU has; avx512 keeps bf16 matmuls' activations in f32)\n"
-    "  --no-measure     skip measuring the machine's limits (saves ~0.3 s)\n"
-    "  --json           statistics as JSON (text is not streamed)\n"
+    "What to run (one of):\n"
+    "  --prompt TEXT      default \"The quick brown fox\", streamed; --chat wraps it in the model's\n"
+    "                     chat template; --batch B decodes B copies together\n"
+    "  --prompt-ids L     token ids instead of text (comma-separated)\n"
+    "  --requests F       one JSON object a line: \"prompt\" (text) or \"prompt_ids\" (ids), and\n"
+    "                     optionally \"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\",\n"
+    "                     \"arrival_s\" (seconds after the start). A line with a bad field fails alone,\n"
+    "                     named by its line and field; the others run\n"
+    "  --workload W       synthetic requests from a workload (configs/workloads/W.yaml or a path):\n"
+    "                     its prompt and output lengths and its arrival process; --num-requests N\n"
+    "                     (default 16), --rate R req/s overrides its rate (0: all at once)\n"
+    "\n"
+    "  --model M          a Hugging Face directory (config.json, *.safetensors, tokenizer.json) or a\n"
+    "                     .gguf file; default: the random-weight test model (`ridge testmodel`),\n"
+    "                     generated once into ~/.cache/ridge\n"
+    "  -n N               tokens to generate per request (default 64; a request's max_tokens wins)\n"
+    "  --temperature T    0 = greedy (default 0.8); --top-k (default 40), --top-p (default 0.95)\n"
+    "  --seed S           sampling seed (default 0); request i samples with S + i\n"
+    "  --device D         where the stages run: cpu:0 (default) or another device `ridge devices` lists\n"
+    "  --threads N        CPU threads (default: one per core)\n"
+    "  --isa I            cap the CPU kernels: scalar, avx2, avx512, avx512-bf16 (default: the best this\n"
+    "                     CPU has; avx512 keeps bf16 matmuls' activations in f32)\n"
+    "\n"
+    "Scheduling (defaults suit a CPU of this size):\n"
+    "  --max-seqs N       sequences running at once (default 16; with --batch, B)\n"
+    "  --max-batch-tokens N  tokens per iteration, decodes + prefill chunks (default 512)\n"
+    "  --block-size N     tokens per KV block (default 16)\n"
+    "  --prefix-cache on|off  share the KV of identical prompt prefixes (default on)\n"
+    "  --max-context C    tokens per sequence (default min(model, 4096))\n"
+    "  --kv-tokens N      KV capacity over all sequences (default max-seqs x max-context)\n"
+    "  --kv-dtype T       KV cache dtype (default bf16)\n"
+    "  --swap-tokens N    a host-memory tier for preempted KV (default 0: none)\n"
+    "  --preempt P        recompute (default) or swap (needs --swap-tokens)\n"
+    "\n"
+    "  --dump-logits F    the logits behind every generated token of request 0, a float32 .npy of\n"
+    "                     shape (N, vocab)\n"
+    "  --no-measure       skip measuring the machine's limits (saves ~0.3 s; no predictions then)\n"
+    "  --json             every figure as JSON (text is not streamed)\n"
     "\n"
     "examples:\n"
     "  ridge run\n"
-    "  ridge testmodel --arch llama --size tiny --out /tmp/tiny && ridge run --model /tmp/tiny --prompt \"hello\" -n 16\n"
-    "  ridge run --model /tmp/tiny/model.gguf --temperature 0 -n 32\n";
+    "  ridge run --workload chat --num-requests 32 --rate 4\n"
+    "  ridge run --requests reqs.jsonl --max-seqs 8 --json\n"
+    "  ridge testmodel --arch llama --size tiny --out /tmp/tiny && ridge run --model /tmp/tiny --prompt hi -n 16\n";
 
 typedef struct {
-  const char *model, *prompt, *prompt_ids, *dump, *kvdt, *isa;
-  long long n, top_k, seed, batch, threads, max_context;
-  double temperature, top_p;
-  int chat, json, no_measure;
+  const char *model, *prompt, *prompt_ids, *dump, *kvdt, *isa, *requests, *workload, *device, *ffn_device;
+  const char *preempt;
+  long long n, top_k, seed, batch, threads, max_context, max_seqs, max_batch_tokens, block_size, kv_tokens;
+  long long swap_tokens, num_requests;
+  double temperature, top_p, rate;
+  int chat, json, no_measure, prefix_cache;
 } run_args_t;
 
 static rg_status_t parse_num(const char *flag, const char *s, long long lo, long long hi, long long *out) {
@@ -64,7 +99,8 @@ static rg_status_t parse_num(const char *flag, const char *s, long long lo, long
   errno = 0;
   long long v = strtoll(s, &end, 10);
   if (end == s || *end || errno || v < lo || v > hi)
-    return rg_status_make(RG_INVALID_ARGUMENT, "%s: expected a whole number from %lld to %lld, got '%s'", flag, lo, hi, s);
+    return rg_status_make(RG_INVALID_ARGUMENT, "%s: expected a whole number from %lld to %lld, got '%s'", flag, lo,
+                          hi, s);
   *out = v;
   return NULL;
 }
@@ -79,27 +115,68 @@ static rg_status_t parse_real(const char *flag, const char *s, double lo, double
   return NULL;
 }
 
+enum {
+  O_REQUESTS = 1000,
+  O_WORKLOAD,
+  O_NUM,
+  O_RATE,
+  O_DEVICE,
+  O_FFN_DEVICE,
+  O_MAX_SEQS,
+  O_MAX_BATCH,
+  O_BLOCK,
+  O_PREFIX,
+  O_KV_TOKENS,
+  O_SWAP,
+  O_PREEMPT
+};
+
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a, int *help) {
-  static const struct option longs[] = {
-      {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
-      {"prompt-ids", required_argument, 0, 'I'},  {"tokens", required_argument, 0, 'n'},
-      {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
-      {"top-p", required_argument, 0, 'P'},       {"seed", required_argument, 0, 's'},
-      {"batch", required_argument, 0, 'b'},       {"threads", required_argument, 0, 'T'},
-      {"kv-dtype", required_argument, 0, 'K'},    {"max-context", required_argument, 0, 'C'},
-      {"dump-logits", required_argument, 0, 'D'}, {"chat", no_argument, 0, 'c'},
-      {"no-measure", no_argument, 0, 'N'},        {"json", no_argument, 0, 'j'},
-      {"isa", required_argument, 0, 'A'},         {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
+  static const struct option longs[] = {{"model", required_argument, 0, 'm'},
+                                        {"prompt", required_argument, 0, 'p'},
+                                        {"prompt-ids", required_argument, 0, 'I'},
+                                        {"tokens", required_argument, 0, 'n'},
+                                        {"temperature", required_argument, 0, 't'},
+                                        {"top-k", required_argument, 0, 'k'},
+                                        {"top-p", required_argument, 0, 'P'},
+                                        {"seed", required_argument, 0, 's'},
+                                        {"batch", required_argument, 0, 'b'},
+                                        {"threads", required_argument, 0, 'T'},
+                                        {"kv-dtype", required_argument, 0, 'K'},
+                                        {"max-context", required_argument, 0, 'C'},
+                                        {"dump-logits", required_argument, 0, 'D'},
+                                        {"chat", no_argument, 0, 'c'},
+                                        {"no-measure", no_argument, 0, 'N'},
+                                        {"json", no_argument, 0, 'j'},
+                                        {"isa", required_argument, 0, 'A'},
+                                        {"requests", required_argument, 0, O_REQUESTS},
+                                        {"workload", required_argument, 0, O_WORKLOAD},
+                                        {"num-requests", required_argument, 0, O_NUM},
+                                        {"rate", required_argument, 0, O_RATE},
+                                        {"device", required_argument, 0, O_DEVICE},
+                                        {"ffn-device", required_argument, 0, O_FFN_DEVICE},
+                                        {"max-seqs", required_argument, 0, O_MAX_SEQS},
+                                        {"max-batch-tokens", required_argument, 0, O_MAX_BATCH},
+                                        {"block-size", required_argument, 0, O_BLOCK},
+                                        {"prefix-cache", required_argument, 0, O_PREFIX},
+                                        {"kv-tokens", required_argument, 0, O_KV_TOKENS},
+                                        {"swap-tokens", required_argument, 0, O_SWAP},
+                                        {"preempt", required_argument, 0, O_PREEMPT},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
   a->n = 64;
   a->top_k = 40;
   a->top_p = 0.95;
   a->temperature = 0.8;
   a->batch = 1;
+  a->num_requests = 16;
+  a->rate = -1;
+  a->prefix_cache = 1;
   a->json = common->json;
   rg_cli_getopt_reset();
   int c;
+  long long v;
   while ((c = getopt_long(argc, argv, ":m:p:I:n:t:k:P:s:b:T:K:C:D:A:cNjh", longs, NULL)) != -1) {
     switch (c) {
       case 'm': a->model = optarg; break;
@@ -113,21 +190,47 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
       case 'b': RG_RETURN_IF_ERROR(parse_num("--batch", optarg, 1, 256, &a->batch)); break;
       case 'T': RG_RETURN_IF_ERROR(parse_num("--threads", optarg, 1, 1024, &a->threads)); break;
       case 'K': a->kvdt = optarg; break;
-      case 'C': RG_RETURN_IF_ERROR(parse_num("--max-context", optarg, 16, 1 << 24, &a->max_context)); break;
+      case 'C': RG_RETURN_IF_ERROR(rg_parse_count("--max-context", optarg, 16, &a->max_context)); break;
       case 'D': a->dump = optarg; break;
       case 'A': a->isa = optarg; break;
       case 'c': a->chat = 1; break;
       case 'N': a->no_measure = 1; break;
       case 'j': a->json = 1; break;
+      case O_REQUESTS: a->requests = optarg; break;
+      case O_WORKLOAD: a->workload = optarg; break;
+      case O_NUM: RG_RETURN_IF_ERROR(parse_num("--num-requests", optarg, 1, 1 << 20, &a->num_requests)); break;
+      case O_RATE: RG_RETURN_IF_ERROR(parse_real("--rate", optarg, 0, 1e6, &a->rate)); break;
+      case O_DEVICE: a->device = optarg; break;
+      case O_FFN_DEVICE: a->ffn_device = optarg; break;
+      case O_MAX_SEQS: RG_RETURN_IF_ERROR(parse_num("--max-seqs", optarg, 1, 4096, &a->max_seqs)); break;
+      case O_MAX_BATCH:
+        RG_RETURN_IF_ERROR(rg_parse_count("--max-batch-tokens", optarg, 1, &v));
+        a->max_batch_tokens = v;
+        break;
+      case O_BLOCK: RG_RETURN_IF_ERROR(parse_num("--block-size", optarg, 1, 1024, &a->block_size)); break;
+      case O_PREFIX:
+        if (!strcmp(optarg, "on") || !strcmp(optarg, "off"))
+          a->prefix_cache = !strcmp(optarg, "on");
+        else
+          return rg_status_make(RG_INVALID_ARGUMENT, "--prefix-cache: expected on or off, got '%s'", optarg);
+        break;
+      case O_KV_TOKENS: RG_RETURN_IF_ERROR(rg_parse_count("--kv-tokens", optarg, 1, &a->kv_tokens)); break;
+      case O_SWAP: RG_RETURN_IF_ERROR(rg_parse_count("--swap-tokens", optarg, 0, &a->swap_tokens)); break;
+      case O_PREEMPT: a->preempt = optarg; break;
       case 'h': *help = 1; return NULL;
       default: return rg_cli_getopt_error(c, argv, longs);
     }
   }
   if (optind < argc)
     return rg_status_make(RG_INVALID_ARGUMENT, "unexpected argument '%s' (see ridge run --help)", argv[optind]);
-  if (a->prompt && a->prompt_ids)
-    return rg_status_make(RG_INVALID_ARGUMENT, "give --prompt or --prompt-ids, not both");
-  if (a->chat && a->prompt_ids) return rg_status_make(RG_INVALID_ARGUMENT, "--chat applies to --prompt text, not ids");
+  int sources = !!a->prompt + !!a->prompt_ids + !!a->requests + !!a->workload;
+  if (sources > 1)
+    return rg_status_make(RG_INVALID_ARGUMENT, "give one of --prompt, --prompt-ids, --requests and --workload");
+  if (a->chat && (a->prompt_ids || a->requests || a->workload))
+    return rg_status_make(RG_INVALID_ARGUMENT, "--chat applies to --prompt text");
+  if (a->batch > 1 && (a->requests || a->workload))
+    return rg_status_make(RG_INVALID_ARGUMENT, "--batch copies one prompt; with --requests or --workload use "
+                                               "--max-seqs for how many run together");
   return NULL;
 }
 
@@ -175,55 +278,329 @@ static rg_status_t default_model(char *out, size_t len, int quiet) {
   o.gguf_type = RG_DTYPE_COUNT;
   int written;
   RG_RETURN_IF_ERROR(rg_testmodel_cached(&o, out, len, &written));
-  if (written && !quiet) fprintf(stderr, "ridge run: no --model given; wrote the random-weight test model to %s\n", out);
+  if (written && !quiet)
+    fprintf(stderr, "ridge run: no --model given; wrote the random-weight test model to %s\n", out);
   return NULL;
 }
+
+// ----- Requests ------------------------------------------------------------------
+
+// One request as the command knows it: the serve request, the ids it owns,
+// where it came from, and why it cannot run (then it is never served).
+typedef struct {
+  rg_serve_request_t r;
+  int32_t *ids;
+  long line;  // in the requests file; 0 otherwise
+  char error[320];
+} req_t;
+
+typedef struct {
+  req_t *v;
+  size_t n, cap;
+} reqs_t;
+
+static req_t *push_req(reqs_t *rs) {
+  if (rs->n == rs->cap) {
+    size_t cap = rs->cap ? rs->cap * 2 : 16;
+    req_t *n = realloc(rs->v, cap * sizeof(*n));
+    if (!n) return NULL;
+    rs->v = n;
+    rs->cap = cap;
+  }
+  req_t *q = &rs->v[rs->n++];
+  memset(q, 0, sizeof(*q));
+  return q;
+}
+
+static void free_reqs(reqs_t *rs) {
+  for (size_t i = 0; i < rs->n; i++) free(rs->v[i].ids);
+  free(rs->v);
+}
+
+static rg_sampler_config_t sampler_of(const run_args_t *a, uint64_t i) {
+  return (rg_sampler_config_t){(float)a->temperature, (int32_t)a->top_k, (float)a->top_p, (uint64_t)a->seed + i};
+}
+
+static int whole(const cJSON *v, double lo, double hi) {
+  return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo && v->valuedouble <= hi;
+}
+
+// One line of a requests file into q; a bad line leaves q->error set.
+static void parse_line(const run_args_t *a, const rg_tokenizer_t *tok, const char *file, long line, const char *text,
+                       size_t index, req_t *q) {
+  static const char *const keys[] = {"prompt", "prompt_ids", "max_tokens", "temperature",
+                                     "top_k",  "top_p",      "seed",       "arrival_s"};
+  q->line = line;
+  q->r.id = index;
+  q->r.max_tokens = a->n;
+  q->r.sampler = sampler_of(a, index);
+  cJSON *j = cJSON_Parse(text);
+  if (!cJSON_IsObject(j)) {
+    snprintf(q->error, sizeof q->error, "%s:%ld: not a JSON object", file, line);
+    cJSON_Delete(j);
+    return;
+  }
+#define BAD(field, ...)                                                                    \
+  do {                                                                                     \
+    char m_[200];                                                                          \
+    snprintf(m_, sizeof m_, __VA_ARGS__);                                                  \
+    snprintf(q->error, sizeof q->error, "%s:%ld: field '%s': %s", file, line, field, m_); \
+    goto out;                                                                              \
+  } while (0)
+  for (const cJSON *it = j->child; it; it = it->next) {
+    size_t k = 0;
+    while (k < sizeof keys / sizeof keys[0] && strcmp(it->string, keys[k])) k++;
+    if (k == sizeof keys / sizeof keys[0])
+      BAD(it->string, "unknown field; expected prompt, prompt_ids, max_tokens, temperature, top_k, top_p, seed, "
+                      "arrival_s");
+  }
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *ids = cJSON_GetObjectItemCaseSensitive(j, "prompt_ids");
+  if (p && ids) BAD("prompt", "give prompt or prompt_ids, not both");
+  if (!p && !ids) BAD("prompt", "missing; give prompt (text) or prompt_ids (token ids)");
+  if (p) {
+    if (!cJSON_IsString(p)) BAD("prompt", "expected a string");
+    if (!tok) BAD("prompt", "the model has no tokenizer; give prompt_ids");
+    size_t n = 0;
+    rg_status_t s = rg_tokenizer_encode(tok, p->valuestring, strlen(p->valuestring), 1, 0, &q->ids, &n);
+    if (s) {
+      char m[200];
+      snprintf(m, sizeof m, "%s", rg_status_message(s));
+      rg_status_free(s);
+      BAD("prompt", "%s", m);
+    }
+    if (!n) BAD("prompt", "encodes to no tokens");
+    q->r.n_prompt = n;
+  } else {
+    int n = cJSON_GetArraySize(ids);
+    if (!cJSON_IsArray(ids) || n < 1) BAD("prompt_ids", "expected a non-empty array of token ids");
+    if (!(q->ids = malloc((size_t)n * sizeof(int32_t)))) BAD("prompt_ids", "out of memory");
+    int i = 0;
+    for (const cJSON *v = ids->child; v; v = v->next, i++) {
+      if (!whole(v, 0, INT32_MAX)) BAD("prompt_ids", "entry %d is not a token id (a whole number from 0)", i);
+      q->ids[i] = (int32_t)v->valuedouble;
+    }
+    q->r.n_prompt = (size_t)n;
+  }
+  const cJSON *v;
+  if ((v = cJSON_GetObjectItemCaseSensitive(j, "max_tokens"))) {
+    if (!whole(v, 1, 1 << 24)) BAD("max_tokens", "expected a whole number from 1");
+    q->r.max_tokens = (int64_t)v->valuedouble;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(j, "temperature"))) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 100))
+      BAD("temperature", "expected a number from 0 (greedy) to 100");
+    q->r.sampler.temperature = (float)v->valuedouble;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(j, "top_k"))) {
+    if (!whole(v, 0, INT32_MAX)) BAD("top_k", "expected a whole number from 0 (off)");
+    q->r.sampler.top_k = (int32_t)v->valuedouble;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(j, "top_p"))) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1))
+      BAD("top_p", "expected a number in (0, 1]");
+    q->r.sampler.top_p = (float)v->valuedouble;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(j, "seed"))) {
+    if (!whole(v, 0, 9007199254740992.0)) BAD("seed", "expected a whole number from 0");
+    q->r.sampler.seed = (uint64_t)v->valuedouble;
+  }
+  if ((v = cJSON_GetObjectItemCaseSensitive(j, "arrival_s"))) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= 1e7))
+      BAD("arrival_s", "expected seconds after the start, a number from 0");
+    q->r.arrival = v->valuedouble;
+  }
+#undef BAD
+out:
+  cJSON_Delete(j);
+}
+
+static rg_status_t read_requests(const run_args_t *a, const rg_tokenizer_t *tok, reqs_t *rs) {
+  FILE *f = fopen(a->requests, "r");
+  if (!f) return rg_status_make(RG_IO, "%s: %s", a->requests, strerror(errno));
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  long no = 0;
+  rg_status_t st = NULL;
+  while (!st && (len = getline(&line, &cap, f)) >= 0) {
+    no++;
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+    size_t sp = strspn(line, " \t");
+    if (!line[sp] || line[sp] == '#') continue;  // blank lines and comments
+    req_t *q = push_req(rs);
+    if (!q) st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory reading %s", a->requests);
+    else parse_line(a, tok, a->requests, no, line + sp, rs->n - 1, q);
+  }
+  if (!st && ferror(f)) st = rg_status_make(RG_IO, "%s: %s", a->requests, strerror(errno));
+  free(line);
+  fclose(f);
+  if (!st && !rs->n) st = rg_status_make(RG_INVALID_ARGUMENT, "%s holds no requests", a->requests);
+  return st;
+}
+
+static rg_status_t workload_requests(const run_args_t *a, const rg_cli_common_t *common, rg_engine_t *e, reqs_t *rs) {
+  rg_workload_t *w = NULL;
+  RG_RETURN_IF_ERROR(rg_workload_load(a->workload, common->config_dir, &w));
+  size_t n = (size_t)a->num_requests;
+  rg_gen_request_t *g = malloc(n * sizeof(*g));
+  rg_status_t st = g ? rg_workload_sample(w, n, (uint64_t)a->seed, rg_engine_max_context(e), a->rate, g)
+                     : rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  // Token ids are drawn uniformly (a random-weight model has no language to
+  // imitate); the lengths and arrivals are the workload's.
+  uint64_t s = (uint64_t)a->seed * 0x9e3779b97f4a7c15ull + 1;
+  int64_t vocab = rg_engine_vocab(e);
+  for (size_t i = 0; !st && i < n; i++) {
+    req_t *q = push_req(rs);
+    if (!q || !(q->ids = malloc((size_t)g[i].prompt_tokens * sizeof(int32_t)))) {
+      st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+      break;
+    }
+    for (int64_t k = 0; k < g[i].prompt_tokens; k++) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;  // xorshift64
+      q->ids[k] = (int32_t)(s % (uint64_t)vocab);
+    }
+    q->r = (rg_serve_request_t){i, q->ids, (size_t)g[i].prompt_tokens, g[i].output_tokens, sampler_of(a, i), g[i].arrival};
+  }
+  free(g);
+  rg_workload_destroy(w);
+  return st;
+}
+
+// ----- Output ----------------------------------------------------------------------
 
 typedef struct {
   const rg_tokenizer_t *tok;
   int stream;
 } stream_ctx_t;
 
-static rg_status_t on_token(void *ctx, int seq, int32_t id) {
+static rg_status_t on_token(void *ctx, size_t req, int32_t id) {
   stream_ctx_t *s = ctx;
-  if (seq != 0 || !s->stream) return NULL;
-  if (s->tok) {
-    const char *bytes;
-    size_t n;
-    rg_status_t st = rg_tokenizer_token_bytes(s->tok, id, &bytes, &n);
-    if (!st) {
-      fwrite(bytes, 1, n, stdout);
-    } else {
-      // An id past the tokenizer's vocabulary (models pad their embedding
-      // table) has no text; show the id rather than stop.
-      rg_status_free(st);
-      printf("[%d]", id);
-    }
+  if (req != 0 || !s->stream) return NULL;
+  const char *bytes;
+  size_t n;
+  rg_status_t st = s->tok ? rg_tokenizer_token_bytes(s->tok, id, &bytes, &n) : NULL;
+  if (s->tok && !st) {
+    fwrite(bytes, 1, n, stdout);
   } else {
-    printf(" %d", id);
+    // An id past the tokenizer's vocabulary (models pad their embedding
+    // table) has no text; show the id rather than stop.
+    rg_status_free(st);
+    printf(s->tok ? "[%d]" : " %d", id);
   }
   fflush(stdout);
   return NULL;
 }
 
-static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common) {
+// The text of tokens as valid UTF-8 (an incomplete byte sequence becomes
+// U+FFFD, as other servers do); NULL when there is no tokenizer.
+static char *text_of(const rg_tokenizer_t *tok, const int32_t *ids, size_t n, size_t *replaced) {
+  if (!tok) return NULL;
+  char *raw = NULL, *clean = NULL;
+  size_t len;
+  rg_status_t s = rg_tokenizer_decode(tok, ids, n, &raw, &len);
+  if (!s) clean = rg_utf8_sanitize(raw, len, replaced);
+  rg_status_free(s);
+  free(raw);
+  return clean;
+}
+
+static void json_percentiles(cJSON *root, const char *key, const rg_percentiles_t *p, int *bad) {
+  cJSON *o = rg_json_obj(root, key, bad);
+  rg_json_num(o, "p50", p->p50, bad);
+  rg_json_num(o, "p90", p->p90, bad);
+  rg_json_num(o, "p99", p->p99, bad);
+  rg_json_num(o, "n", (double)p->n, bad);
+}
+
+// Per stage: graphs' FLOPs and bytes, measured seconds, and the roofline
+// time from this machine's measured limits.
+static void stage_rows(rg_engine_t *e, const rg_limits_t *lim, int measured, cJSON *arr, int *bad, rg_table_t *tb) {
+  for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
+    const rg_stage_t *s = rg_engine_stage_at(e, i);
+    rg_stage_counters_t c;
+    rg_stage_counters(s, &c);
+    double bytes = c.weight_bytes + c.kv_bytes + c.act_bytes;
+    double pred = measured ? fmax(c.flops / lim->fma_peak, bytes / lim->read_bandwidth) : 0;
+    if (arr) {
+      cJSON *o = rg_json_push_obj(arr, bad);
+      rg_json_str(o, "stage", rg_stage_name(s), bad);
+      rg_json_str(o, "kind", rg_stage_kind_name(rg_stage_spec(s)->kind), bad);
+      rg_json_num(o, "steps", (double)c.steps, bad);
+      rg_json_num(o, "flops", c.flops, bad);
+      rg_json_num(o, "weight_bytes", c.weight_bytes, bad);
+      rg_json_num(o, "kv_bytes", c.kv_bytes, bad);
+      rg_json_num(o, "act_bytes", c.act_bytes, bad);
+      rg_json_num(o, "measured_s", c.seconds, bad);
+      if (measured) {
+        rg_json_num(o, "predicted_s", pred, bad);
+        rg_json_num(o, "measured_over_predicted", pred > 0 ? c.seconds / pred : 0, bad);
+      }
+      rg_json_num(o, "gb_per_s", c.seconds > 0 ? bytes / c.seconds / 1e9 : 0, bad);
+      rg_json_num(o, "gflop_per_s", c.seconds > 0 ? c.flops / c.seconds / 1e9 : 0, bad);
+    }
+    if (tb) {
+      char b1[32], b2[32];
+      rg_table_cell(tb, "%s", rg_stage_name(s));
+      rg_table_cell(tb, "%.3g", c.flops / 1e9);
+      rg_table_cell(tb, "%.3g", bytes / 1e6);
+      rg_table_cell(tb, "%s", rg_fmt_quantity(c.seconds, RG_UNIT_TIME, b1, sizeof b1));
+      if (measured) {
+        rg_table_cell(tb, "%s", rg_fmt_quantity(pred, RG_UNIT_TIME, b2, sizeof b2));
+        rg_table_cell(tb, "%.2f", pred > 0 ? c.seconds / pred : 0);
+      } else {
+        rg_table_cell(tb, "-");
+        rg_table_cell(tb, "-");
+      }
+      rg_table_cell(tb, "%.2f", c.seconds > 0 ? bytes / c.seconds / 1e9 : 0);
+      rg_table_cell(tb, "%.2f", c.seconds > 0 ? c.flops / c.seconds / 1e9 : 0);
+    }
+  }
+}
+
+static rg_status_t print_stages(rg_engine_t *e, const rg_limits_t *lim, int measured) {
+  static const char *const heads[] = {"stage", "GFLOP", "MB", "measured", "predicted", "meas/pred", "GB/s", "GFLOP/s"};
+  rg_table_t tb;
+  rg_table_init(&tb, 8, heads, "lrrrrrrr");
+  stage_rows(e, lim, measured, NULL, NULL, &tb);
+  fprintf(stderr, "\nper stage (FLOPs and bytes from the planner's formulas; predicted = roofline with this machine's "
+                  "measured %s):\n",
+          measured ? "bandwidth and FMA peak" : "limits, skipped by --no-measure");
+  rg_status_t s = rg_table_print(&tb, stderr, 2);
+  rg_table_deinit(&tb);
+  return s;
+}
+
+// ----- The command ---------------------------------------------------------------
+
+static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *exit_status) {
   char model_path[4096];
   rg_engine_t *e = NULL;
-  int32_t *ids = NULL, **out = NULL;
+  reqs_t rs = {0};
+  rg_serve_request_t *sr = NULL;
+  rg_serve_result_t *res = NULL;
+  size_t *served_of = NULL, n_served = 0;
   float *dump = NULL;
-  size_t n_ids = 0;
   char *prompt_text = NULL;
   rg_status_t st = NULL;
   int quiet = common->quiet || a->json;
-  if (a->model) snprintf(model_path, sizeof model_path, "%s", a->model);
-  else if ((st = default_model(model_path, sizeof model_path, quiet))) return st;
+  int single = !a->requests && !a->workload;
+  if (a->model)
+    snprintf(model_path, sizeof model_path, "%s", a->model);
+  else if ((st = default_model(model_path, sizeof model_path, quiet)))
+    return st;
 
   rg_engine_options_t eo = {0};
+  eo.device = a->device;
+  eo.ffn_device = a->ffn_device;
   eo.threads = (int)a->threads;
-  eo.max_seqs = (int)a->batch;
+  eo.max_seqs = (int)(a->max_seqs ? a->max_seqs : single ? a->batch : 16);
   eo.max_context = a->max_context;
+  eo.block_size = (int)a->block_size;
+  eo.kv_tokens = a->kv_tokens;
+  eo.swap_tokens = a->swap_tokens;
   if (a->kvdt) {
-    if (rg_dtype_parse(a->kvdt, &eo.kv_dtype) || (eo.kv_dtype != RG_F32 && eo.kv_dtype != RG_BF16 && eo.kv_dtype != RG_F16))
+    if (rg_dtype_parse(a->kvdt, &eo.kv_dtype) ||
+        (eo.kv_dtype != RG_F32 && eo.kv_dtype != RG_BF16 && eo.kv_dtype != RG_F16))
       return rg_status_make(RG_INVALID_ARGUMENT, "--kv-dtype: expected f32, bf16 or f16, got '%s'", a->kvdt);
     eo.kv_dtype_set = 1;
   }
@@ -231,146 +608,283 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common) {
     int found = 0;
     for (int i = 0; i < RG_CPU_ISA_COUNT; i++)
       if (!strcmp(a->isa, rg_cpu_isa_name((rg_cpu_isa_t)i))) eo.isa = i, found = 1;
-    if (!found) return rg_status_make(RG_INVALID_ARGUMENT, "--isa: expected auto, scalar, avx2, avx512 or avx512-bf16, got '%s'", a->isa);
+    if (!found)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "--isa: expected auto, scalar, avx2, avx512 or avx512-bf16, got '%s'", a->isa);
   }
+  rg_sched_preempt_t preempt = RG_SCHED_PREEMPT_RECOMPUTE;
+  if (a->preempt) RG_RETURN_IF_ERROR(rg_status_wrap(rg_sched_preempt_parse(a->preempt, &preempt), "--preempt"));
   if ((st = rg_engine_create(model_path, &eo, &e))) return st;
   const rg_tokenizer_t *tok = rg_engine_tokenizer(e);
   const rg_arch_t *arch = rg_engine_arch(e);
+  int64_t vocab = rg_engine_vocab(e);
 
-  if (a->prompt_ids) {
-    if ((st = parse_ids(a->prompt_ids, &ids, &n_ids))) goto done;
+  // The requests.
+  if (a->requests) {
+    if ((st = read_requests(a, tok, &rs))) goto done;
+  } else if (a->workload) {
+    if ((st = workload_requests(a, common, e, &rs))) goto done;
   } else {
-    if (!tok) {
-      st = rg_status_make(RG_INVALID_ARGUMENT, "%s has no tokenizer (tokenizer.json or GGUF vocabulary); give --prompt-ids",
-                          model_path);
-      goto done;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (a->prompt_ids) {
+      if ((st = parse_ids(a->prompt_ids, &ids, &n_ids))) goto done;
+    } else {
+      if (!tok) {
+        st = rg_status_make(RG_INVALID_ARGUMENT,
+                            "%s has no tokenizer (tokenizer.json or GGUF vocabulary); give --prompt-ids", model_path);
+        goto done;
+      }
+      const char *text = a->prompt ? a->prompt : "The quick brown fox";
+      const char *tmpl = rg_family_info(arch->family)->chat_template;
+      if (a->chat) {
+        rg_chat_msg_t m = {"user", text};
+        if ((st = rg_chat_template_apply(tmpl, &m, 1, &prompt_text))) goto done;
+        text = prompt_text;
+      }
+      if ((st = rg_tokenizer_encode(tok, text, strlen(text), !a->chat, a->chat, &ids, &n_ids))) goto done;
+      if (!n_ids) {
+        free(ids);
+        st = rg_status_make(RG_INVALID_ARGUMENT, "the prompt encodes to no tokens");
+        goto done;
+      }
     }
-    const char *text = a->prompt ? a->prompt : "The quick brown fox";
-    if (a->chat) {
-      rg_chat_msg_t m = {"user", text};
-      if ((st = rg_chat_template_apply(rg_family_info(arch->family)->chat_template, &m, 1, &prompt_text))) goto done;
-      text = prompt_text;
-    }
-    if ((st = rg_tokenizer_encode(tok, text, strlen(text), !a->chat, a->chat, &ids, &n_ids))) goto done;
-    if (!n_ids) {
-      st = rg_status_make(RG_INVALID_ARGUMENT, "the prompt encodes to no tokens");
-      goto done;
+    for (long long i = 0; i < a->batch; i++) {
+      req_t *q = push_req(&rs);
+      if (!q || (i && !(q->ids = malloc(n_ids * sizeof(int32_t))))) {
+        free(ids);
+        st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+        goto done;
+      }
+      if (i)
+        memcpy(q->ids, ids, n_ids * sizeof(int32_t));
+      else
+        q->ids = ids;
+      q->r = (rg_serve_request_t){(uint64_t)i, q->ids, n_ids, a->n, sampler_of(a, (uint64_t)i), 0};
     }
   }
-  int64_t vocab = rg_engine_vocab(e);
+  size_t n = rs.n;
+  sr = calloc(n, sizeof(*sr));
+  res = calloc(n, sizeof(*res));
+  served_of = calloc(n, sizeof(*served_of));
+  if (!sr || !res || !served_of) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory for %zu requests", n);
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) {
+    rs.v[i].r.prompt = rs.v[i].ids;
+    if (!rs.v[i].error[0]) served_of[n_served] = i, sr[n_served++] = rs.v[i].r;
+  }
   if (a->dump && !(dump = calloc((size_t)a->n * (size_t)vocab, sizeof(float)))) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory for %lld rows of logits", a->n);
     goto done;
   }
   rg_limits_t lim = {0};
   if (!a->no_measure && (st = rg_limits_measure(rg_engine_pool(e), 0.3, &lim))) goto done;
+  int measured = !a->no_measure && lim.read_bandwidth > 0 && lim.fma_peak > 0;
   if (!quiet) {
     char wb[32];
-    fprintf(stderr, "ridge run: %s (%s; %s mapped)\n", model_path, rg_engine_describe(e),
+    fprintf(stderr, "ridge run: %s (%s; %s of weights)\n", model_path, rg_engine_describe(e),
             rg_fmt_quantity(rg_engine_weight_bytes(e), RG_UNIT_BYTES, wb, sizeof wb));
-    fprintf(stderr, "ridge run: device cpu:0 %s, class local-cpu, %d threads; prompt %zu tokens, batch %lld\n",
-            rg_engine_device_name(e), rg_engine_threads(e), n_ids, a->batch);
+    fprintf(stderr, "ridge run: device %s %s (class local-cpu), %d threads; %zu request%s", rg_engine_device_label(e),
+            rg_engine_device_name(e), rg_engine_threads(e), n, n == 1 ? "" : "s");
+    if (single) fprintf(stderr, ", prompt %zu tokens", rs.v[0].r.n_prompt);
+    fprintf(stderr, "; KV %lld blocks of %d tokens\n", (long long)rg_engine_kv_blocks(e), rg_engine_block_size(e));
   }
-  int nb = (int)a->batch;
-  const int32_t **prompts = calloc((size_t)nb, sizeof(*prompts));
-  size_t *lens = calloc((size_t)nb, sizeof(size_t));
-  out = calloc((size_t)nb, sizeof(*out));
-  if (!prompts || !lens || !out) {
-    free(prompts), free(lens);
+  stream_ctx_t sc = {tok, single && !a->json && !common->quiet};
+  rg_serve_options_t so = {.max_batch_tokens = a->max_batch_tokens,
+                           .max_seqs = (int)eo.max_seqs,
+                           .prefix_cache = a->prefix_cache,
+                           .preempt = preempt,
+                           .stop_at_eog = !a->dump,  // a logits dump wants exactly N rows
+                           .on_token = on_token,
+                           .ctx = &sc,
+                           .dump_logits = dump,
+                           .dump_rows = a->n};
+  if (sc.stream && tok && !a->prompt_ids) fputs(a->chat ? "" : (a->prompt ? a->prompt : "The quick brown fox"), stdout);
+  rg_serve_stats_t ss;
+  rg_serve_result_t *sres = calloc(n_served + 1, sizeof(*sres));
+  if (!sres) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
     goto done;
   }
-  for (int i = 0; i < nb; i++) prompts[i] = ids, lens[i] = n_ids;
-  stream_ctx_t sc = {tok, !a->json};
-  rg_gen_params_t gp = {0};
-  gp.n_new = a->n;
-  gp.sampler.temperature = (float)a->temperature;
-  gp.sampler.top_k = (int32_t)a->top_k;
-  gp.sampler.top_p = (float)a->top_p;
-  gp.sampler.seed = (uint64_t)a->seed;
-  gp.stop_at_eog = !a->dump;  // a logits dump wants exactly N rows
-  gp.on_token = on_token;
-  gp.ctx = &sc;
-  gp.dump_logits = dump;
-  rg_gen_stats_t gs;
-  if (!a->json && !quiet && tok && !a->prompt_ids) fputs(a->chat ? "" : (a->prompt ? a->prompt : "The quick brown fox"), stdout);
-  st = rg_generate(e, (const int32_t *const *)prompts, lens, nb, &gp, out, &gs);
-  free(prompts);
-  free(lens);
+  st = rg_serve(e, sr, n_served, &so, sres, &ss);
+  for (size_t k = 0; k < n_served; k++) res[served_of[k]] = sres[k];
+  free(sres);
   if (st) goto done;
-  if (!a->json) printf("\n");
-  if (a->dump) {
-    // A sequence that stopped early leaves zero rows; the dump always has N.
-    if ((st = rg_npy_write_f32(a->dump, dump, a->n, vocab))) goto done;
+  if (sc.stream) printf("\n");
+  if (a->dump && (st = rg_npy_write_f32(a->dump, dump, a->n, vocab))) goto done;
+
+  int n_bad = 0, n_failed = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (rs.v[i].error[0]) {
+      n_bad++;
+      res[i].finish = "error";
+      snprintf(res[i].error, sizeof res[i].error, "%s", rs.v[i].error);
+    } else if (res[i].finish && !strcmp(res[i].finish, "error")) {
+      n_failed++;
+    }
   }
-  double dec_tok = gs.new_tokens - nb;
-  double tps = gs.decode_seconds > 0 ? dec_tok / gs.decode_seconds : 0;
-  double bytes = gs.decode.weight_bytes + gs.decode.kv_bytes;
-  double gbs = gs.decode_seconds > 0 ? bytes / gs.decode_seconds : 0;
-  double gfs = gs.decode_seconds > 0 ? gs.decode.flops / gs.decode_seconds : 0;
-  double pf_tps = gs.prefill_seconds > 0 ? gs.prompt_tokens / gs.prefill_seconds : 0;
-  double pf_gfs = gs.prefill_seconds > 0 ? gs.prefill.flops / gs.prefill_seconds : 0;
+  *exit_status = n_bad ? 2 : n_failed ? 1 : 0;
+  // The phases, for the single-prompt report.
+  double pf_s = ss.prefill.seconds, dec_s = ss.decode.seconds;
+  double dec_tok = (double)ss.decode.tokens, pf_tok = (double)ss.prefill.tokens;
+  double dec_bytes = ss.decode.weight_bytes + ss.decode.kv_bytes;
   if (a->json) {
     int bad = 0;
     cJSON *root = cJSON_CreateObject();
     if (!root) bad = 1;
     rg_json_str(root, "model", model_path, &bad);
-    rg_json_str(root, "device", rg_engine_device_name(e), &bad);
+    rg_json_str(root, "device", rg_engine_device_label(e), &bad);
+    rg_json_str(root, "device_name", rg_engine_device_name(e), &bad);
     rg_json_str(root, "device_class", "local-cpu", &bad);
     rg_json_num(root, "threads", rg_engine_threads(e), &bad);
-    rg_json_num(root, "batch", nb, &bad);
-    rg_json_num(root, "prompt_tokens", (double)n_ids, &bad);
-    rg_json_num(root, "new_tokens", (double)gs.new_tokens, &bad);
-    rg_json_num(root, "ttft_s", gs.ttft, &bad);
-    rg_json_num(root, "prefill_tokens_per_s", pf_tps, &bad);
-    rg_json_num(root, "prefill_gflop_per_s", pf_gfs / 1e9, &bad);
-    rg_json_num(root, "decode_tokens_per_s", tps, &bad);
-    rg_json_num(root, "decode_gb_per_s", gbs / 1e9, &bad);
-    rg_json_num(root, "decode_gflop_per_s", gfs / 1e9, &bad);
-    if (!a->no_measure) {
+    rg_json_num(root, "requests", (double)n, &bad);
+    rg_json_num(root, "failed", n_bad + n_failed, &bad);
+    rg_json_num(root, "prompt_tokens", (double)ss.prompt_tokens + 0 * pf_tok, &bad);
+    rg_json_num(root, "new_tokens", (double)ss.new_tokens, &bad);
+    rg_json_num(root, "iterations", (double)ss.iterations, &bad);
+    rg_json_num(root, "wall_s", ss.wall_s, &bad);
+    rg_json_num(root, "tokens_per_s", ss.tokens_per_s, &bad);
+    json_percentiles(root, "ttft_s", &ss.ttft, &bad);
+    json_percentiles(root, "tbt_s", &ss.tbt, &bad);
+    json_percentiles(root, "e2e_s", &ss.e2e, &bad);
+    rg_json_num(root, "kv_used_mean", ss.kv_used_mean, &bad);
+    rg_json_num(root, "kv_used_max", ss.kv_used_max, &bad);
+    rg_json_num(root, "prefix_hit_rate", ss.prefix_hit_rate, &bad);
+    rg_json_num(root, "prefix_hit_tokens", (double)ss.prefix_hit_tokens, &bad);
+    rg_json_num(root, "prefix_lookup_tokens", (double)ss.prefix_lookup_tokens, &bad);
+    rg_json_num(root, "preemptions_recompute", (double)ss.preempt_recompute, &bad);
+    rg_json_num(root, "preemptions_swap", (double)ss.preempt_swap, &bad);
+    rg_json_num(root, "prefill_tokens_per_s", pf_s > 0 ? pf_tok / pf_s : 0, &bad);
+    rg_json_num(root, "prefill_gflop_per_s", pf_s > 0 ? ss.prefill.flops / pf_s / 1e9 : 0, &bad);
+    rg_json_num(root, "decode_tokens_per_s", dec_s > 0 ? dec_tok / dec_s : 0, &bad);
+    rg_json_num(root, "decode_gb_per_s", dec_s > 0 ? dec_bytes / dec_s / 1e9 : 0, &bad);
+    rg_json_num(root, "decode_gflop_per_s", dec_s > 0 ? ss.decode.flops / dec_s / 1e9 : 0, &bad);
+    if (single) rg_json_num(root, "ttft_s_single", res[0].n_tokens ? res[0].times[0] : 0, &bad);
+    if (measured) {
       rg_json_num(root, "read_bandwidth_gb_per_s", lim.read_bandwidth / 1e9, &bad);
       rg_json_num(root, "fma_peak_gflop_per_s", lim.fma_peak / 1e9, &bad);
-      rg_json_num(root, "decode_bandwidth_ratio", gbs / lim.read_bandwidth, &bad);
-      rg_json_num(root, "prefill_peak_ratio", lim.fma_peak > 0 ? pf_gfs / lim.fma_peak : 0, &bad);
+      rg_json_num(root, "decode_bandwidth_ratio", dec_s > 0 ? dec_bytes / dec_s / lim.read_bandwidth : 0, &bad);
+      rg_json_num(root, "prefill_peak_ratio", pf_s > 0 ? ss.prefill.flops / pf_s / lim.fma_peak : 0, &bad);
     }
-    cJSON *toks = rg_json_arr(root, "tokens", &bad);
-    for (int64_t i = 0; toks && i < a->n && i < gs.new_tokens; i++) {
-      cJSON *v = cJSON_CreateNumber(out[0][i]);
-      if (!v || !cJSON_AddItemToArray(toks, v)) bad = 1;
-    }
-    if (tok) {
-      char *text = NULL;
-      size_t tl;
-      int64_t made = 0;
-      while (made < a->n && made < gs.new_tokens) made++;
-      rg_status_t ds = rg_tokenizer_decode(tok, out[0], (size_t)made, &text, &tl);
-      if (!ds) rg_json_str(root, "text", text, &bad);
-      else rg_json_str(root, "text_error", rg_status_message(ds), &bad);
-      rg_status_free(ds);
+    stage_rows(e, &lim, measured, rg_json_arr(root, "stages", &bad), &bad, NULL);
+    cJSON *arr = rg_json_arr(root, "per_request", &bad);
+    for (size_t i = 0; i < n; i++) {
+      const rg_serve_result_t *q = &res[i];
+      cJSON *o = rg_json_push_obj(arr, &bad);
+      rg_json_num(o, "index", (double)i, &bad);
+      if (rs.v[i].line) rg_json_num(o, "line", (double)rs.v[i].line, &bad);
+      rg_json_num(o, "prompt_tokens", (double)rs.v[i].r.n_prompt, &bad);
+      rg_json_num(o, "arrival_s", rs.v[i].r.arrival, &bad);
+      rg_json_str(o, "finish", q->finish ? q->finish : "error", &bad);
+      if (q->finish && !strcmp(q->finish, "error")) rg_json_str(o, "error", q->error, &bad);
+      rg_json_num(o, "new_tokens", (double)q->n_tokens, &bad);
+      if (q->n_tokens) {
+        rg_json_num(o, "ttft_s", q->times[0] - q->arrival, &bad);
+        rg_json_num(o, "e2e_s", q->finished - q->arrival, &bad);
+        rg_json_num(o, "tbt_mean_s",
+                    q->n_tokens > 1 ? (q->times[q->n_tokens - 1] - q->times[0]) / (double)(q->n_tokens - 1) : 0, &bad);
+      }
+      rg_json_num(o, "cached_tokens", (double)q->cached_tokens, &bad);
+      rg_json_num(o, "preemptions", q->preemptions, &bad);
+      cJSON *toks = rg_json_arr(o, "tokens", &bad);
+      for (int64_t k = 0; toks && k < q->n_tokens; k++) {
+        cJSON *v = cJSON_CreateNumber(q->tokens[k]);
+        if (!v || !cJSON_AddItemToArray(toks, v)) bad = 1;
+      }
+      size_t replaced = 0;
+      char *text = text_of(tok, q->tokens, (size_t)q->n_tokens, &replaced);
+      if (text) rg_json_str(o, "text", text, &bad);
+      if (replaced) rg_json_num(o, "text_replacements", (double)replaced, &bad);
       free(text);
+    }
+    // The single-prompt fields scripts already read.
+    if (single && n) {
+      cJSON *toks = rg_json_arr(root, "tokens", &bad);
+      for (int64_t k = 0; toks && k < res[0].n_tokens; k++) {
+        cJSON *v = cJSON_CreateNumber(res[0].tokens[k]);
+        if (!v || !cJSON_AddItemToArray(toks, v)) bad = 1;
+      }
+      size_t replaced = 0;
+      char *text = text_of(tok, res[0].tokens, (size_t)res[0].n_tokens, &replaced);
+      if (text) rg_json_str(root, "text", text, &bad);
+      free(text);
+      rg_json_num(root, "batch", (double)a->batch, &bad);
     }
     st = rg_json_emit(root, bad, stdout);
   } else if (!common->quiet) {
-    char b1[32], b2[32];
-    fprintf(stderr, "\nprompt %lld tokens x %d: prefill %.1f tokens/s (%.2f GFLOP/s), TTFT %s\n", (long long)n_ids, nb, pf_tps,
-            pf_gfs / 1e9, rg_fmt_quantity(gs.ttft, RG_UNIT_TIME, b1, sizeof b1));
-    fprintf(stderr, "decode %lld tokens in %lld steps: %.1f tokens/s (%s per step)\n", (long long)dec_tok,
-            (long long)gs.decode_steps, tps,
-            rg_fmt_quantity(gs.decode_steps ? gs.decode_seconds / gs.decode_steps : 0, RG_UNIT_TIME, b2, sizeof b2));
-    if (!a->no_measure)
+    char b1[32], b2[32], b3[32];
+    if (!single || a->batch > 1) {
+      static const char *const heads[] = {"req", "line", "prompt", "out", "TTFT", "TBT mean", "e2e", "cached", "finish"};
+      rg_table_t tb;
+      rg_table_init(&tb, 9, heads, "rrrrrrrrl");
+      for (size_t i = 0; i < n; i++) {
+        const rg_serve_result_t *q = &res[i];
+        rg_table_cell(&tb, "%zu", i);
+        rg_table_cell(&tb, "%ld", rs.v[i].line);
+        rg_table_cell(&tb, "%zu", rs.v[i].r.n_prompt);
+        rg_table_cell(&tb, "%lld", (long long)q->n_tokens);
+        rg_table_cell(&tb, "%s", q->n_tokens ? rg_fmt_quantity(q->times[0] - q->arrival, RG_UNIT_TIME, b1, sizeof b1) : "-");
+        double tbt = q->n_tokens > 1 ? (q->times[q->n_tokens - 1] - q->times[0]) / (double)(q->n_tokens - 1) : 0;
+        rg_table_cell(&tb, "%s", q->n_tokens > 1 ? rg_fmt_quantity(tbt, RG_UNIT_TIME, b2, sizeof b2) : "-");
+        rg_table_cell(&tb, "%s", q->n_tokens ? rg_fmt_quantity(q->finished - q->arrival, RG_UNIT_TIME, b3, sizeof b3) : "-");
+        rg_table_cell(&tb, "%lld", (long long)q->cached_tokens);
+        if (q->finish && !strcmp(q->finish, "error"))
+          rg_table_cell(&tb, "error: %s", q->error);
+        else
+          rg_table_cell(&tb, "%s", q->finish ? q->finish : "?");
+      }
+      fputc('\n', stderr);
+      if ((st = rg_table_print(&tb, stderr, 2))) {
+        rg_table_deinit(&tb);
+        goto done;
+      }
+      rg_table_deinit(&tb);
+    }
+    fprintf(stderr, "\n%zu request%s (%d failed), %lld prompt and %lld new tokens in %lld iterations over %s: %.1f "
+                    "tokens/s\n",
+            n, n == 1 ? "" : "s", n_bad + n_failed, (long long)ss.prompt_tokens, (long long)ss.new_tokens,
+            (long long)ss.iterations, rg_fmt_quantity(ss.wall_s, RG_UNIT_TIME, b1, sizeof b1), ss.tokens_per_s);
+    const struct {
+      const char *name;
+      const rg_percentiles_t *p;
+    } pcts[] = {{"TTFT", &ss.ttft}, {"TBT ", &ss.tbt}, {"e2e ", &ss.e2e}};
+    for (size_t k = 0; k < 3; k++)
+      if (pcts[k].p->n)
+        fprintf(stderr, "  %s p50 %s  p90 %s  p99 %s\n", pcts[k].name,
+                rg_fmt_quantity(pcts[k].p->p50, RG_UNIT_TIME, b1, sizeof b1),
+                rg_fmt_quantity(pcts[k].p->p90, RG_UNIT_TIME, b2, sizeof b2),
+                rg_fmt_quantity(pcts[k].p->p99, RG_UNIT_TIME, b3, sizeof b3));
+    fprintf(stderr, "  KV occupancy mean %.1f%%, max %.1f%%; prefix cache %s: %.1f%% of prompt tokens hit (%lld of "
+                    "%lld); preemptions: %lld recompute, %lld swap\n",
+            100 * ss.kv_used_mean, 100 * ss.kv_used_max, a->prefix_cache ? "on" : "off", 100 * ss.prefix_hit_rate,
+            (long long)ss.prefix_hit_tokens, (long long)ss.prefix_lookup_tokens, (long long)ss.preempt_recompute,
+            (long long)ss.preempt_swap);
+    fprintf(stderr, "  prefill %.1f tokens/s (%.2f GFLOP/s); decode %.1f tokens/s", pf_s > 0 ? pf_tok / pf_s : 0,
+            pf_s > 0 ? ss.prefill.flops / pf_s / 1e9 : 0, dec_s > 0 ? dec_tok / dec_s : 0);
+    if (ss.decode.steps)
+      fprintf(stderr, " (%s per step)", rg_fmt_quantity(dec_s / (double)ss.decode.steps, RG_UNIT_TIME, b1, sizeof b1));
+    fputc('\n', stderr);
+    if (measured && dec_s > 0)
       fprintf(stderr,
-              "decode moved %.2f GB/s of weights and KV = %.0f%% of this machine's read bandwidth (%.1f GB/s, measured "
-              "now); %.2f GFLOP/s = %.1f%% of its FMA peak (%.0f GFLOP/s, %s)\n",
-              gbs / 1e9, 100 * gbs / lim.read_bandwidth, lim.read_bandwidth / 1e9, gfs / 1e9,
-              100 * gfs / lim.fma_peak, lim.fma_peak / 1e9, lim.fma_isa);
+              "  decode moved %.2f GB/s of weights and KV = %.0f%% of this machine's read bandwidth (%.1f GB/s, "
+              "measured now); %.2f GFLOP/s = %.1f%% of its FMA peak (%.0f GFLOP/s, %s)\n",
+              dec_bytes / dec_s / 1e9, 100 * dec_bytes / dec_s / lim.read_bandwidth, lim.read_bandwidth / 1e9,
+              ss.decode.flops / dec_s / 1e9, 100 * ss.decode.flops / dec_s / lim.fma_peak, lim.fma_peak / 1e9,
+              lim.fma_isa);
+    st = print_stages(e, &lim, measured);
+    for (size_t i = 0; i < n && n_bad + n_failed; i++)
+      if (res[i].finish && !strcmp(res[i].finish, "error"))
+        fprintf(stderr, "ridge run: request %zu%s: %s\n", i, rs.v[i].line ? "" : "", res[i].error);
   }
 done:
-  if (out) {
-    for (int i = 0; i < (int)a->batch; i++) free(out[i]);
-    free(out);
-  }
+  if (res) rg_serve_results_free(res, n_served ? rs.n : 0);
+  free(res);
+  free(sr);
+  free(served_of);
+  free_reqs(&rs);
   free(dump);
-  free(ids);
   free(prompt_text);
   rg_engine_destroy(e);
   return st;
@@ -385,6 +899,7 @@ int rg_cmd_run(int argc, char **argv, const rg_cli_common_t *common) {
     fputs(usage, stdout);
     return 0;
   }
-  st = run(&a, common);
-  return st ? rg_cli_fail("run", st) : 0;
+  int status = 0;
+  st = run(&a, common, &status);
+  return st ? rg_cli_fail("run", st) : status;
 }
