@@ -9,6 +9,8 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "base/fileio.h"
+
 // Nodes and strings of one document come from one arena of big chunks so the
 // whole tree is freed at once.
 typedef struct chunk_s {
@@ -58,8 +60,12 @@ void rg_doc_destroy(rg_doc_t *d) {
   free(d);
 }
 
-const rg_node_t *rg_doc_root(const rg_doc_t *d) { return d->root; }
-const char *rg_doc_path(const rg_doc_t *d) { return d->path; }
+const rg_node_t *rg_doc_root(const rg_doc_t *d) {
+  return d->root;
+}
+const char *rg_doc_path(const rg_doc_t *d) {
+  return d->path;
+}
 
 static rg_pos_t mark_pos(const rg_doc_t *d, yaml_mark_t m) {
   rg_pos_t p = {d->path, (int)m.line + 1, (int)m.column + 1};
@@ -69,8 +75,8 @@ static rg_pos_t mark_pos(const rg_doc_t *d, yaml_mark_t m) {
 // Copies libyaml's node graph into our tree. Aliases point at shared nodes in
 // libyaml's document; we copy them so every node has its own position, and
 // cap the total so alias bombs fail cleanly.
-static rg_status_t convert(rg_doc_t *d, yaml_document_t *yd, yaml_node_t *yn,
-                           int depth, rg_node_t **out) {
+static rg_status_t convert(rg_doc_t *d, yaml_document_t *yd, yaml_node_t *yn, int depth,
+                           rg_node_t **out) {
   if (depth > RG_DOC_MAX_DEPTH) {
     rg_pos_t p = mark_pos(d, yn->start_mark);
     return rg_status_at(RG_PARSE, &p, "nesting deeper than %d levels", RG_DOC_MAX_DEPTH);
@@ -107,7 +113,8 @@ static rg_status_t convert(rg_doc_t *d, yaml_document_t *yd, yaml_node_t *yn,
       n->items = arena_alloc(d, (n->n ? n->n : 1) * sizeof(rg_node_t *));
       if (!n->items) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory reading %s", d->path);
       for (size_t i = 0; i < n->n; i++)
-        RG_RETURN_IF_ERROR(convert(d, yd, yaml_document_get_node(yd, b[i]), depth + 1, &n->items[i]));
+        RG_RETURN_IF_ERROR(
+            convert(d, yd, yaml_document_get_node(yd, b[i]), depth + 1, &n->items[i]));
       break;
     }
     case YAML_MAPPING_NODE: {
@@ -119,10 +126,12 @@ static rg_status_t convert(rg_doc_t *d, yaml_document_t *yd, yaml_node_t *yn,
       if (!n->keys || !n->items)
         return rg_status_make(RG_OUT_OF_MEMORY, "out of memory reading %s", d->path);
       for (size_t i = 0; i < n->n; i++) {
-        RG_RETURN_IF_ERROR(convert(d, yd, yaml_document_get_node(yd, b[i].key), depth + 1, &n->keys[i]));
+        RG_RETURN_IF_ERROR(
+            convert(d, yd, yaml_document_get_node(yd, b[i].key), depth + 1, &n->keys[i]));
         if (n->keys[i]->kind != RG_NODE_SCALAR)
           return rg_status_at(RG_PARSE, &n->keys[i]->pos, "mapping keys must be plain text");
-        RG_RETURN_IF_ERROR(convert(d, yd, yaml_document_get_node(yd, b[i].value), depth + 1, &n->items[i]));
+        RG_RETURN_IF_ERROR(
+            convert(d, yd, yaml_document_get_node(yd, b[i].value), depth + 1, &n->items[i]));
       }
       break;
     }
@@ -162,8 +171,10 @@ static rg_status_t check_json(const char *name, const char *text, size_t len) {
   for (size_t i = 0; i < len; i++) {
     char c = text[i];
     if (in_str) {
-      if (c == '\\') i++;
-      else if (c == '"') in_str = 0;
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_str = 0;
     } else if (c == '"') {
       in_str = 1;
     } else if (c == '{' || c == '[') {
@@ -181,7 +192,8 @@ static rg_status_t check_json(const char *name, const char *text, size_t len) {
   // The text need not end in a NUL (it may be a slice of a buffer), so the
   // excerpt is bounded by the length, and cut at the line's end.
   int take = 0;
-  while (take < 20 && off + take < len && text[off + take] != '\n' && text[off + take] != '\0') take++;
+  while (take < 20 && off + take < len && text[off + take] != '\n' && text[off + take] != '\0')
+    take++;
   return rg_status_at(RG_PARSE, &p, "invalid JSON near '%.*s'", take, text + off);
 }
 
@@ -215,8 +227,8 @@ rg_status_t rg_doc_load_string(const char *name, const char *text, size_t len, i
     const char *what = parser.problem ? parser.problem : "malformed YAML";
     if (parser.context) {
       rg_pos_t cp = mark_pos(d, parser.context_mark);
-      st = rg_status_at(RG_PARSE, &p, "%s %s (started at line %d, column %d)", what,
-                        parser.context, cp.line, cp.col);
+      st = rg_status_at(RG_PARSE, &p, "%s %s (started at line %d, column %d)", what, parser.context,
+                        cp.line, cp.col);
     } else {
       st = rg_status_at(RG_PARSE, &p, "%s", what);
     }
@@ -260,38 +272,10 @@ fail_doc:
 
 rg_status_t rg_doc_load_file(const char *path, rg_doc_t **out_doc) {
   *out_doc = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return rg_status_make(errno == ENOENT ? RG_NOT_FOUND : RG_IO, "%s: %s", path, strerror(errno));
   char *buf = NULL;
-  size_t len = 0, cap = 0;
-  rg_status_t st = NULL;
-  for (;;) {
-    if (cap - len < 65536) {
-      if (cap > RG_DOC_MAX_BYTES) {
-        st = rg_status_make(RG_PARSE, "%s: file is larger than the %u bytes allowed for a config",
-                            path, RG_DOC_MAX_BYTES);
-        break;
-      }
-      cap = cap ? cap * 2 : 65536;
-      char *nb = realloc(buf, cap + 1);
-      if (!nb) {
-        st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory reading %s", path);
-        break;
-      }
-      buf = nb;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) st = rg_status_make(RG_IO, "%s: read error: %s", path, strerror(errno));
-      break;
-    }
-  }
-  fclose(f);
-  if (!st) {
-    buf[len] = 0;
-    st = rg_doc_load_string(path, buf, len, looks_like_json(path), out_doc);
-  }
+  size_t len = 0;
+  RG_RETURN_IF_ERROR(rg_file_read_all(path, "config", RG_DOC_MAX_BYTES, &buf, &len));
+  rg_status_t st = rg_doc_load_string(path, buf, len, looks_like_json(path), out_doc);
   free(buf);
   return st;
 }
@@ -300,9 +284,12 @@ rg_status_t rg_doc_load_file(const char *path, rg_doc_t **out_doc) {
 
 const char *rg_node_kind_name(rg_node_kind_t kind) {
   switch (kind) {
-    case RG_NODE_SCALAR: return "a single value";
-    case RG_NODE_MAP: return "a mapping (key: value lines)";
-    case RG_NODE_SEQ: return "a list";
+    case RG_NODE_SCALAR:
+      return "a single value";
+    case RG_NODE_MAP:
+      return "a mapping (key: value lines)";
+    case RG_NODE_SEQ:
+      return "a list";
   }
   return "?";
 }
@@ -359,7 +346,8 @@ const char *rg_nearest(const char *word, const char *const *options, size_t n) {
   // a sibling one edit away ("h200"), so whole-prefix matches come first.
   if (wl >= 3)
     for (size_t i = 0; i < n; i++)
-      if (!strncmp(options[i], word, wl) && (!best || strlen(options[i]) < strlen(best))) best = options[i];
+      if (!strncmp(options[i], word, wl) && (!best || strlen(options[i]) < strlen(best)))
+        best = options[i];
   if (best) return best;
   int cap = wl < 4 ? 1 : wl < 8 ? 2 : 3;
   for (size_t i = 0; i < n; i++) {
@@ -453,7 +441,8 @@ int rg_node_is_null(const rg_node_t *n) {
   return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL");
 }
 
-static rg_status_t lookup(const rg_node_t *map, const char *key, int required, const rg_node_t **out) {
+static rg_status_t lookup(const rg_node_t *map, const char *key, int required,
+                          const rg_node_t **out) {
   *out = NULL;
   if (map->kind != RG_NODE_MAP) return rg_node_expect(map, RG_NODE_MAP, key);
   const rg_node_t *n = rg_node_get(map, key);
@@ -468,7 +457,8 @@ static rg_status_t lookup(const rg_node_t *map, const char *key, int required, c
 
 rg_status_t rg_node_str(const rg_node_t *n, const char *what, const char **out) {
   if (n->kind != RG_NODE_SCALAR) return rg_node_expect(n, RG_NODE_SCALAR, what);
-  if (!n->scalar[0]) return rg_status_at(RG_INVALID_ARGUMENT, &n->pos, "%s: expected text, got nothing", what);
+  if (!n->scalar[0])
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos, "%s: expected text, got nothing", what);
   *out = n->scalar;
   return NULL;
 }
@@ -509,8 +499,8 @@ rg_status_t rg_node_int(const rg_node_t *n, const char *what, long long min, lon
                         s);
   }
   if (v < min || v > max)
-    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos, "%s: %lld is out of range; expected %lld to %lld",
-                        what, v, min, max);
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos,
+                        "%s: %lld is out of range; expected %lld to %lld", what, v, min, max);
   *out = v;
   return NULL;
 }
@@ -543,8 +533,14 @@ rg_status_t rg_cfg_bool(const rg_node_t *map, const char *key, int required, int
     static const char *const yes[] = {"true", "True", "TRUE", "yes", "on"};
     static const char *const no[] = {"false", "False", "FALSE", "no", "off"};
     for (size_t i = 0; i < 5; i++) {
-      if (!strcmp(n->scalar, yes[i])) { *out = 1; return NULL; }
-      if (!strcmp(n->scalar, no[i])) { *out = 0; return NULL; }
+      if (!strcmp(n->scalar, yes[i])) {
+        *out = 1;
+        return NULL;
+      }
+      if (!strcmp(n->scalar, no[i])) {
+        *out = 0;
+        return NULL;
+      }
     }
   }
   if (n->kind != RG_NODE_SCALAR) return rg_node_expect(n, RG_NODE_SCALAR, key);

@@ -91,9 +91,11 @@ static int is_dir(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int is_file(const char *path) {
+// Anything at path, so a FIFO or directory where a file belongs is opened
+// and refused with a message saying what it is, not taken for absent.
+static int exists(const char *path) {
   struct stat st;
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  return stat(path, &st) == 0;
 }
 
 // ----- reading fields ---------------------------------------------------------
@@ -489,7 +491,7 @@ rg_status_t rg_model_load(const char *name_or_path, const char *config_dir, rg_a
     json = 1;
   } else if (is_dir(name_or_path)) {
     n = snprintf(path, sizeof(path), "%s/config.json", name_or_path);
-    if (n < (int)sizeof(path) && !is_file(path))
+    if (n < (int)sizeof(path) && !exists(path))
       return rg_status_make(RG_NOT_FOUND, "%s is a directory without a config.json", name_or_path);
     json = 1;
   } else if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml") ||
@@ -503,7 +505,7 @@ rg_status_t rg_model_load(const char *name_or_path, const char *config_dir, rg_a
     n = snprintf(models_dir, sizeof(models_dir), "%s/models", config_dir);
     if (n >= 0 && n < (int)sizeof(models_dir))
       n = snprintf(path, sizeof(path), "%s/%s.yaml", models_dir, name_or_path);
-    if (n >= 0 && n < (int)sizeof(path) && !is_file(path))
+    if (n >= 0 && n < (int)sizeof(path) && !exists(path))
       return not_found(name_or_path, models_dir);
   }
   if (n < 0 || n >= (int)sizeof(path))

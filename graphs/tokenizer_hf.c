@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
 #include "graphs/tokenizer.h"
 
 #define MAX_SPLITS 8
@@ -42,51 +43,18 @@ static const char *q(const char *s, char buf[80]) {
   return buf;
 }
 
-static rg_status_t read_file(const char *path, char **out, size_t *out_len, int *missing) {
-  *out = NULL;
-  *out_len = 0;
+// Reads a whole file; with `missing` non-NULL, a file that does not exist is
+// not an error but *missing = 1.
+static rg_status_t read_file(const char *path, const char *what, char **out, size_t *out_len,
+                             int *missing) {
   if (missing) *missing = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (missing && errno == ENOENT) {
-      *missing = 1;
-      return NULL;
-    }
-    return rg_status_make(RG_IO, "%s: cannot open: %s", path, strerror(errno));
+  rg_status_t st = rg_file_read_all(path, what, RG_TOKENIZER_MAX_FILE_BYTES, out, out_len);
+  if (st && missing && rg_status_code(st) == RG_NOT_FOUND) {
+    rg_status_free(st);
+    *missing = 1;
+    return NULL;
   }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  rg_status_t st = NULL;
-  while (buf) {
-    if (len == cap) {
-      if (cap >= RG_TOKENIZER_MAX_FILE_BYTES) {
-        st = rg_status_make(RG_PARSE, "%s: larger than the %zu bytes a tokenizer.json may have",
-                            path, RG_TOKENIZER_MAX_FILE_BYTES);
-        break;
-      }
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) break;
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) st = rg_status_make(RG_IO, "%s: read error: %s", path, strerror(errno));
-      fclose(f);
-      f = NULL;
-      break;
-    }
-  }
-  if (f) fclose(f);
-  if (!buf) return nomem(path);
-  if (st) {
-    free(buf);
-    return st;
-  }
-  *out = buf;
-  *out_len = len;
-  return NULL;
+  return st;
 }
 
 static rg_status_t parse_json(const char *src, const char *text, size_t len, cJSON **out) {
@@ -489,7 +457,7 @@ static rg_status_t read_config(hf_t *h, const char *cfg) {
   char *text;
   size_t len;
   int missing;
-  RG_RETURN_IF_ERROR(read_file(cfg, &text, &len, &missing));
+  RG_RETURN_IF_ERROR(read_file(cfg, "tokenizer config", &text, &len, &missing));
   if (missing) return NULL;
   cJSON *root;
   rg_status_t st = parse_json(cfg, text, len, &root);
@@ -647,7 +615,7 @@ rg_status_t rg_tokenizer_load_hf(const char *path, rg_tokenizer_t **out) {
   *out = NULL;
   char *text;
   size_t len;
-  RG_RETURN_IF_ERROR(read_file(path, &text, &len, NULL));
+  RG_RETURN_IF_ERROR(read_file(path, "tokenizer", &text, &len, NULL));
   char *cfg = config_path(path);
   rg_status_t st = cfg ? load(path, text, len, cfg, out) : nomem(path);
   free(cfg);

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "base/yaml.h"
 
 // Shared with safetensors.c, gguf.c and testmodel.c.
@@ -259,18 +260,18 @@ rg_status_t rg__weights_map(rg_weights_t *w, const char *path, const uint8_t **b
   // grow() sized the array to a power of two; n_maps is the count.
   char *copy = strdup(path);
   if (!copy) return oom("mapping files");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
+  int fd = -1;
+  rg_status_t os = rg_file_open_regular(path, "weights file", &fd);
+  if (os) {
     free(copy);
-    return rg_status_make(e == ENOENT ? RG_NOT_FOUND : RG_IO, "%s: cannot open: %s", path,
-                          strerror(e));
+    return os;
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
     close(fd);
     free(copy);
-    return rg_status_make(RG_IO, "%s: not a regular file", path);
+    return rg_status_make(RG_IO, "%s: cannot stat: %s", path, strerror(e));
   }
   if (st.st_size == 0) {
     close(fd);
@@ -419,9 +420,11 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && !strcmp(s + n - m, suffix);
 }
 
-static int is_file(const char *path) {
+// Whether anything is at path: a FIFO or a directory where a file belongs is
+// then opened, and refused with a message that says what it is.
+static int exists(const char *path) {
   struct stat st;
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  return stat(path, &st) == 0;
 }
 
 // The directory part of path ("." when it has none).
@@ -459,9 +462,9 @@ rg_status_t rg_weights_open(const char *path, rg_weights_t **out) {
     } else {
       snprintf(index, len, "%s/model.safetensors.index.json", path);
       snprintf(single, len, "%s/model.safetensors", path);
-      if (is_file(index))
+      if (exists(index))
         s = rg__safetensors_open_index(w, path, index);
-      else if (is_file(single))
+      else if (exists(single))
         s = rg__safetensors_open(w, single);
       else
         s = rg_status_make(RG_NOT_FOUND,
@@ -477,8 +480,10 @@ rg_status_t rg_weights_open(const char *path, rg_weights_t **out) {
   } else {
     // A .safetensors file, or anything else that is not a directory or .gguf
     // (such as /proc/self/fd/N): sniff GGUF's magic, else read safetensors.
+    // What is not a regular file is refused when it is mapped below.
     char magic[4] = {0};
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL;
+    rg_status_free(rg_file_fopen_regular(path, "weights file", &f));
     if (f) {
       if (fread(magic, 1, 4, f) != 4) magic[0] = 0;
       fclose(f);
@@ -668,7 +673,7 @@ rg_status_t rg_weights_arch(const rg_weights_t *w, rg_arch_t **out) {
   char *cfg = config_path(w);
   if (!cfg) return oom("reading config.json");
   rg_status_t s = NULL;
-  if (!is_file(cfg))
+  if (!exists(cfg))
     s = rg_status_make(RG_NOT_FOUND, "%s: no config.json beside the weights (looked for %s)",
                        w->path, cfg);
   else

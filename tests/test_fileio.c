@@ -14,6 +14,11 @@
 #include <unistd.h>
 
 #include "base/fileio.h"
+#include "base/yaml.h"
+#include "graphs/graphs.h"
+#include "graphs/tokenizer.h"
+#include "graphs/weights.h"
+#include "planner/planner.h"
 #include "tests/test.h"
 
 static const char *tmp_path(rg_test_ctx_t *t, const char *name) {
@@ -215,4 +220,133 @@ RG_TEST(fileio_writer_refuses_directories_and_block_devices) {
   struct stat st;
   RG_REQUIRE(lstat(blk, &st) == 0);
   RG_CHECK(S_ISBLK(st.st_mode));
+}
+
+// ----- every loader, handed a FIFO -------------------------------------------------------
+//
+// Each loader runs in a child process that the test kills after a few
+// seconds, so a regression that blocks on the FIFO fails this test instead of
+// hanging the suite.
+
+typedef rg_status_t (*loader_fn)(const char *path);
+
+static rg_status_t load_doc(const char *path) {
+  rg_doc_t *d = NULL;
+  return rg_doc_load_file(path, &d);
+}
+static rg_status_t load_model(const char *path) {
+  rg_arch_t *a = NULL;
+  return rg_model_load(path, NULL, &a);
+}
+static rg_status_t load_weights(const char *path) {
+  rg_weights_t *w = NULL;
+  return rg_weights_open(path, &w);
+}
+static rg_status_t load_tokenizer(const char *path) {
+  rg_tokenizer_t *tok = NULL;
+  return rg_tokenizer_load_hf(path, &tok);
+}
+static rg_status_t load_fleet(const char *path) {
+  rg_fleet_t *f = NULL;
+  return rg_fleet_load(path, NULL, NULL, &f);
+}
+static rg_status_t load_workload(const char *path) {
+  rg_workload_t *w = NULL;
+  return rg_workload_load(path, NULL, &w);
+}
+static rg_status_t load_placement(const char *path) {
+  static rg_plan_request_t req;
+  static rg_placement_meta_t meta;
+  return rg_placement_load(path, NULL, &req, &meta);
+}
+static rg_status_t load_catalog(const char *dir) {
+  rg_catalog_t *c = NULL;
+  return rg_catalog_load(dir, &c);
+}
+
+// Runs fn(path) in a child; copies its message (or "ok") to msg. Returns 0,
+// or -1 when the child had to be killed after `seconds`.
+static int run_in_child(loader_fn fn, const char *path, char *msg, size_t len, int seconds) {
+  int p[2];
+  if (pipe(p) != 0) return snprintf(msg, len, "pipe: %s", strerror(errno)), 0;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    rg_status_t st = fn(path);
+    const char *m = st ? rg_status_message(st) : "ok";
+    ssize_t unused = write(p[1], m, strlen(m));
+    (void)unused;
+    _exit(0);
+  }
+  close(p[1]);
+  struct pollfd pf = {p[0], POLLIN, 0};
+  int ready = pid > 0 ? poll(&pf, 1, seconds * 1000) : -1;
+  size_t k = 0;
+  if (ready > 0) {
+    ssize_t r;
+    while (k + 1 < len && (r = read(p[0], msg + k, len - 1 - k)) > 0) k += (size_t)r;
+  }
+  msg[k] = 0;
+  close(p[0]);
+  if (pid > 0) {
+    if (ready <= 0) kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  return ready > 0 ? 0 : -1;
+}
+
+RG_TEST(fileio_every_loader_refuses_a_fifo_without_blocking) {
+  const char *dir = rg_test_tmpdir(t);
+  char sub[1100];
+  // A model directory whose files are all FIFOs, and a config folder whose
+  // device catalog holds one.
+  snprintf(sub, sizeof sub, "%s/model", dir);
+  RG_REQUIRE(mkdir(sub, 0700) == 0);
+  snprintf(sub, sizeof sub, "%s/cfg", dir);
+  RG_REQUIRE(mkdir(sub, 0700) == 0);
+  snprintf(sub, sizeof sub, "%s/cfg/devices", dir);
+  RG_REQUIRE(mkdir(sub, 0700) == 0);
+  // A real tokenizer.json whose tokenizer_config.json beside it is a FIFO.
+  snprintf(sub, sizeof sub, "%s/tok", dir);
+  RG_REQUIRE(mkdir(sub, 0700) == 0);
+  rg_tokenizer_t *tok = NULL;
+  RG_REQUIRE_OK(rg_tokenizer_build_test(10, &tok));
+  RG_REQUIRE_OK(rg_tokenizer_write_hf(tok, tmp_path(t, "tok/tokenizer.json")));
+  rg_tokenizer_destroy(tok);
+  unlink(tmp_path(t, "tok/tokenizer_config.json"));
+
+  static const struct {
+    const char *fifo;  // relative to the tmpdir
+    const char *arg;   // what the loader is given
+    loader_fn fn;
+    const char *name;
+  } cases[] = {
+      {"plain.yaml", "plain.yaml", load_doc, "YAML document"},
+      {"config.json", "config.json", load_model, "config.json"},
+      {"model/config.json", "model", load_model, "model directory's config.json"},
+      {"w.safetensors", "w.safetensors", load_weights, ".safetensors"},
+      {"w.gguf", "w.gguf", load_weights, ".gguf"},
+      {"weights.bin", "weights.bin", load_weights, "weights of no known suffix"},
+      {"model/model.safetensors.index.json", "model", load_weights, "safetensors index"},
+      {"tokenizer.json", "tokenizer.json", load_tokenizer, "tokenizer.json"},
+      {"tok/tokenizer_config.json", "tok/tokenizer.json", load_tokenizer, "tokenizer_config.json"},
+      {"fleet.yaml", "fleet.yaml", load_fleet, "fleet"},
+      {"workload.yaml", "workload.yaml", load_workload, "workload"},
+      {"placement.yaml", "placement.yaml", load_placement, "placement"},
+      {"cfg/devices/gpu.yaml", "cfg", load_catalog, "device catalog"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *fifo = tmp_path(t, cases[i].fifo);
+    RG_REQUIRE(mkfifo(fifo, 0600) == 0);
+    char msg[2048], want[1200];
+    if (run_in_child(cases[i].fn, tmp_path(t, cases[i].arg), msg, sizeof msg, 5) != 0) {
+      rg_test_fail(t, __FILE__, __LINE__, "%s: the loader blocked on the FIFO %s", cases[i].name,
+                   fifo);
+      continue;
+    }
+    snprintf(want, sizeof want, "%s: is a FIFO, not a regular file", fifo);
+    if (!strstr(msg, want))
+      rg_test_fail(t, __FILE__, __LINE__, "%s: message '%s' lacks '%s'", cases[i].name, msg, want);
+  }
 }
