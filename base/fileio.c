@@ -363,7 +363,12 @@ rg_status_t rg_file_writer_finish(rg_file_writer_t *w, rg_status_t st) {
     if (ferror(w->f) && !w->err) w->err = EIO;
     fclose(w->f);
   }
-  if (!st && w->err) st = write_error(w, "%s", strerror(w->err));
+  // A write error is the cause of whatever the caller saw go wrong with the
+  // stream, and unlike the caller's message it names the path.
+  if (w->err) {
+    rg_status_free(st);
+    st = write_error(w, "%s", strerror(w->err));
+  }
   if (!st && w->tmp && fsync(w->fd) != 0) st = write_error(w, "fsync: %s", strerror(errno));
   // Some file systems (NFS) report a failed write only when it is closed.
   if (w->fd >= 0 && close(w->fd) != 0 && !st && w->tmp) st = write_error(w, "%s", strerror(errno));

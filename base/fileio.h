@@ -72,7 +72,8 @@ FILE *rg_file_writer_stream(rg_file_writer_t *w);
 // regular file, fsync'd and renamed into place; a write error becomes
 // "cannot write WHAT 'PATH': <reason>". With st non-NULL (the caller's own
 // failure) the temporary file is removed, the path is left as it was, and st
-// is returned. Consumes st.
+// is returned — unless the stream hit a write error, which is then returned
+// instead, since it caused what the caller saw and names the path. Consumes st.
 RG_MUST_USE rg_status_t rg_file_writer_finish(rg_file_writer_t *w, rg_status_t st);
 // Writes len bytes as above in one call.
 RG_MUST_USE rg_status_t rg_file_write(const char *path, const char *what, const void *data,

@@ -350,3 +350,30 @@ RG_TEST(fileio_every_loader_refuses_a_fifo_without_blocking) {
       rg_test_fail(t, __FILE__, __LINE__, "%s: message '%s' lacks '%s'", cases[i].name, msg, want);
   }
 }
+
+// ----- the CLI's outputs ---------------------------------------------------------------------
+
+RG_TEST(fileio_plan_outputs_keep_symlinks_and_name_the_path) {
+  // -o through a symlink writes its target and leaves the link; --svg into a
+  // full device names the device in the error.
+  const char *target = rg_test_write(t, "real.yaml", "old\n");
+  const char *link = tmp_path(t, "plan.yaml");
+  RG_REQUIRE(symlink(target, link) == 0);
+  char args[1400], *out = NULL;
+  const char *svg = access("/dev/full", W_OK) == 0 ? "/dev/full" : "/nonexistent-dir/p.svg";
+  snprintf(args, sizeof args, "plan --model llama-3.1-70b --fleet mixed -o '%s' --svg %s", link,
+           svg);
+  int rc = rg_test_run_ridge(t, args, &out);
+  RG_CHECK(rc == 1);
+  char want[128];
+  snprintf(want, sizeof want, "cannot write SVG '%s': ", svg);
+  RG_CHECK_CONTAINS(out, want);
+  free(out);
+  struct stat st;
+  RG_REQUIRE(lstat(link, &st) == 0);
+  RG_CHECK(S_ISLNK(st.st_mode));
+  char *text = slurp(target);
+  RG_CHECK_CONTAINS(text, "# ridge plan: llama-3.1-70b on fleet mixed");
+  free(text);
+  RG_CHECK(!leftovers(rg_test_tmpdir(t)));
+}
