@@ -582,6 +582,34 @@ static rg_status_t expect2(const rg_weights_t *w, const char *name, int64_t d0, 
   return rg_weights_expect(w, name, 2, s, NULL);
 }
 
+// A tensor of a layer past the ones the config declares: the engine loads
+// layers 0 .. n_layers-1 only, so a config that undercounts would silently
+// run a truncated model. (DeepSeek's multi-token-prediction layers sit past
+// num_hidden_layers on purpose; rg_weights_check does not take that family.)
+static rg_status_t check_no_extra_layers(const rg_weights_t *w, const rg_arch_t *a) {
+  static const char prefix[] = "model.layers.";
+  for (size_t i = 0; i < w->n; i++) {
+    const rg_tensor_t *t = &w->tensors[i];
+    if (strncmp(t->name, prefix, sizeof prefix - 1) != 0) continue;
+    const char *p = t->name + sizeof prefix - 1;
+    char *end;
+    long long l = strtoll(p, &end, 10);
+    if (end == p || *end != '.' || l < a->n_layers) continue;
+    if (w->format == RG_WEIGHTS_GGUF)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "%s: tensor '%s' is for layer %lld, but the GGUF metadata declares "
+                            "%lld layers (block_count); ridge runs exactly the declared layers",
+                            t->file, t->name, l, (long long)a->n_layers);
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "%s: tensor '%s' is for layer %lld, but %s/config.json declares "
+                          "num_hidden_layers = %lld (layers 0 to %lld); ridge runs exactly the "
+                          "declared layers, so fix num_hidden_layers or the weights",
+                          t->file, t->name, l, w->config_dir, (long long)a->n_layers,
+                          (long long)a->n_layers - 1);
+  }
+  return NULL;
+}
+
 rg_status_t rg_weights_check(const rg_weights_t *w, const rg_arch_t *a) {
   static const char *const families[] = {"llama", "mistral", "mixtral",
                                          "qwen2", "qwen3",   "qwen3_moe"};
@@ -596,6 +624,7 @@ rg_status_t rg_weights_check(const rg_weights_t *w, const rg_arch_t *a) {
   int mixtral = !strcmp(a->family, "mixtral");
   const int64_t d = a->d_model, hd = a->head_dim, q = a->n_heads * hd, kv = a->n_kv_heads * hd;
   char n[RG_TENSOR_NAME_MAX];
+  RG_RETURN_IF_ERROR(check_no_extra_layers(w, a));
   RG_RETURN_IF_ERROR(expect2(w, "model.embed_tokens.weight", a->vocab, d));
   for (int64_t l = 0; l < a->n_layers; l++) {
 #define NM(...) (snprintf(n, sizeof(n), __VA_ARGS__), n)
