@@ -755,14 +755,15 @@ static int is_pad(const char *s, size_t id) {
   return strcmp(s, pad) == 0;
 }
 
+// Atomic for a regular file, so a failed write never leaves half a
+// tokenizer.json where a good one was; a symlink's target is written.
 static rg_status_t write_text(const char *path, const char *text) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return rg_status_make(RG_IO, "%s: cannot create: %s", path, strerror(errno));
-  size_t n = strlen(text);
-  int ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok) return rg_status_make(RG_IO, "%s: write failed: %s", path, strerror(errno));
-  return NULL;
+  rg_file_writer_t *w;
+  RG_RETURN_IF_ERROR(rg_file_writer_open(path, "tokenizer", &w));
+  FILE *f = rg_file_writer_stream(w);
+  fputs(text, f);
+  fputc('\n', f);
+  return rg_file_writer_finish(w, NULL);
 }
 
 rg_status_t rg_tokenizer_write_hf(const rg_tokenizer_t *t, const char *path) {
