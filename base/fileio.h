@@ -16,7 +16,8 @@
 //   nothing, or a regular file ──▶ written to a temporary file in the same
 //       directory, fsync'd, renamed over the path: readers see the old file
 //       or the new one, never half of one, and a failed write leaves the old
-//       one as it was. An existing file keeps its permission bits.
+//       one as it was. An existing file keeps its permission bits (and, as
+//       with any atomic replace, other hard links to it keep the old data).
 //   a symbolic link to a regular file ──▶ the same, at the link's target;
 //       the link itself stays.
 //   one of this process's descriptors (/dev/stdout, /dev/fd/N,
