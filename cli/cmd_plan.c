@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
 #include "base/units.h"
 #include "cli/cli.h"
 #include "cli/output.h"
@@ -347,17 +348,13 @@ static rg_status_t print_json(const rg_plan_t *plan, const rg_plan_request_t *re
 
 static rg_status_t write_file(const char *path, const char *what, const rg_plan_t *plan,
                               const rg_plan_request_t *req, const rg_placement_meta_t *names, int svg) {
-  // Write beside the target and rename, so a failure never leaves half a file
-  // where a good one was.
-  char tmp[1100];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return rg_status_make(RG_IO, "cannot write %s '%s': %s", what, path, strerror(errno));
+  // A regular file is replaced atomically; /dev/stdout, a FIFO or a device is
+  // written through, never replaced (see base/fileio.h).
+  rg_file_writer_t *w;
+  RG_RETURN_IF_ERROR(rg_file_writer_open(path, what, &w));
+  FILE *f = rg_file_writer_stream(w);
   rg_status_t st = svg ? rg_plan_write_svg(plan, req, f) : rg_plan_write_yaml(plan, req, names, f);
-  if (fclose(f) && !st) st = rg_status_make(RG_IO, "cannot write %s '%s': %s", what, path, strerror(errno));
-  if (!st && rename(tmp, path)) st = rg_status_make(RG_IO, "cannot write %s '%s': %s", what, path, strerror(errno));
-  if (st) remove(tmp);
-  return st;
+  return rg_file_writer_finish(w, st);
 }
 
 static rg_status_t run(const plan_args_t *a, const rg_cli_common_t *common) {

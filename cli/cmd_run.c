@@ -642,7 +642,9 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
         if ((st = rg_chat_template_apply(tmpl, &m, 1, &prompt_text))) goto done;
         text = prompt_text;
       }
-      if ((st = rg_tokenizer_encode(tok, text, strlen(text), !a->chat, a->chat, &ids, &n_ids))) goto done;
+      // A chat template leaves the BOS to the encoder (tokenizer.h): Llama 3's
+      // own template starts with <|begin_of_text|>.
+      if ((st = rg_tokenizer_encode(tok, text, strlen(text), 1, a->chat, &ids, &n_ids))) goto done;
       if (!n_ids) {
         free(ids);
         st = rg_status_make(RG_INVALID_ARGUMENT, "the prompt encodes to no tokens");

@@ -318,8 +318,13 @@ rg_status_t rg__arch_check(const rg_arch_t *a, const rg_node_t *cfg) {
                        "must be at least 1 when %lld layers use sliding-window attention",
                        (long long)a->n_sliding_layers);
   RG_CHECK_RANGE_(max_context, k_max_ctx, 0, 1LL << 32);
-  if (!isfinite(a->rope_theta) || a->rope_theta < 0)
-    return field_error(a, cfg, k_rope_theta, "= %g must be a finite non-negative number",
+  // 0 means "not given" (the family's default applies); any other value is
+  // the rotary base, and a base of 1 or less gives every dimension the same
+  // angle.
+  if (!isfinite(a->rope_theta) || a->rope_theta < 0 || (a->rope_theta > 0 && a->rope_theta <= 1))
+    return field_error(a, cfg, k_rope_theta,
+                       "= %g is not a rotary base; expected a number greater than 1, or 0 for "
+                       "the family's default",
                        a->rope_theta);
   if ((unsigned)a->weight_dtype >= RG_DTYPE_COUNT)
     return rg_status_make(RG_INVALID_ARGUMENT, "model '%s': weight dtype %d is not a known dtype",

@@ -140,15 +140,3 @@ rg_status_t rg_chat_template_apply(const char *family, const rg_chat_msg_t *msgs
   *out_text = b.s;
   return NULL;
 }
-
-const char *rg_chat_template_for(const char *model_family) {
-  static const struct {
-    const char *family, *tmpl;
-  } map[] = {
-      {"llama", "llama3"},     {"qwen2", "chatml"},    {"qwen3", "chatml"},
-      {"qwen3_moe", "chatml"}, {"mistral", "mistral"}, {"mixtral", "mistral"},
-  };
-  for (size_t i = 0; model_family && i < sizeof(map) / sizeof(map[0]); i++)
-    if (strcmp(model_family, map[i].family) == 0) return map[i].tmpl;
-  return NULL;
-}

@@ -59,6 +59,7 @@ static const char *const known_keys[] = {"architectures",
                                          "layer_types",
                                          "max_position_embeddings",
                                          "rope_theta",
+                                         "hidden_act",
                                          "torch_dtype",
                                          "dtype",
                                          "quantization_config",
@@ -74,9 +75,11 @@ static int is_dir(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int is_file(const char *path) {
+// Anything at path, so a FIFO or directory where a file belongs is opened
+// and refused with a message saying what it is, not taken for absent.
+static int exists(const char *path) {
   struct stat st;
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  return stat(path, &st) == 0;
 }
 
 // ----- reading fields ---------------------------------------------------------
@@ -257,6 +260,37 @@ static rg_status_t read_mla(const rg_node_t *cfg, rg_arch_t *a) {
   return NULL;
 }
 
+// The FFN activation. Every family ridge knows gates its FFN with SiLU
+// (SwiGLU), and the engine runs nothing else, so a config asking for another
+// must not quietly run as SiLU. Absent or null means the family's default,
+// which is SiLU for all of them.
+static rg_status_t read_act(const rg_node_t *cfg) {
+  const rg_node_t *n = rg_node_get(cfg, "hidden_act");
+  if (!n || rg_node_is_null(n)) return NULL;
+  const char *s = NULL;
+  RG_RETURN_IF_ERROR(rg_node_str(n, "hidden_act", &s));
+  if (strcmp(s, "silu") == 0 || strcmp(s, "swish") == 0) return NULL;
+  return rg_status_at(RG_UNIMPLEMENTED, &n->pos,
+                      "hidden_act: '%s' is not supported; ridge runs SwiGLU feed-forward layers: "
+                      "silu (or its other name, swish)",
+                      s);
+}
+
+// rope_theta, when given, must be a usable base: rotary frequencies are
+// theta^(-2i/d), so 0 or 1 would give every dimension the same angle. Absent
+// means the family's default (10000, or 1e6 for Mixtral).
+static rg_status_t read_rope_theta(const rg_node_t *cfg, rg_arch_t *a) {
+  RG_RETURN_IF_ERROR(rg_cfg_num(cfg, "rope_theta", 0, 0.0, 1e12, &a->rope_theta));
+  const rg_node_t *n = rg_node_get(cfg, "rope_theta");
+  if (n && !rg_node_is_null(n) && !(a->rope_theta > 1.0))
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos,
+                        "rope_theta: %g is not a rotary base; expected a number greater than 1 "
+                        "(Llama 3 uses 500000, Qwen3 1000000), or leave it out for the family's "
+                        "default",
+                        a->rope_theta);
+  return NULL;
+}
+
 // Maps Hugging Face config fields onto a, then checks the result, pointing
 // any complaint at the field that caused it.
 static rg_status_t parse_hf_config(const rg_node_t *cfg, rg_arch_t *a) {
@@ -310,7 +344,8 @@ static rg_status_t parse_hf_config(const rg_node_t *cfg, rg_arch_t *a) {
   RG_RETURN_IF_ERROR(read_moe(cfg, a));
   RG_RETURN_IF_ERROR(read_sliding(cfg, a));
   RG_RETURN_IF_ERROR(opt_int(cfg, "max_position_embeddings", 1, 1LL << 32, &a->max_context));
-  RG_RETURN_IF_ERROR(rg_cfg_num(cfg, "rope_theta", 0, 0.0, 1e12, &a->rope_theta));
+  RG_RETURN_IF_ERROR(read_rope_theta(cfg, a));
+  RG_RETURN_IF_ERROR(read_act(cfg));
   RG_RETURN_IF_ERROR(read_dtype(cfg, a));
   return rg__arch_check(a, cfg);
 }
@@ -456,7 +491,7 @@ rg_status_t rg_model_load(const char *name_or_path, const char *config_dir, rg_a
     json = 1;
   } else if (is_dir(name_or_path)) {
     n = snprintf(path, sizeof(path), "%s/config.json", name_or_path);
-    if (n < (int)sizeof(path) && !is_file(path))
+    if (n < (int)sizeof(path) && !exists(path))
       return rg_status_make(RG_NOT_FOUND, "%s is a directory without a config.json", name_or_path);
     json = 1;
   } else if (ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml") ||
@@ -470,7 +505,7 @@ rg_status_t rg_model_load(const char *name_or_path, const char *config_dir, rg_a
     n = snprintf(models_dir, sizeof(models_dir), "%s/models", config_dir);
     if (n >= 0 && n < (int)sizeof(models_dir))
       n = snprintf(path, sizeof(path), "%s/%s.yaml", models_dir, name_or_path);
-    if (n >= 0 && n < (int)sizeof(path) && !is_file(path))
+    if (n >= 0 && n < (int)sizeof(path) && !exists(path))
       return not_found(name_or_path, models_dir);
   }
   if (n < 0 || n >= (int)sizeof(path))

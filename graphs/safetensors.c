@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "graphs/weights.h"
 
 // Defined in weights.c.
@@ -266,8 +267,8 @@ rg_status_t rg__safetensors_open(rg_weights_t *w, const char *path) {
 // ----- sharded checkpoints ---------------------------------------------------------------
 
 static rg_status_t read_small_file(const char *path, char **out, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return rg_status_make(RG_IO, "%s: cannot open: %s", path, strerror(errno));
+  FILE *f = NULL;
+  RG_RETURN_IF_ERROR(rg_file_fopen_regular(path, "safetensors index", &f));
   char *buf = NULL;
   size_t n = 0, cap = 0;
   for (;;) {

@@ -1,7 +1,8 @@
 // graphs/tokenizer.c — the tokenizer core: building one from a vocabulary,
 // encoding (added tokens, pre-tokenizer regexes through PCRE2, BPE by merge
-// rank) and decoding. The tokenizer.json reader and writer live in
-// tokenizer_hf.c, the test-vocabulary trainer in tokenizer_train.c.
+// rank), the normalizers tokenizer.json files declare (through utf8proc) and
+// decoding. The tokenizer.json reader and writer live in tokenizer_hf.c, the
+// test-vocabulary trainer in tokenizer_train.c.
 #define RG_TOKENIZER_INTERNAL
 #include "graphs/tokenizer.h"
 
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 // Pre-tokenizer regexes, as the tokenizer.json files of these models spell
 // them (after JSON unescaping).
@@ -72,8 +74,24 @@ struct rg_tokenizer_s {
   size_t n_eog;
   size_t n_re;
   char *re_src[MAX_REGEXES];
+  char *re_field[MAX_REGEXES];  // where each regex came from, for messages
   pcre2_code *re[MAX_REGEXES];
+  rg__norm_t norm[RG__MAX_NORM];
+  size_t n_norm;
+  char *src;  // the file it was read from, for messages at encode time
 };
+
+static const char *const norm_names[] = {
+#define RG_X_(e, n) n,
+    RG__NORM_MAP(RG_X_)
+#undef RG_X_
+};
+_Static_assert(sizeof(norm_names) / sizeof(norm_names[0]) == RG__NORM_COUNT,
+               "norm_names out of step with RG__NORM_MAP");
+
+const char *rg__norm_name(rg__norm_kind_t k) {
+  return (unsigned)k < RG__NORM_COUNT ? norm_names[k] : "?";
+}
 
 // ----- GPT-2 bytes_to_unicode ---------------------------------------------------
 //
@@ -228,8 +246,10 @@ void rg_tokenizer_destroy(rg_tokenizer_t *t) {
   free(t->special);
   for (size_t i = 0; i < t->n_re; i++) {
     free(t->re_src[i]);
+    free(t->re_field[i]);
     pcre2_code_free(t->re[i]);
   }
+  free(t->src);
   free(t);
 }
 
@@ -519,6 +539,13 @@ static rg_status_t compile_regexes(rg_tokenizer_t *t, const rg__tok_spec_t *sp) 
                           "%s: pre_tokenizer has %zu Split regexes (at most %d)", sp->src, n,
                           MAX_REGEXES);
   for (size_t i = 0; i < n; i++) {
+    // Messages name the field the regex came from, or for a vocabulary that
+    // names its pre-tokenizer only, that name.
+    char field[128];
+    if (sp->regex_fields && sp->regex_fields[i])
+      snprintf(field, sizeof field, "%s", sp->regex_fields[i]);
+    else
+      snprintf(field, sizeof field, "the regex of pre-tokenizer \"%s\"", sp->pre ? sp->pre : "");
     int err;
     PCRE2_SIZE at;
     pcre2_code *re =
@@ -528,16 +555,17 @@ static rg_status_t compile_regexes(rg_tokenizer_t *t, const rg__tok_spec_t *sp) 
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof msg);
       return rg_status_make(RG_INVALID_ARGUMENT,
-                            "%s: pre_tokenizer regex %zu does not compile at offset %zu: %s",
-                            sp->src, i, (size_t)at, (const char *)msg);
+                            "%s: %s: pre_tokenizer regex %zu does not compile at offset %zu: %s",
+                            sp->src, field, i, (size_t)at, (const char *)msg);
     }
     // JIT is several times faster; where it is unavailable the interpreter
     // gives the same matches.
     (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
     t->re[t->n_re] = re;
     t->re_src[t->n_re] = strdup(res[i]);
+    t->re_field[t->n_re] = strdup(field);
     t->n_re++;
-    if (!t->re_src[t->n_re - 1]) return oom(sp->src);
+    if (!t->re_src[t->n_re - 1] || !t->re_field[t->n_re - 1]) return oom(sp->src);
   }
   return NULL;
 }
@@ -570,6 +598,17 @@ static rg_status_t build(const rg__tok_spec_t *sp, int dup_is_error, rg_tokenize
   t->bos = sp->bos;
   t->eos = sp->eos;
   rg_status_t st;
+  if (sp->n_norm > RG__MAX_NORM) {
+    st = rg_status_make(RG_INVALID_ARGUMENT, "%s: normalizer has %zu steps (at most %d)", sp->src,
+                        sp->n_norm, RG__MAX_NORM);
+    goto fail;
+  }
+  for (size_t i = 0; i < sp->n_norm; i++) t->norm[i] = sp->norm[i];
+  t->n_norm = sp->n_norm;
+  if (!(t->src = strdup(sp->src))) {
+    st = oom(sp->src);
+    goto fail;
+  }
   if ((st = compile_regexes(t, sp))) goto fail;
   if ((st = copy_tokens(t, sp))) goto fail;
   if ((st = decode_tokens(t, sp->src))) goto fail;
@@ -662,6 +701,11 @@ int rg__tokenizer_ignore_merges(const rg_tokenizer_t *t) {
   return t->ignore_merges;
 }
 
+size_t rg__tokenizer_normalizers(const rg_tokenizer_t *t, const rg__norm_t **out) {
+  *out = t->norm;
+  return t->n_norm;
+}
+
 rg_status_t rg_tokenizer_token_bytes(const rg_tokenizer_t *t, int32_t id, const char **out,
                                      size_t *out_len) {
   if (id < 0 || (size_t)id >= t->n) {
@@ -701,6 +745,190 @@ rg_status_t rg_tokenizer_decode(const rg_tokenizer_t *t, const int32_t *ids, siz
   return NULL;
 }
 
+// ----- normalizers ------------------------------------------------------------------
+//
+// Each step rewrites a segment (the text between two added tokens, as Hugging
+// Face's tokenizers normalize it) into a growing buffer. utf8proc does the
+// Unicode work; it wants valid UTF-8, so a step runs over each maximal valid
+// stretch and copies an invalid byte through between them.
+
+typedef struct {
+  char *p;
+  size_t n, cap;
+} nbuf_t;
+
+static int nb_put(nbuf_t *b, const void *s, size_t n) {
+  if (b->n + n > b->cap) {
+    size_t cap = (b->n + n) * 2 + 64;
+    char *p = realloc(b->p, cap);
+    if (!p) return 0;
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  return 1;
+}
+
+static int nb_put_cp(nbuf_t *b, int32_t cp) {
+  utf8proc_uint8_t u[4];
+  return nb_put(b, u, (size_t)utf8proc_encode_char(cp, u));
+}
+
+static rg_status_t norm_oom(void) {
+  return rg_status_make(RG_OUT_OF_MEMORY, "out of memory normalizing text");
+}
+
+// Unicode's White_Space property (what Rust's char::is_whitespace tests).
+static int is_white_space(int32_t c) {
+  if ((c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680) return 1;
+  if ((c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F) return 1;
+  return c == 0x205F || c == 0x3000;
+}
+
+static int is_mark(int32_t c) {
+  utf8proc_category_t k = utf8proc_category(c);
+  return k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
+}
+
+// Unicode's Cased, from the general category and utf8proc's case mappings.
+static int is_cased(int32_t c) {
+  utf8proc_category_t k = utf8proc_category(c);
+  return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT ||
+         utf8proc_islower(c) || utf8proc_isupper(c);
+}
+
+// Unicode's Case_Ignorable: marks, format characters, modifiers, and the
+// word-internal punctuation of Word_Break MidLetter, MidNumLet, Single_Quote.
+static int is_case_ignorable(int32_t c) {
+  static const int32_t mid[] = {0x27,   0x2E,   0x3A,   0xB7,   0x387,  0x55F,
+                                0x5F4,  0x2018, 0x2019, 0x2024, 0x2027, 0xFE13,
+                                0xFE52, 0xFE55, 0xFF07, 0xFF0E, 0xFF1A};
+  utf8proc_category_t k = utf8proc_category(c);
+  if (k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_ME || k == UTF8PROC_CATEGORY_CF ||
+      k == UTF8PROC_CATEGORY_LM || k == UTF8PROC_CATEGORY_SK)
+    return 1;
+  for (size_t i = 0; i < sizeof mid / sizeof mid[0]; i++)
+    if (c == mid[i]) return 1;
+  return 0;
+}
+
+// Whether, skipping case-ignorable characters from cps[i] on in direction
+// step, a cased letter comes next.
+static int cased_after_ignorables(const int32_t *cps, size_t n, size_t i, int step) {
+  for (ptrdiff_t k = (ptrdiff_t)i; k >= 0 && (size_t)k < n; k += step) {
+    if (is_case_ignorable(cps[k])) continue;
+    return is_cased(cps[k]);
+  }
+  return 0;
+}
+
+// Full lowercasing as Rust's str::to_lowercase does it: utf8proc's simple
+// mapping plus the two rules SpecialCasing adds for any language: U+0130
+// becomes "i" + U+0307, and a capital sigma ending a word becomes final ς.
+static rg_status_t lowercase(const int32_t *cps, size_t n, nbuf_t *out) {
+  for (size_t i = 0; i < n; i++) {
+    int32_t c = cps[i];
+    int ok;
+    if (c == 0x130) {
+      ok = nb_put(out, "i\xcc\x87", 3);
+    } else if (c == 0x3A3) {
+      int final = i > 0 && cased_after_ignorables(cps, n, i - 1, -1) &&
+                  !cased_after_ignorables(cps, n, i + 1, 1);
+      ok = nb_put_cp(out, final ? 0x3C2 : 0x3C3);
+    } else {
+      ok = nb_put_cp(out, utf8proc_tolower(c));
+    }
+    if (!ok) return norm_oom();
+  }
+  return NULL;
+}
+
+// One step over valid UTF-8.
+static rg_status_t norm_valid(const rg_tokenizer_t *t, const rg__norm_t *step, const uint8_t *s,
+                              size_t n, nbuf_t *out) {
+  utf8proc_option_t opt = UTF8PROC_STABLE;
+  switch (step->kind) {
+    case RG__NORM_NFC:
+      opt |= UTF8PROC_COMPOSE;
+      break;
+    case RG__NORM_NFD:
+      opt |= UTF8PROC_DECOMPOSE;
+      break;
+    case RG__NORM_NFKC:
+      opt |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case RG__NORM_NFKD:
+      opt |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
+    default: {
+      int32_t *cps = malloc((n ? n : 1) * sizeof(*cps));
+      if (!cps) return norm_oom();
+      size_t k = 0;
+      for (size_t i = 0; i < n;) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t l = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &c);
+        i += l > 0 ? (size_t)l : 1;
+        if (l > 0) cps[k++] = c;
+      }
+      rg_status_t st = NULL;
+      if (step->kind == RG__NORM_LOWERCASE) {
+        st = lowercase(cps, k, out);
+      } else {  // StripAccents: every mark goes
+        for (size_t i = 0; i < k && !st; i++)
+          if (!is_mark(cps[i]) && !nb_put_cp(out, cps[i])) st = norm_oom();
+      }
+      free(cps);
+      return st;
+    }
+  }
+  utf8proc_uint8_t *dst = NULL;
+  utf8proc_ssize_t r = utf8proc_map(s, (utf8proc_ssize_t)n, &dst, opt);
+  if (r < 0)
+    return rg_status_make(RG_INTERNAL, "%s: normalizer %s failed: %s", t->src,
+                          rg__norm_name(step->kind), utf8proc_errmsg(r));
+  int ok = nb_put(out, dst, (size_t)r);
+  free(dst);
+  return ok ? NULL : norm_oom();
+}
+
+static rg_status_t norm_step(const rg_tokenizer_t *t, const rg__norm_t *step, const char *text,
+                             size_t n, nbuf_t *out) {
+  const uint8_t *s = (const uint8_t *)text;
+  out->n = 0;
+  if (step->kind == RG__NORM_STRIP) {
+    size_t begin = 0, end = 0;  // [begin, end): from the first to the last non-space
+    int seen = 0;
+    for (size_t i = 0; i < n;) {
+      uint32_t cp;
+      size_t l = utf8_next(s + i, n - i, &cp);
+      if (cp == UINT32_MAX || !is_white_space((int32_t)cp)) {
+        if (!seen) begin = i;
+        seen = 1;
+        end = i + l;
+      }
+      i += l;
+    }
+    if (!seen) return NULL;
+    if (!step->strip_left) begin = 0;
+    if (!step->strip_right) end = n;
+    return nb_put(out, s + begin, end - begin) ? NULL : norm_oom();
+  }
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n) {
+      uint32_t cp;
+      size_t l = utf8_next(s + j, n - j, &cp);
+      if (cp == UINT32_MAX) break;
+      j += l;
+    }
+    if (j > i) RG_RETURN_IF_ERROR(norm_valid(t, step, s + i, j - i, out));
+    if (j < n && !nb_put(out, s + j, 1)) return norm_oom();
+    i = j + 1;
+  }
+  return NULL;
+}
+
 // ----- encoding ----------------------------------------------------------------------
 
 typedef struct {
@@ -724,6 +952,7 @@ typedef struct {
   size_t heap_n, heap_cap;
   char *word;  // the byte-level spelling of a piece, for whole-piece lookups
   size_t word_cap;
+  nbuf_t norm[2];  // normalizer steps write these in turn
 } enc_t;
 
 static rg_status_t push_id(enc_t *e, int32_t id) {
@@ -841,10 +1070,19 @@ static rg_status_t bpe_piece(void *ctx, const char *p, size_t n) {
   return NULL;
 }
 
-static rg_status_t match_err(int rc) {
+// A failed match names the tokenizer file and the regex's field: the regex
+// is the file's, and the text only one a user typed.
+static rg_status_t match_err(const rg_tokenizer_t *t, size_t level, int rc, size_t n) {
   PCRE2_UCHAR msg[256];
   pcre2_get_error_message(rc, msg, sizeof msg);
-  return rg_status_make(RG_INTERNAL, "pre-tokenizer regex failed: %s", (const char *)msg);
+  if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+      rc == PCRE2_ERROR_JIT_STACKLIMIT)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "%s: %s: the pre-tokenizer regex gave up on a %zu-byte stretch of the "
+                          "text: %s (the pattern backtracks too much on it)",
+                          t->src, t->re_field[level], n, (const char *)msg);
+  return rg_status_make(RG_INTERNAL, "%s: %s: the pre-tokenizer regex failed: %s", t->src,
+                        t->re_field[level], (const char *)msg);
 }
 
 // Splits s by regex `level` and each later one in turn; matches and the text
@@ -869,10 +1107,10 @@ static rg_status_t split(enc_t *e, size_t level, const char *s, size_t n, rg__pi
       continue;
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
-    if (rc < 0) return match_err(rc);
+    if (rc < 0) return match_err(t, level, rc, n);
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md[level]);
     size_t ms = ov[0], me = ov[1];
-    if (ms < off || me > n) return match_err(PCRE2_ERROR_INTERNAL);
+    if (ms < off || me > n) return match_err(t, level, PCRE2_ERROR_INTERNAL, n);
     if (me <= ms) {  // an empty match: step over one character and look again
       off = ms + 1;
       while (off < n && ((uint8_t)s[off] & 0xC0) == 0x80) off++;
@@ -903,14 +1141,28 @@ static void enc_deinit(enc_t *e) {
   free(e->sym);
   free(e->heap);
   free(e->word);
+  free(e->norm[0].p);
+  free(e->norm[1].p);
   free(e->ids);
+}
+
+// A segment between added tokens: normalized, then split and encoded.
+static rg_status_t segment(enc_t *e, const char *s, size_t n, rg__piece_fn fn, void *ctx) {
+  const rg_tokenizer_t *t = e->t;
+  for (size_t k = 0; k < t->n_norm && n; k++) {
+    nbuf_t *out = &e->norm[k % 2];
+    RG_RETURN_IF_ERROR(norm_step(t, &t->norm[k], s, n, out));
+    s = out->p;
+    n = out->n;
+  }
+  return split(e, 0, s, n, fn, ctx);
 }
 
 rg_status_t rg__tokenizer_pieces(const rg_tokenizer_t *t, const char *text, size_t len,
                                  rg__piece_fn fn, void *ctx) {
   enc_t e;
   rg_status_t st = enc_init(&e, t);
-  if (!st) st = split(&e, 0, text, len, fn, ctx);
+  if (!st) st = segment(&e, text, len, fn, ctx);
   enc_deinit(&e);
   return st;
 }
@@ -952,12 +1204,12 @@ rg_status_t rg_tokenizer_encode(const rg_tokenizer_t *t, const char *text, size_
       i++;
       continue;
     }
-    if ((st = split(&e, 0, text + seg, i - seg, bpe_piece, &e))) goto done;
+    if ((st = segment(&e, text + seg, i - seg, bpe_piece, &e))) goto done;
     if ((st = push_id(&e, id))) goto done;
     i += t->tok_len[id];
     seg = i;
   }
-  if ((st = split(&e, 0, text + seg, len - seg, bpe_piece, &e))) goto done;
+  if ((st = segment(&e, text + seg, len - seg, bpe_piece, &e))) goto done;
   *out_ids = e.ids;
   *out_n = e.n;
   e.ids = NULL;

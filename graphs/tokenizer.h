@@ -6,13 +6,18 @@
 // arrays a GGUF file stores, and both give the same encodings for the same
 // vocabulary. Encoding is, in order:
 //
-//   text ──split out added tokens──▶ segments ──pre-tokenizer regex(es)──▶
-//   pieces ──bytes → 256 byte tokens──▶ BPE merges, lowest rank first ──▶ ids
+//   text ──split out added tokens──▶ segments ──normalizer (if the
+//   tokenizer.json declares one)──▶ ──pre-tokenizer regex(es)──▶ pieces
+//   ──bytes → 256 byte tokens──▶ BPE merges, lowest rank first ──▶ ids
 //
 // Invariants:
 //  - Every byte string encodes, including invalid UTF-8 and NULs, provided
-//    the vocabulary holds a token for each byte (every byte-level BPE does),
-//    and decode(encode(x)) == x byte for byte, with or without parse_special.
+//    the vocabulary holds a token for each byte (every byte-level BPE does).
+//    Without a normalizer decode(encode(x)) == x byte for byte, with or
+//    without parse_special; with one, decode gives the normalized text.
+//  - Normalizers work on valid UTF-8; invalid bytes pass through unchanged
+//    and split the text around them (Hugging Face's tokenizers never see
+//    invalid UTF-8, so there is nothing there to agree with).
 //  - Token ids are dense, 0 .. vocab_size-1. Ids a tokenizer.json leaves out
 //    are filled with "[PAD<id>]" tokens of type UNUSED, which never match.
 //  - A loaded tokenizer is immutable: every function taking a const
@@ -34,9 +39,19 @@
 // A tokenizer.json whose Split regexes are none of these loads with pre
 // "custom" and keeps its regexes; rg_tokenizer_from_vocab() refuses "custom".
 //
-// Known differences from Hugging Face tokenizers: normalizers other than NFC
-// are refused and NFC is not applied (llama.cpp does the same; feed NFC
-// text), and added tokens' lstrip/rstrip/single_word flags are ignored.
+// Normalizers ridge applies (with utf8proc), alone or in a Sequence: NFC,
+// NFD, NFKC, NFKD, Lowercase (full Unicode lowercasing: İ becomes i + U+0307
+// and a word-final Σ becomes ς, as Rust's to_lowercase does), Strip
+// (White_Space at either end) and StripAccents (drops every mark, category
+// M). Any other normalizer is refused when the file is read. Qwen2/3 declare
+// NFC; Llama 3 declares none.
+//
+// Known differences from Hugging Face tokenizers: added tokens are split out
+// before normalizing even when marked "normalized": true (it matters only for
+// an added token that normalization would change), their lstrip/rstrip/
+// single_word flags are ignored, and a GGUF vocabulary carries no normalizer
+// (llama.cpp applies none either), so one written from a Qwen tokenizer.json
+// does not normalize.
 //
 // Ownership: what _load_hf / _from_vocab / _build_test return belongs to the
 // caller (rg_tokenizer_destroy). token_bytes and vocab return borrowed
@@ -68,8 +83,8 @@ enum {
 #define RG_TOKENIZER_MAX_FILE_BYTES ((size_t)1 << 30)
 
 // Reads a Hugging Face tokenizer.json: model.type "BPE" with a ByteLevel
-// pre-tokenizer (alone, with use_regex, or after Split regexes) and a
-// ByteLevel decoder. The BOS id comes from a TemplateProcessing
+// pre-tokenizer (alone, with use_regex, or after Split regexes), a ByteLevel
+// decoder and one of the normalizers above or none. The BOS id comes from a TemplateProcessing
 // post_processor; the EOS id from the first of <|end_of_text|>,
 // <|endoftext|>, <|im_end|>, </s> present as an added token. A
 // tokenizer_config.json beside the file, when there is one, overrides both
@@ -103,7 +118,9 @@ int rg_tokenizer_is_eog(const rg_tokenizer_t *t, int32_t id);
 // tokenizer has one) comes first. With parse_special, control tokens written
 // literally in the text (e.g. "<|begin_of_text|>") become their ids;
 // without, they are encoded as text. User-defined tokens always match.
-// *out_ids is malloc'd (never NULL on success, even for zero ids).
+// *out_ids is malloc'd (never NULL on success, even for zero ids). A
+// pre-tokenizer regex that exceeds PCRE2's match limits on the text fails
+// with an error naming the tokenizer file and the regex's field.
 RG_MUST_USE rg_status_t rg_tokenizer_encode(const rg_tokenizer_t *t, const char *text, size_t len,
                                             int add_bos, int parse_special, int32_t **out_ids,
                                             size_t *out_n);
@@ -151,7 +168,9 @@ RG_MUST_USE rg_status_t rg_tokenizer_write_hf(const rg_tokenizer_t *t, const cha
 //              a system message is put before the next user message,
 //              separated by a blank line. Roles: system, user, assistant.
 // The BOS token is not part of the text, as in llama.cpp: encode it with
-// add_bos = 1 and parse_special = 1. Content is copied as is, so special
+// add_bos = 1 and parse_special = 1, which gives the ids the models' own
+// templates give (Llama 3's writes <|begin_of_text|> first; ChatML has no
+// BOS, and Qwen's tokenizers have none to add). Content is copied as is, so special
 // tokens a user writes in it are parsed as such with parse_special; strip
 // them from untrusted content first if that matters. Returns malloc'd text.
 typedef struct {
@@ -160,12 +179,33 @@ typedef struct {
 } rg_chat_msg_t;
 RG_MUST_USE rg_status_t rg_chat_template_apply(const char *family, const rg_chat_msg_t *msgs,
                                                size_t n, char **out_text);
-// "llama" -> "llama3"; "qwen2", "qwen3", "qwen3_moe" -> "chatml";
-// "mistral", "mixtral" -> "mistral"; anything else -> NULL.
-const char *rg_chat_template_for(const char *model_family);
+// Which template a model family uses is its row of the family table
+// (rg_family_info(f)->chat_template in graphs/graphs.h).
 
 // ----- internal to graphs/tokenizer*.c ---------------------------------------
 #ifdef RG_TOKENIZER_INTERNAL
+// Normalizer steps, by their tokenizer.json type names.
+#define RG__NORM_MAP(X)              \
+  X(RG__NORM_NFC, "NFC")             \
+  X(RG__NORM_NFD, "NFD")             \
+  X(RG__NORM_NFKC, "NFKC")           \
+  X(RG__NORM_NFKD, "NFKD")           \
+  X(RG__NORM_LOWERCASE, "Lowercase") \
+  X(RG__NORM_STRIP, "Strip")         \
+  X(RG__NORM_STRIP_ACCENTS, "StripAccents")
+typedef enum {
+#define RG_X_(e, n) e,
+  RG__NORM_MAP(RG_X_)
+#undef RG_X_
+      RG__NORM_COUNT
+} rg__norm_kind_t;
+typedef struct {
+  rg__norm_kind_t kind;
+  int strip_left, strip_right;  // Strip only
+} rg__norm_t;
+#define RG__MAX_NORM 8
+const char *rg__norm_name(rg__norm_kind_t k);
+
 // Everything a tokenizer is built from; both loaders and the trainer fill one.
 typedef struct {
   const char *src;           // file name or "GGUF vocabulary": prefixes errors
@@ -178,7 +218,12 @@ typedef struct {
   size_t n_merges;
   const char *pre;             // a known name, or "custom" with regexes
   const char *const *regexes;  // NULL: the regex of `pre`
+  // (n_regexes) where each regex was given ("pre_tokenizer.pretokenizers[0]
+  // .pattern"), for messages; NULL: named after `pre`.
+  const char *const *regex_fields;
   size_t n_regexes;
+  const rg__norm_t *norm;  // (n_norm) normalizer steps, in order
+  size_t n_norm;
   int ignore_merges;  // -1: as `pre` implies
   int32_t bos, eos;
   int unique_tokens;  // a string twice is an error (tokenizer.json), else the lowest id wins
@@ -190,6 +235,8 @@ const char *rg__pre_regex(const char *pre);
 const char *rg__pre_name(const char *const *regexes, size_t n);
 size_t rg__tokenizer_regexes(const rg_tokenizer_t *t, const char *const **out);
 int rg__tokenizer_ignore_merges(const rg_tokenizer_t *t);
+// The normalizer steps a tokenizer applies (borrowed); returns their count.
+size_t rg__tokenizer_normalizers(const rg_tokenizer_t *t, const rg__norm_t **out);
 // Calls fn on each pre-tokenizer piece of text (no added-token splitting).
 typedef rg_status_t (*rg__piece_fn)(void *ctx, const char *piece, size_t len);
 RG_MUST_USE rg_status_t rg__tokenizer_pieces(const rg_tokenizer_t *t, const char *text, size_t len,

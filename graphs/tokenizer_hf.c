@@ -1,9 +1,9 @@
 // graphs/tokenizer_hf.c — reading and writing Hugging Face tokenizer.json.
 //
 // Only the byte-level BPE subset is read: model.type "BPE", a pre_tokenizer
-// made of Split regexes (behavior "Isolated") followed by ByteLevel, and a
-// ByteLevel decoder. Anything outside it is refused with the field that made
-// it so, rather than tokenized differently from the model's own tokenizer.
+// made of Split regexes (behavior "Isolated") followed by ByteLevel, a
+// ByteLevel decoder, and the normalizers tokenizer.c applies. Anything outside it is refused with
+// the field that made it so, rather than tokenized differently from the model's own tokenizer.
 #define RG_TOKENIZER_INTERNAL
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
 #include "graphs/tokenizer.h"
 
 #define MAX_SPLITS 8
@@ -42,51 +43,18 @@ static const char *q(const char *s, char buf[80]) {
   return buf;
 }
 
-static rg_status_t read_file(const char *path, char **out, size_t *out_len, int *missing) {
-  *out = NULL;
-  *out_len = 0;
+// Reads a whole file; with `missing` non-NULL, a file that does not exist is
+// not an error but *missing = 1.
+static rg_status_t read_file(const char *path, const char *what, char **out, size_t *out_len,
+                             int *missing) {
   if (missing) *missing = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (missing && errno == ENOENT) {
-      *missing = 1;
-      return NULL;
-    }
-    return rg_status_make(RG_IO, "%s: cannot open: %s", path, strerror(errno));
+  rg_status_t st = rg_file_read_all(path, what, RG_TOKENIZER_MAX_FILE_BYTES, out, out_len);
+  if (st && missing && rg_status_code(st) == RG_NOT_FOUND) {
+    rg_status_free(st);
+    *missing = 1;
+    return NULL;
   }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  rg_status_t st = NULL;
-  while (buf) {
-    if (len == cap) {
-      if (cap >= RG_TOKENIZER_MAX_FILE_BYTES) {
-        st = rg_status_make(RG_PARSE, "%s: larger than the %zu bytes a tokenizer.json may have",
-                            path, RG_TOKENIZER_MAX_FILE_BYTES);
-        break;
-      }
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) break;
-      buf = nb;
-      cap *= 2;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    len += got;
-    if (got == 0) {
-      if (ferror(f)) st = rg_status_make(RG_IO, "%s: read error: %s", path, strerror(errno));
-      fclose(f);
-      f = NULL;
-      break;
-    }
-  }
-  if (f) fclose(f);
-  if (!buf) return nomem(path);
-  if (st) {
-    free(buf);
-    return st;
-  }
-  *out = buf;
-  *out_len = len;
-  return NULL;
+  return st;
 }
 
 static rg_status_t parse_json(const char *src, const char *text, size_t len, cJSON **out) {
@@ -144,7 +112,10 @@ typedef struct {
   char *merge_text;  // "a b" strings made from ["a", "b"] pairs
   const char *regexes[MAX_SPLITS];
   char *owned[MAX_SPLITS];
+  char *fields[MAX_SPLITS];  // where each regex was given
   size_t n_re;
+  rg__norm_t norm[RG__MAX_NORM];
+  size_t n_norm;
   int saw_byte_level;
   int32_t bos, eos;
 } hf_t;
@@ -155,7 +126,10 @@ static void hf_free(hf_t *h) {
   free(h->pads);
   free(h->merges);
   free(h->merge_text);
-  for (size_t i = 0; i < MAX_SPLITS; i++) free(h->owned[i]);
+  for (size_t i = 0; i < MAX_SPLITS; i++) {
+    free(h->owned[i]);
+    free(h->fields[i]);
+  }
 }
 
 static int32_t find_name(const hf_t *h, const char *s) {
@@ -344,6 +318,7 @@ static rg_status_t add_regex(hf_t *h, const char *field, const char *re, char *o
     return bad(h->src, field, "more than %d Split regexes", MAX_SPLITS);
   }
   h->owned[h->n_re] = owned;
+  if (!(h->fields[h->n_re] = strdup(field))) return nomem(h->src);
   h->regexes[h->n_re++] = re;
   return NULL;
 }
@@ -411,6 +386,7 @@ static rg_status_t read_pre(hf_t *h, const cJSON *p, const char *field, int dept
     if (use && !cJSON_IsBool(use)) return bad(src, sub, "not true or false");
     h->saw_byte_level = 1;
     // ByteLevel splits with GPT-2's regex unless told not to.
+    snprintf(sub, sizeof sub, "%s (ByteLevel's GPT-2 regex)", field);
     if (!use || cJSON_IsTrue(use)) return add_regex(h, sub, rg__pre_regex("gpt-2"), NULL);
     return NULL;
   }
@@ -489,7 +465,7 @@ static rg_status_t read_config(hf_t *h, const char *cfg) {
   char *text;
   size_t len;
   int missing;
-  RG_RETURN_IF_ERROR(read_file(cfg, &text, &len, &missing));
+  RG_RETURN_IF_ERROR(read_file(cfg, "tokenizer config", &text, &len, &missing));
   if (missing) return NULL;
   cJSON *root;
   rg_status_t st = parse_json(cfg, text, len, &root);
@@ -531,20 +507,51 @@ static rg_status_t check_model(const char *src, const cJSON *model) {
   return NULL;
 }
 
-static rg_status_t check_normalizer(const char *src, const cJSON *n) {
-  char b1[80];
+// The normalizer, flattened into steps: one of tokenizer.c's kinds, or a
+// Sequence of them (nested Sequences too).
+static rg_status_t read_normalizer(hf_t *h, const cJSON *n, const char *field, int depth) {
+  const char *src = h->src;
+  char sub[192], b1[80];
   if (is_null(n)) return NULL;
-  if (!cJSON_IsObject(n)) return bad(src, "normalizer", "not an object or null");
+  if (depth > MAX_NESTING) return bad(src, field, "nested more than %d deep", MAX_NESTING);
+  if (!cJSON_IsObject(n)) return bad(src, field, "not an object or null");
   const cJSON *type = get(n, "type");
-  if (!cJSON_IsString(type)) return bad(src, "normalizer.type", type ? "not a string" : "missing");
-  // NFC is accepted and not applied, as llama.cpp does: text is expected in
-  // NFC already (what nearly all text is).
-  if (strcmp(type->valuestring, "NFC") == 0) return NULL;
-  const cJSON *list = get(n, "normalizers");
-  if (strcmp(type->valuestring, "Sequence") == 0 && cJSON_IsArray(list) && !list->child)
+  snprintf(sub, sizeof sub, "%s.type", field);
+  if (!cJSON_IsString(type)) return bad(src, sub, type ? "not a string" : "missing");
+  const char *ty = type->valuestring;
+  if (strcmp(ty, "Sequence") == 0) {
+    const cJSON *list = get(n, "normalizers");
+    snprintf(sub, sizeof sub, "%s.normalizers", field);
+    if (!cJSON_IsArray(list)) return bad(src, sub, list ? "not an array" : "missing");
+    int i = 0;
+    for (const cJSON *c = list->child; c; c = c->next, i++) {
+      snprintf(sub, sizeof sub, "%s.normalizers[%d]", field, i);
+      RG_RETURN_IF_ERROR(read_normalizer(h, c, sub, depth + 1));
+    }
     return NULL;
-  return bad(src, "normalizer", "%s is not supported; ridge applies no normalizer but NFC",
-             q(type->valuestring, b1));
+  }
+  rg__norm_t step = {RG__NORM_COUNT, 0, 0};
+  for (int k = 0; k < RG__NORM_COUNT; k++)
+    if (strcmp(ty, rg__norm_name((rg__norm_kind_t)k)) == 0) step.kind = (rg__norm_kind_t)k;
+  if (step.kind == RG__NORM_COUNT)
+    return bad(src, field,
+               "%s is not supported; ridge applies NFC, NFD, NFKC, NFKD, Lowercase, Strip, "
+               "StripAccents and Sequences of them",
+               q(ty, b1));
+  if (step.kind == RG__NORM_STRIP) {
+    static const char *const sides[] = {"strip_left", "strip_right"};
+    int *flags[] = {&step.strip_left, &step.strip_right};
+    for (int i = 0; i < 2; i++) {
+      const cJSON *v = get(n, sides[i]);
+      snprintf(sub, sizeof sub, "%s.%s", field, sides[i]);
+      if (v && !cJSON_IsBool(v)) return bad(src, sub, "not true or false");
+      *flags[i] = !v || cJSON_IsTrue(v);
+    }
+  }
+  if (h->n_norm == RG__MAX_NORM)
+    return bad(src, field, "more than %d normalizer steps", RG__MAX_NORM);
+  h->norm[h->n_norm++] = step;
+  return NULL;
 }
 
 static rg_status_t load(const char *src, const char *text, size_t len, const char *config,
@@ -571,7 +578,7 @@ static rg_status_t load(const char *src, const char *text, size_t len, const cha
     goto done;
   }
   if ((st = check_model(src, model))) goto done;
-  if ((st = check_normalizer(src, get(root, "normalizer")))) goto done;
+  if ((st = read_normalizer(&h, get(root, "normalizer"), "normalizer", 0))) goto done;
   v = get(root, "pre_tokenizer");
   if (is_null(v)) {
     st = bad(src, "pre_tokenizer", "missing; a byte-level BPE needs ByteLevel");
@@ -612,7 +619,10 @@ static rg_status_t load(const char *src, const char *text, size_t len, const cha
       .n_merges = h.n_merges,
       .pre = rg__pre_name(h.regexes, h.n_re),
       .regexes = h.regexes,
+      .regex_fields = (const char *const *)h.fields,
       .n_regexes = h.n_re,
+      .norm = h.norm,
+      .n_norm = h.n_norm,
       .ignore_merges = cJSON_IsTrue(get(model, "ignore_merges")),
       .bos = h.bos,
       .eos = h.eos,
@@ -647,7 +657,7 @@ rg_status_t rg_tokenizer_load_hf(const char *path, rg_tokenizer_t **out) {
   *out = NULL;
   char *text;
   size_t len;
-  RG_RETURN_IF_ERROR(read_file(path, &text, &len, NULL));
+  RG_RETURN_IF_ERROR(read_file(path, "tokenizer", &text, &len, NULL));
   char *cfg = config_path(path);
   rg_status_t st = cfg ? load(path, text, len, cfg, out) : nomem(path);
   free(cfg);
@@ -716,20 +726,44 @@ static cJSON *bos_template(const char *bos, int32_t id) {
   return p;
 }
 
+static cJSON *norm_step_json(const rg__norm_t *n) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "type", rg__norm_name(n->kind));
+  if (n->kind == RG__NORM_STRIP) {
+    cJSON_AddBoolToObject(o, "strip_left", n->strip_left);
+    cJSON_AddBoolToObject(o, "strip_right", n->strip_right);
+  }
+  return o;
+}
+
+// The normalizer as tokenizer.json spells it: null, one step, or a Sequence.
+static cJSON *normalizer_json(const rg_tokenizer_t *t) {
+  const rg__norm_t *norm;
+  size_t n = rg__tokenizer_normalizers(t, &norm);
+  if (n == 0) return cJSON_CreateNull();
+  if (n == 1) return norm_step_json(&norm[0]);
+  cJSON *seq = cJSON_CreateObject(), *list = cJSON_CreateArray();
+  cJSON_AddStringToObject(seq, "type", "Sequence");
+  for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(list, norm_step_json(&norm[i]));
+  cJSON_AddItemToObject(seq, "normalizers", list);
+  return seq;
+}
+
 static int is_pad(const char *s, size_t id) {
   char pad[32];
   snprintf(pad, sizeof pad, "[PAD%zu]", id);
   return strcmp(s, pad) == 0;
 }
 
+// Atomic for a regular file, so a failed write never leaves half a
+// tokenizer.json where a good one was; a symlink's target is written.
 static rg_status_t write_text(const char *path, const char *text) {
-  FILE *f = fopen(path, "wb");
-  if (!f) return rg_status_make(RG_IO, "%s: cannot create: %s", path, strerror(errno));
-  size_t n = strlen(text);
-  int ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok) return rg_status_make(RG_IO, "%s: write failed: %s", path, strerror(errno));
-  return NULL;
+  rg_file_writer_t *w;
+  RG_RETURN_IF_ERROR(rg_file_writer_open(path, "tokenizer", &w));
+  FILE *f = rg_file_writer_stream(w);
+  fputs(text, f);
+  fputc('\n', f);
+  return rg_file_writer_finish(w, NULL);
 }
 
 rg_status_t rg_tokenizer_write_hf(const rg_tokenizer_t *t, const char *path) {
@@ -758,7 +792,7 @@ rg_status_t rg_tokenizer_write_hf(const rg_tokenizer_t *t, const char *path) {
     cJSON_AddBoolToObject(a, "special", types[i] == RG_TOKEN_CONTROL);
     cJSON_AddItemToArray(added, a);
   }
-  cJSON_AddNullToObject(root, "normalizer");
+  cJSON_AddItemToObject(root, "normalizer", normalizer_json(t));
   // GPT-2's own form is ByteLevel with its built-in regex; every other list
   // of regexes is written as Split steps before a regex-less ByteLevel.
   if (n_re == 1 && strcmp(res[0], rg__pre_regex("gpt-2")) == 0) {

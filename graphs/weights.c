@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "base/yaml.h"
 
 // Shared with safetensors.c, gguf.c and testmodel.c.
@@ -123,18 +124,18 @@ rg_status_t rg__weights_map(rg_weights_t *w, const char *path, const uint8_t **b
   // grow() sized the array to a power of two; n_maps is the count.
   char *copy = strdup(path);
   if (!copy) return oom("mapping files");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
+  int fd = -1;
+  rg_status_t os = rg_file_open_regular(path, "weights file", &fd);
+  if (os) {
     free(copy);
-    return rg_status_make(e == ENOENT ? RG_NOT_FOUND : RG_IO, "%s: cannot open: %s", path,
-                          strerror(e));
+    return os;
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
     close(fd);
     free(copy);
-    return rg_status_make(RG_IO, "%s: not a regular file", path);
+    return rg_status_make(RG_IO, "%s: cannot stat: %s", path, strerror(e));
   }
   if (st.st_size == 0) {
     close(fd);
@@ -283,9 +284,11 @@ static int ends_with(const char *s, const char *suffix) {
   return n >= m && !strcmp(s + n - m, suffix);
 }
 
-static int is_file(const char *path) {
+// Whether anything is at path: a FIFO or a directory where a file belongs is
+// then opened, and refused with a message that says what it is.
+static int exists(const char *path) {
   struct stat st;
-  return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  return stat(path, &st) == 0;
 }
 
 // The directory part of path ("." when it has none).
@@ -323,9 +326,9 @@ rg_status_t rg_weights_open(const char *path, rg_weights_t **out) {
     } else {
       snprintf(index, len, "%s/model.safetensors.index.json", path);
       snprintf(single, len, "%s/model.safetensors", path);
-      if (is_file(index))
+      if (exists(index))
         s = rg__safetensors_open_index(w, path, index);
-      else if (is_file(single))
+      else if (exists(single))
         s = rg__safetensors_open(w, single);
       else
         s = rg_status_make(RG_NOT_FOUND,
@@ -341,8 +344,10 @@ rg_status_t rg_weights_open(const char *path, rg_weights_t **out) {
   } else {
     // A .safetensors file, or anything else that is not a directory or .gguf
     // (such as /proc/self/fd/N): sniff GGUF's magic, else read safetensors.
+    // What is not a regular file is refused when it is mapped below.
     char magic[4] = {0};
-    FILE *f = fopen(path, "rb");
+    FILE *f = NULL;
+    rg_status_free(rg_file_fopen_regular(path, "weights file", &f));
     if (f) {
       if (fread(magic, 1, 4, f) != 4) magic[0] = 0;
       fclose(f);
@@ -441,6 +446,34 @@ static rg_status_t expect2(const rg_weights_t *w, const char *name, int64_t d0, 
   return rg_weights_expect(w, name, 2, s, NULL);
 }
 
+// A tensor of a layer past the ones the config declares: the engine loads
+// layers 0 .. n_layers-1 only, so a config that undercounts would silently
+// run a truncated model. (DeepSeek's multi-token-prediction layers sit past
+// num_hidden_layers on purpose; rg_weights_check does not take that family.)
+static rg_status_t check_no_extra_layers(const rg_weights_t *w, const rg_arch_t *a) {
+  static const char prefix[] = "model.layers.";
+  for (size_t i = 0; i < w->n; i++) {
+    const rg_tensor_t *t = &w->tensors[i];
+    if (strncmp(t->name, prefix, sizeof prefix - 1) != 0) continue;
+    const char *p = t->name + sizeof prefix - 1;
+    char *end;
+    long long l = strtoll(p, &end, 10);
+    if (end == p || *end != '.' || l < a->n_layers) continue;
+    if (w->format == RG_WEIGHTS_GGUF)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "%s: tensor '%s' is for layer %lld, but the GGUF metadata declares "
+                            "%lld layers (block_count); ridge runs exactly the declared layers",
+                            t->file, t->name, l, (long long)a->n_layers);
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "%s: tensor '%s' is for layer %lld, but %s/config.json declares "
+                          "num_hidden_layers = %lld (layers 0 to %lld); ridge runs exactly the "
+                          "declared layers, so fix num_hidden_layers or the weights",
+                          t->file, t->name, l, w->config_dir, (long long)a->n_layers,
+                          (long long)a->n_layers - 1);
+  }
+  return NULL;
+}
+
 rg_status_t rg_weights_check(const rg_weights_t *w, const rg_arch_t *a) {
   if (!rg_family_has(a->family, RG_FAM_RUNS) || a->mla) {
     char list[256];
@@ -450,6 +483,7 @@ rg_status_t rg_weights_check(const rg_weights_t *w, const rg_arch_t *a) {
   int mixtral = rg_family_has(a->family, RG_FAM_MIXTRAL_MOE);
   const int64_t d = a->d_model, hd = a->head_dim, q = a->n_heads * hd, kv = a->n_kv_heads * hd;
   char n[RG_TENSOR_NAME_MAX];
+  RG_RETURN_IF_ERROR(check_no_extra_layers(w, a));
   RG_RETURN_IF_ERROR(expect2(w, "model.embed_tokens.weight", a->vocab, d));
   for (int64_t l = 0; l < a->n_layers; l++) {
 #define NM(...) (snprintf(n, sizeof(n), __VA_ARGS__), n)
@@ -527,7 +561,7 @@ rg_status_t rg_weights_arch(const rg_weights_t *w, rg_arch_t **out) {
   char *cfg = config_path(w);
   if (!cfg) return oom("reading config.json");
   rg_status_t s = NULL;
-  if (!is_file(cfg))
+  if (!exists(cfg))
     s = rg_status_make(RG_NOT_FOUND, "%s: no config.json beside the weights (looked for %s)",
                        w->path, cfg);
   else

@@ -105,7 +105,9 @@ RG_MUST_USE rg_status_t rg_weights_expect(const rg_weights_t *w, const char *nam
 // Expects every tensor `a` implies (embedding, norms, attention with its
 // biases and QK-norms, dense FFN or router and experts, lm_head unless tied)
 // with its shape, for the families llama, mistral, mixtral, qwen2, qwen3 and
-// qwen3_moe. Extra tensors are allowed. The first disagreement is the error.
+// qwen3_moe. Extra tensors are allowed, but not a layer at or past
+// a->n_layers (a config that undercounts would run a truncated model). The
+// first disagreement is the error.
 RG_MUST_USE rg_status_t rg_weights_check(const rg_weights_t *w, const rg_arch_t *a);
 
 // The architecture: for safetensors, config.json (rg_model_load); for GGUF,

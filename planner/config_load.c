@@ -549,7 +549,9 @@ rg_status_t rg_config_resolve(const char *config_dir, const char *sub, const cha
       (size_t)snprintf(out, out_len, "%s/%s.yaml", dir, name_or_path) >= out_len)
     return rg_status_make(RG_INVALID_ARGUMENT, "%s '%s': path under %s is too long", what,
                           name_or_path, config_dir);
-  if (stat(out, &sb) == 0 && S_ISREG(sb.st_mode)) return NULL;
+  // Anything but a folder is taken, so a FIFO is refused by the loader with
+  // a message saying what it is, rather than reported as an unknown name.
+  if (stat(out, &sb) == 0 && !S_ISDIR(sb.st_mode)) return NULL;
   out[0] = 0;
   return rg_unknown_name(dir, what, name_or_path);
 }

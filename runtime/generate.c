@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/fileio.h"
 #include "runtime/serve.h"
 
 typedef struct {
@@ -81,23 +82,16 @@ rg_status_t rg_npy_write_f32(const char *path, const float *data, int64_t rows, 
   size_t total = 10 + (size_t)dl + 1;
   size_t pad = (64 - total % 64) % 64;
   size_t hlen = (size_t)dl + pad + 1;
-  FILE *f = fopen(path, "wb");
-  if (!f) return rg_status_make(RG_IO, "cannot write '%s': %s", path, strerror(errno));
-  unsigned char head[10] = {0x93,
-                            'N',
-                            'U',
-                            'M',
-                            'P',
-                            'Y',
-                            1,
-                            0,
-                            (unsigned char)(hlen & 0xff),
-                            (unsigned char)(hlen >> 8)};
+  // Atomic for a file, written through for /dev/stdout or a FIFO; errors name
+  // the path (base/fileio.h).
+  rg_file_writer_t *w;
+  RG_RETURN_IF_ERROR(rg_file_writer_open(path, "logits", &w));
+  FILE *f = rg_file_writer_stream(w);
+  unsigned char head[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
   int ok = fwrite(head, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)dl, f) == (size_t)dl;
   for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
   ok = ok && fputc('\n', f) != EOF;
   ok = ok && fwrite(data, sizeof(float), (size_t)(rows * cols), f) == (size_t)(rows * cols);
-  if (fclose(f) || !ok)
-    return rg_status_make(RG_IO, "cannot write '%s': %s", path, strerror(errno));
-  return NULL;
+  return rg_file_writer_finish(w,
+                               ok ? NULL : rg_status_make(RG_IO, "cannot write logits '%s'", path));
 }

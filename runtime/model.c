@@ -34,9 +34,11 @@ static rg_status_t check_family(const rg_arch_t *a) {
                         rg_family_list(RG_FAM_RUNS, list, sizeof list));
 }
 
+// Anything at the path counts: the loader refuses what is not a regular file
+// (a FIFO, a directory) by name rather than the model running without it.
 static int file_exists(const char *p) {
   struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+  return stat(p, &st) == 0;
 }
 
 static rg_status_t load_tokenizer(rg_model_t *m) {

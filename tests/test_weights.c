@@ -3,6 +3,7 @@
 // and every kind of malformed or hostile file, each with the message a user
 // sees. Hostile files are opened with rg__weights_use_read set, so they sit
 // in exact-size heap blocks where AddressSanitizer catches any over-read.
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -499,6 +500,123 @@ RG_TEST(weights_expect_and_check_name_file_and_tensor) {
   free(cfg);
   free(to);
   free(st);
+}
+
+// ----- config.json fields ridge would otherwise run wrong ------------------------------------
+
+// The llama fixture's weights (linked) with its config.json changed: key set
+// to the JSON value `value`, in tmpdir/sub. Returns the directory.
+static const char *with_config(rg_test_ctx_t *t, const char *sub, const char *key,
+                               const char *value) {
+  static char dir[1024];
+  const char *src = fixture(t, "llama");
+  if (!src) return NULL;
+  snprintf(dir, sizeof dir, "%s/%s", rg_test_tmpdir(t), sub);
+  char *st = path_in(src, "model.safetensors"), *to = path_in(dir, "model.safetensors");
+  char *cfg = path_in(src, "config.json");
+  size_t len = 0;
+  char *text = (char *)slurp(cfg, &len);
+  cJSON *root = text ? cJSON_ParseWithLength(text, len) : NULL;
+  cJSON *v = cJSON_Parse(value);
+  int ok = root && v && mkdir(dir, 0700) == 0 && symlink(st, to) == 0;
+  if (ok) {
+    cJSON_ReplaceItemInObject(root, key, v);
+    v = NULL;
+    char *out = cJSON_Print(root), name[64];
+    snprintf(name, sizeof name, "%s/config.json", sub);
+    rg_test_write(t, name, out);
+    free(out);
+  } else {
+    rg_test_fail(t, __FILE__, __LINE__, "cannot make %s", dir);
+  }
+  cJSON_Delete(v);
+  cJSON_Delete(root);
+  free(text);
+  free(cfg);
+  free(to);
+  free(st);
+  return ok ? dir : NULL;
+}
+
+// Opens dir and reads its arch; the status of whichever step failed.
+static rg_status_t arch_of(const char *dir, rg_weights_t **w, rg_arch_t **a) {
+  *w = NULL;
+  *a = NULL;
+  RG_RETURN_IF_ERROR(rg_weights_open(dir, w));
+  return rg_weights_arch(*w, a);
+}
+
+RG_TEST(weights_config_json_refuses_what_ridge_would_run_wrong) {
+  static const struct {
+    const char *sub, *key, *value, *want;
+  } cases[] = {
+      {"gelu", "hidden_act", "\"gelu\"",
+       "hidden_act: 'gelu' is not supported; ridge runs SwiGLU feed-forward layers: silu (or its "
+       "other name, swish)"},
+      {"frob", "hidden_act", "\"frobnicate\"", "hidden_act: 'frobnicate' is not supported"},
+      {"theta0", "rope_theta", "0",
+       "rope_theta: 0 is not a rotary base; expected a number greater than 1"},
+      {"theta1", "rope_theta", "1", "rope_theta: 1 is not a rotary base"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *dir = with_config(t, cases[i].sub, cases[i].key, cases[i].value);
+    if (!dir) continue;
+    char want[1400];
+    // The message starts with the file and the key's position in it.
+    snprintf(want, sizeof want, "%s/config.json:", dir);
+    rg_weights_t *w;
+    rg_arch_t *a;
+    rg_status_t s = arch_of(dir, &w, &a);
+    if (!s)
+      rg_test_fail(t, __FILE__, __LINE__, "%s = %s was accepted", cases[i].key, cases[i].value);
+    else if (strncmp(rg_status_message(s), want, strlen(want)) != 0 ||
+             !strstr(rg_status_message(s), cases[i].want))
+      rg_test_fail(t, __FILE__, __LINE__, "message '%s' lacks '%s' or '%s'", rg_status_message(s),
+                   want, cases[i].want);
+    rg_status_free(s);
+    rg_arch_destroy(a);
+    rg_weights_close(w);
+  }
+  // silu's other name and a null (the family's default) are fine.
+  const char *ok[][2] = {{"swish", "\"swish\""}, {"null", "null"}};
+  for (size_t i = 0; i < 2; i++) {
+    const char *dir = with_config(t, ok[i][0], "hidden_act", ok[i][1]);
+    rg_weights_t *w;
+    rg_arch_t *a;
+    if (dir) RG_CHECK_OK(arch_of(dir, &w, &a));
+    if (dir) rg_arch_destroy(a), rg_weights_close(w);
+  }
+
+  // A config declaring fewer layers than the weights hold: the weights'
+  // last layer would be silently dropped.
+  rg_weights_t *w;
+  rg_arch_t *a;
+  const char *full = fixture(t, "llama");
+  RG_REQUIRE(full);
+  RG_REQUIRE_OK(arch_of(full, &w, &a));
+  int64_t layers = a->n_layers;
+  RG_CHECK_OK(rg_weights_check(w, a));
+  rg_arch_destroy(a);
+  rg_weights_close(w);
+  RG_REQUIRE(layers >= 2);
+  char value[32], want[1400];
+  snprintf(value, sizeof value, "%lld", (long long)layers - 1);
+  const char *dir = with_config(t, "fewer", "num_hidden_layers", value);
+  RG_REQUIRE(dir);
+  RG_REQUIRE_OK(arch_of(dir, &w, &a));
+  snprintf(want, sizeof want, "%s/model.safetensors: tensor 'model.layers.%lld.", dir,
+           (long long)layers - 1);
+  rg_status_t s = rg_weights_check(w, a);
+  RG_CHECK(s && strncmp(rg_status_message(s), want, strlen(want)) == 0);
+  snprintf(want, sizeof want,
+           "is for layer %lld, but %s/config.json declares num_hidden_layers = %lld (layers 0 to "
+           "%lld)",
+           (long long)layers - 1, dir, (long long)layers - 1, (long long)layers - 2);
+  RG_CHECK(s && strstr(rg_status_message(s), want));
+  if (s && !strstr(rg_status_message(s), want)) printf("    got: %s\n", rg_status_message(s));
+  rg_status_free(s);
+  rg_arch_destroy(a);
+  rg_weights_close(w);
 }
 
 // ----- hostile safetensors --------------------------------------------------------------
