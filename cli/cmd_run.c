@@ -27,40 +27,56 @@
 #include "runtime/serve.h"
 
 static const char usage[] =
-    "usage: ridge run [--model DIR|FILE] [--prompt TEXT | --prompt-ids 1,2,3 | --requests FILE.jsonl |\n"
-    "                 --workload W --num-requests N] [-n N] [--temperature T] [--top-k K] [--top-p P]\n"
+    "usage: ridge run [--model DIR|FILE] [--prompt TEXT | --prompt-ids 1,2,3 | --requests "
+    "FILE.jsonl |\n"
+    "                 --workload W --num-requests N] [-n N] [--temperature T] [--top-k K] [--top-p "
+    "P]\n"
     "                 [--seed S] [--chat] [--batch B] [--device D] [--threads N] [--isa I]\n"
-    "                 [--max-seqs N] [--max-batch-tokens N] [--block-size N] [--prefix-cache on|off]\n"
-    "                 [--max-context C] [--kv-tokens N] [--kv-dtype f32|bf16|f16] [--swap-tokens N]\n"
+    "                 [--max-seqs N] [--max-batch-tokens N] [--block-size N] [--prefix-cache "
+    "on|off]\n"
+    "                 [--max-context C] [--kv-tokens N] [--kv-dtype f32|bf16|f16] [--swap-tokens "
+    "N]\n"
     "                 [--preempt recompute|swap] [--dump-logits FILE.npy] [--no-measure] [--json]\n"
     "\n"
-    "Runs a model on this machine with continuous batching: every iteration the scheduler takes the\n"
-    "running decodes, then prefill chunks, within a token budget. Reports time to first token (TTFT),\n"
-    "time between tokens (TBT) and end-to-end latency per request and as p50/p90/p99, throughput, KV\n"
-    "occupancy, the prefix-cache hit rate, and for each stage the measured time beside the roofline\n"
+    "Runs a model on this machine with continuous batching: every iteration the scheduler takes "
+    "the\n"
+    "running decodes, then prefill chunks, within a token budget. Reports time to first token "
+    "(TTFT),\n"
+    "time between tokens (TBT) and end-to-end latency per request and as p50/p90/p99, throughput, "
+    "KV\n"
+    "occupancy, the prefix-cache hit rate, and for each stage the measured time beside the "
+    "roofline\n"
     "prediction from this machine's read bandwidth and FMA peak, measured in the same run.\n"
     "\n"
     "What to run (one of):\n"
-    "  --prompt TEXT      default \"The quick brown fox\", streamed; --chat wraps it in the model's\n"
+    "  --prompt TEXT      default \"The quick brown fox\", streamed; --chat wraps it in the "
+    "model's\n"
     "                     chat template; --batch B decodes B copies together\n"
     "  --prompt-ids L     token ids instead of text (comma-separated)\n"
     "  --requests F       one JSON object a line: \"prompt\" (text) or \"prompt_ids\" (ids), and\n"
-    "                     optionally \"max_tokens\", \"temperature\", \"top_k\", \"top_p\", \"seed\",\n"
-    "                     \"arrival_s\" (seconds after the start). A line with a bad field fails alone,\n"
+    "                     optionally \"max_tokens\", \"temperature\", \"top_k\", \"top_p\", "
+    "\"seed\",\n"
+    "                     \"arrival_s\" (seconds after the start). A line with a bad field fails "
+    "alone,\n"
     "                     named by its line and field; the others run\n"
-    "  --workload W       synthetic requests from a workload (configs/workloads/W.yaml or a path):\n"
+    "  --workload W       synthetic requests from a workload (configs/workloads/W.yaml or a "
+    "path):\n"
     "                     its prompt and output lengths and its arrival process; --num-requests N\n"
     "                     (default 16), --rate R req/s overrides its rate (0: all at once)\n"
     "\n"
-    "  --model M          a Hugging Face directory (config.json, *.safetensors, tokenizer.json) or a\n"
+    "  --model M          a Hugging Face directory (config.json, *.safetensors, tokenizer.json) or "
+    "a\n"
     "                     .gguf file; default: the random-weight test model (`ridge testmodel`),\n"
     "                     generated once into ~/.cache/ridge\n"
-    "  -n N               tokens to generate per request (default 64; a request's max_tokens wins)\n"
+    "  -n N               tokens to generate per request (default 64; a request's max_tokens "
+    "wins)\n"
     "  --temperature T    0 = greedy (default 0.8); --top-k (default 40), --top-p (default 0.95)\n"
     "  --seed S           sampling seed (default 0); request i samples with S + i\n"
-    "  --device D         where the stages run: cpu:0 (default) or another device `ridge devices` lists\n"
+    "  --device D         where the stages run: cpu:0 (default) or another device `ridge devices` "
+    "lists\n"
     "  --threads N        CPU threads (default: one per core)\n"
-    "  --isa I            cap the CPU kernels: scalar, avx2, avx512, avx512-bf16 (default: the best this\n"
+    "  --isa I            cap the CPU kernels: scalar, avx2, avx512, avx512-bf16 (default: the "
+    "best this\n"
     "                     CPU has; avx512 keeps bf16 matmuls' activations in f32)\n"
     "\n"
     "Scheduling (defaults suit a CPU of this size):\n"
@@ -83,24 +99,29 @@ static const char usage[] =
     "  ridge run\n"
     "  ridge run --workload chat --num-requests 32 --rate 4\n"
     "  ridge run --requests reqs.jsonl --max-seqs 8 --json\n"
-    "  ridge testmodel --arch llama --size tiny --out /tmp/tiny && ridge run --model /tmp/tiny --prompt hi -n 16\n";
+    "  ridge testmodel --arch llama --size tiny --out /tmp/tiny && ridge run --model /tmp/tiny "
+    "--prompt hi -n 16\n";
 
 typedef struct {
-  const char *model, *prompt, *prompt_ids, *dump, *kvdt, *isa, *requests, *workload, *device, *ffn_device;
+  const char *model, *prompt, *prompt_ids, *dump, *kvdt, *isa, *requests, *workload, *device,
+      *ffn_device;
   const char *preempt;
-  long long n, top_k, seed, batch, threads, max_context, max_seqs, max_batch_tokens, block_size, kv_tokens;
+  long long n, top_k, seed, batch, threads, max_context, max_seqs, max_batch_tokens, block_size,
+      kv_tokens;
   long long swap_tokens, num_requests;
   double temperature, top_p, rate;
   int chat, json, no_measure, prefix_cache;
 } run_args_t;
 
-static rg_status_t parse_num(const char *flag, const char *s, long long lo, long long hi, long long *out) {
+static rg_status_t parse_num(const char *flag, const char *s, long long lo, long long hi,
+                             long long *out) {
   char *end;
   errno = 0;
   long long v = strtoll(s, &end, 10);
   if (end == s || *end || errno || v < lo || v > hi)
-    return rg_status_make(RG_INVALID_ARGUMENT, "%s: expected a whole number from %lld to %lld, got '%s'", flag, lo,
-                          hi, s);
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "%s: expected a whole number from %lld to %lld, got '%s'", flag, lo, hi,
+                          s);
   *out = v;
   return NULL;
 }
@@ -110,7 +131,8 @@ static rg_status_t parse_real(const char *flag, const char *s, double lo, double
   errno = 0;
   double v = strtod(s, &end);
   if (end == s || *end || errno || !(v >= lo && v <= hi))
-    return rg_status_make(RG_INVALID_ARGUMENT, "%s: expected a number from %g to %g, got '%s'", flag, lo, hi, s);
+    return rg_status_make(RG_INVALID_ARGUMENT, "%s: expected a number from %g to %g, got '%s'",
+                          flag, lo, hi, s);
   *out = v;
   return NULL;
 }
@@ -131,7 +153,8 @@ enum {
   O_PREEMPT
 };
 
-static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a, int *help) {
+static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a,
+                              int *help) {
   static const struct option longs[] = {{"model", required_argument, 0, 'm'},
                                         {"prompt", required_argument, 0, 'p'},
                                         {"prompt-ids", required_argument, 0, 'I'},
@@ -179,58 +202,121 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
   long long v;
   while ((c = getopt_long(argc, argv, ":m:p:I:n:t:k:P:s:b:T:K:C:D:A:cNjh", longs, NULL)) != -1) {
     switch (c) {
-      case 'm': a->model = optarg; break;
-      case 'p': a->prompt = optarg; break;
-      case 'I': a->prompt_ids = optarg; break;
-      case 'n': RG_RETURN_IF_ERROR(parse_num("-n", optarg, 1, 1 << 20, &a->n)); break;
-      case 't': RG_RETURN_IF_ERROR(parse_real("--temperature", optarg, 0, 100, &a->temperature)); break;
-      case 'k': RG_RETURN_IF_ERROR(parse_num("--top-k", optarg, 0, INT32_MAX, &a->top_k)); break;
-      case 'P': RG_RETURN_IF_ERROR(parse_real("--top-p", optarg, 1e-9, 1, &a->top_p)); break;
-      case 's': RG_RETURN_IF_ERROR(parse_num("--seed", optarg, 0, LLONG_MAX, &a->seed)); break;
-      case 'b': RG_RETURN_IF_ERROR(parse_num("--batch", optarg, 1, 256, &a->batch)); break;
-      case 'T': RG_RETURN_IF_ERROR(parse_num("--threads", optarg, 1, 1024, &a->threads)); break;
-      case 'K': a->kvdt = optarg; break;
-      case 'C': RG_RETURN_IF_ERROR(rg_parse_count("--max-context", optarg, 16, &a->max_context)); break;
-      case 'D': a->dump = optarg; break;
-      case 'A': a->isa = optarg; break;
-      case 'c': a->chat = 1; break;
-      case 'N': a->no_measure = 1; break;
-      case 'j': a->json = 1; break;
-      case O_REQUESTS: a->requests = optarg; break;
-      case O_WORKLOAD: a->workload = optarg; break;
-      case O_NUM: RG_RETURN_IF_ERROR(parse_num("--num-requests", optarg, 1, 1 << 20, &a->num_requests)); break;
-      case O_RATE: RG_RETURN_IF_ERROR(parse_real("--rate", optarg, 0, 1e6, &a->rate)); break;
-      case O_DEVICE: a->device = optarg; break;
-      case O_FFN_DEVICE: a->ffn_device = optarg; break;
-      case O_MAX_SEQS: RG_RETURN_IF_ERROR(parse_num("--max-seqs", optarg, 1, 4096, &a->max_seqs)); break;
+      case 'm':
+        a->model = optarg;
+        break;
+      case 'p':
+        a->prompt = optarg;
+        break;
+      case 'I':
+        a->prompt_ids = optarg;
+        break;
+      case 'n':
+        RG_RETURN_IF_ERROR(parse_num("-n", optarg, 1, 1 << 20, &a->n));
+        break;
+      case 't':
+        RG_RETURN_IF_ERROR(parse_real("--temperature", optarg, 0, 100, &a->temperature));
+        break;
+      case 'k':
+        RG_RETURN_IF_ERROR(parse_num("--top-k", optarg, 0, INT32_MAX, &a->top_k));
+        break;
+      case 'P':
+        RG_RETURN_IF_ERROR(parse_real("--top-p", optarg, 1e-9, 1, &a->top_p));
+        break;
+      case 's':
+        RG_RETURN_IF_ERROR(parse_num("--seed", optarg, 0, LLONG_MAX, &a->seed));
+        break;
+      case 'b':
+        RG_RETURN_IF_ERROR(parse_num("--batch", optarg, 1, 256, &a->batch));
+        break;
+      case 'T':
+        RG_RETURN_IF_ERROR(parse_num("--threads", optarg, 1, 1024, &a->threads));
+        break;
+      case 'K':
+        a->kvdt = optarg;
+        break;
+      case 'C':
+        RG_RETURN_IF_ERROR(rg_parse_count("--max-context", optarg, 16, &a->max_context));
+        break;
+      case 'D':
+        a->dump = optarg;
+        break;
+      case 'A':
+        a->isa = optarg;
+        break;
+      case 'c':
+        a->chat = 1;
+        break;
+      case 'N':
+        a->no_measure = 1;
+        break;
+      case 'j':
+        a->json = 1;
+        break;
+      case O_REQUESTS:
+        a->requests = optarg;
+        break;
+      case O_WORKLOAD:
+        a->workload = optarg;
+        break;
+      case O_NUM:
+        RG_RETURN_IF_ERROR(parse_num("--num-requests", optarg, 1, 1 << 20, &a->num_requests));
+        break;
+      case O_RATE:
+        RG_RETURN_IF_ERROR(parse_real("--rate", optarg, 0, 1e6, &a->rate));
+        break;
+      case O_DEVICE:
+        a->device = optarg;
+        break;
+      case O_FFN_DEVICE:
+        a->ffn_device = optarg;
+        break;
+      case O_MAX_SEQS:
+        RG_RETURN_IF_ERROR(parse_num("--max-seqs", optarg, 1, 4096, &a->max_seqs));
+        break;
       case O_MAX_BATCH:
         RG_RETURN_IF_ERROR(rg_parse_count("--max-batch-tokens", optarg, 1, &v));
         a->max_batch_tokens = v;
         break;
-      case O_BLOCK: RG_RETURN_IF_ERROR(parse_num("--block-size", optarg, 1, 1024, &a->block_size)); break;
+      case O_BLOCK:
+        RG_RETURN_IF_ERROR(parse_num("--block-size", optarg, 1, 1024, &a->block_size));
+        break;
       case O_PREFIX:
         if (!strcmp(optarg, "on") || !strcmp(optarg, "off"))
           a->prefix_cache = !strcmp(optarg, "on");
         else
-          return rg_status_make(RG_INVALID_ARGUMENT, "--prefix-cache: expected on or off, got '%s'", optarg);
+          return rg_status_make(RG_INVALID_ARGUMENT, "--prefix-cache: expected on or off, got '%s'",
+                                optarg);
         break;
-      case O_KV_TOKENS: RG_RETURN_IF_ERROR(rg_parse_count("--kv-tokens", optarg, 1, &a->kv_tokens)); break;
-      case O_SWAP: RG_RETURN_IF_ERROR(rg_parse_count("--swap-tokens", optarg, 0, &a->swap_tokens)); break;
-      case O_PREEMPT: a->preempt = optarg; break;
-      case 'h': *help = 1; return NULL;
-      default: return rg_cli_getopt_error(c, argv, longs);
+      case O_KV_TOKENS:
+        RG_RETURN_IF_ERROR(rg_parse_count("--kv-tokens", optarg, 1, &a->kv_tokens));
+        break;
+      case O_SWAP:
+        RG_RETURN_IF_ERROR(rg_parse_count("--swap-tokens", optarg, 0, &a->swap_tokens));
+        break;
+      case O_PREEMPT:
+        a->preempt = optarg;
+        break;
+      case 'h':
+        *help = 1;
+        return NULL;
+      default:
+        return rg_cli_getopt_error(c, argv, longs);
     }
   }
   if (optind < argc)
-    return rg_status_make(RG_INVALID_ARGUMENT, "unexpected argument '%s' (see ridge run --help)", argv[optind]);
+    return rg_status_make(RG_INVALID_ARGUMENT, "unexpected argument '%s' (see ridge run --help)",
+                          argv[optind]);
   int sources = !!a->prompt + !!a->prompt_ids + !!a->requests + !!a->workload;
   if (sources > 1)
-    return rg_status_make(RG_INVALID_ARGUMENT, "give one of --prompt, --prompt-ids, --requests and --workload");
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "give one of --prompt, --prompt-ids, --requests and --workload");
   if (a->chat && (a->prompt_ids || a->requests || a->workload))
     return rg_status_make(RG_INVALID_ARGUMENT, "--chat applies to --prompt text");
   if (a->batch > 1 && (a->requests || a->workload))
-    return rg_status_make(RG_INVALID_ARGUMENT, "--batch copies one prompt; with --requests or --workload use "
-                                               "--max-seqs for how many run together");
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--batch copies one prompt; with --requests or --workload use "
+                          "--max-seqs for how many run together");
   return NULL;
 }
 
@@ -245,7 +331,8 @@ static rg_status_t parse_ids(const char *s, int32_t **out, size_t *n) {
     long v = strtol(p, &end, 10);
     if (end == p || errno || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
       free(ids);
-      return rg_status_make(RG_INVALID_ARGUMENT, "--prompt-ids: expected comma-separated token ids, got '%s'", s);
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "--prompt-ids: expected comma-separated token ids, got '%s'", s);
     }
     if (k == cap) {
       cap *= 2;
@@ -318,16 +405,18 @@ static void free_reqs(reqs_t *rs) {
 }
 
 static rg_sampler_config_t sampler_of(const run_args_t *a, uint64_t i) {
-  return (rg_sampler_config_t){(float)a->temperature, (int32_t)a->top_k, (float)a->top_p, (uint64_t)a->seed + i};
+  return (rg_sampler_config_t){(float)a->temperature, (int32_t)a->top_k, (float)a->top_p,
+                               (uint64_t)a->seed + i};
 }
 
 static int whole(const cJSON *v, double lo, double hi) {
-  return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo && v->valuedouble <= hi;
+  return cJSON_IsNumber(v) && v->valuedouble == floor(v->valuedouble) && v->valuedouble >= lo &&
+         v->valuedouble <= hi;
 }
 
 // One line of a requests file into q; a bad line leaves q->error set.
-static void parse_line(const run_args_t *a, const rg_tokenizer_t *tok, const char *file, long line, const char *text,
-                       size_t index, req_t *q) {
+static void parse_line(const run_args_t *a, const rg_tokenizer_t *tok, int64_t vocab,
+                       const char *file, long line, const char *text, size_t index, req_t *q) {
   static const char *const keys[] = {"prompt", "prompt_ids", "max_tokens", "temperature",
                                      "top_k",  "top_p",      "seed",       "arrival_s"};
   q->line = line;
@@ -340,28 +429,32 @@ static void parse_line(const run_args_t *a, const rg_tokenizer_t *tok, const cha
     cJSON_Delete(j);
     return;
   }
-#define BAD(field, ...)                                                                    \
-  do {                                                                                     \
-    char m_[200];                                                                          \
-    snprintf(m_, sizeof m_, __VA_ARGS__);                                                  \
+#define BAD(field, ...)                                                                   \
+  do {                                                                                    \
+    char m_[200];                                                                         \
+    snprintf(m_, sizeof m_, __VA_ARGS__);                                                 \
     snprintf(q->error, sizeof q->error, "%s:%ld: field '%s': %s", file, line, field, m_); \
-    goto out;                                                                              \
+    goto out;                                                                             \
   } while (0)
   for (const cJSON *it = j->child; it; it = it->next) {
     size_t k = 0;
     while (k < sizeof keys / sizeof keys[0] && strcmp(it->string, keys[k])) k++;
     if (k == sizeof keys / sizeof keys[0])
-      BAD(it->string, "unknown field; expected prompt, prompt_ids, max_tokens, temperature, top_k, top_p, seed, "
-                      "arrival_s");
+      BAD(it->string,
+          "unknown field; expected prompt, prompt_ids, max_tokens, temperature, top_k, top_p, "
+          "seed, "
+          "arrival_s");
   }
-  const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"), *ids = cJSON_GetObjectItemCaseSensitive(j, "prompt_ids");
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt"),
+              *ids = cJSON_GetObjectItemCaseSensitive(j, "prompt_ids");
   if (p && ids) BAD("prompt", "give prompt or prompt_ids, not both");
   if (!p && !ids) BAD("prompt", "missing; give prompt (text) or prompt_ids (token ids)");
   if (p) {
     if (!cJSON_IsString(p)) BAD("prompt", "expected a string");
     if (!tok) BAD("prompt", "the model has no tokenizer; give prompt_ids");
     size_t n = 0;
-    rg_status_t s = rg_tokenizer_encode(tok, p->valuestring, strlen(p->valuestring), 1, 0, &q->ids, &n);
+    rg_status_t s =
+        rg_tokenizer_encode(tok, p->valuestring, strlen(p->valuestring), 1, 0, &q->ids, &n);
     if (s) {
       char m[200];
       snprintf(m, sizeof m, "%s", rg_status_message(s));
@@ -376,7 +469,11 @@ static void parse_line(const run_args_t *a, const rg_tokenizer_t *tok, const cha
     if (!(q->ids = malloc((size_t)n * sizeof(int32_t)))) BAD("prompt_ids", "out of memory");
     int i = 0;
     for (const cJSON *v = ids->child; v; v = v->next, i++) {
-      if (!whole(v, 0, INT32_MAX)) BAD("prompt_ids", "entry %d is not a token id (a whole number from 0)", i);
+      if (!whole(v, 0, INT32_MAX))
+        BAD("prompt_ids", "entry %d is not a token id (a whole number from 0)", i);
+      if (v->valuedouble >= (double)vocab)
+        BAD("prompt_ids", "entry %d is id %.0f, outside the vocabulary (0..%lld)", i,
+            v->valuedouble, (long long)vocab - 1);
       q->ids[i] = (int32_t)v->valuedouble;
     }
     q->r.n_prompt = (size_t)n;
@@ -414,7 +511,8 @@ out:
   cJSON_Delete(j);
 }
 
-static rg_status_t read_requests(const run_args_t *a, const rg_tokenizer_t *tok, reqs_t *rs) {
+static rg_status_t read_requests(const run_args_t *a, const rg_tokenizer_t *tok, int64_t vocab,
+                                 reqs_t *rs) {
   FILE *f = fopen(a->requests, "r");
   if (!f) return rg_status_make(RG_IO, "%s: %s", a->requests, strerror(errno));
   char *line = NULL;
@@ -428,8 +526,10 @@ static rg_status_t read_requests(const run_args_t *a, const rg_tokenizer_t *tok,
     size_t sp = strspn(line, " \t");
     if (!line[sp] || line[sp] == '#') continue;  // blank lines and comments
     req_t *q = push_req(rs);
-    if (!q) st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory reading %s", a->requests);
-    else parse_line(a, tok, a->requests, no, line + sp, rs->n - 1, q);
+    if (!q)
+      st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory reading %s", a->requests);
+    else
+      parse_line(a, tok, vocab, a->requests, no, line + sp, rs->n - 1, q);
   }
   if (!st && ferror(f)) st = rg_status_make(RG_IO, "%s: %s", a->requests, strerror(errno));
   free(line);
@@ -438,13 +538,15 @@ static rg_status_t read_requests(const run_args_t *a, const rg_tokenizer_t *tok,
   return st;
 }
 
-static rg_status_t workload_requests(const run_args_t *a, const rg_cli_common_t *common, rg_engine_t *e, reqs_t *rs) {
+static rg_status_t workload_requests(const run_args_t *a, const rg_cli_common_t *common,
+                                     rg_engine_t *e, reqs_t *rs) {
   rg_workload_t *w = NULL;
   RG_RETURN_IF_ERROR(rg_workload_load(a->workload, common->config_dir, &w));
   size_t n = (size_t)a->num_requests;
   rg_gen_request_t *g = malloc(n * sizeof(*g));
-  rg_status_t st = g ? rg_workload_sample(w, n, (uint64_t)a->seed, rg_engine_max_context(e), a->rate, g)
-                     : rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  rg_status_t st =
+      g ? rg_workload_sample(w, n, (uint64_t)a->seed, rg_engine_max_context(e), a->rate, g)
+        : rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
   // Token ids are drawn uniformly (a random-weight model has no language to
   // imitate); the lengths and arrivals are the workload's.
   uint64_t s = (uint64_t)a->seed * 0x9e3779b97f4a7c15ull + 1;
@@ -459,7 +561,8 @@ static rg_status_t workload_requests(const run_args_t *a, const rg_cli_common_t 
       s ^= s << 13, s ^= s >> 7, s ^= s << 17;  // xorshift64
       q->ids[k] = (int32_t)(s % (uint64_t)vocab);
     }
-    q->r = (rg_serve_request_t){i, q->ids, (size_t)g[i].prompt_tokens, g[i].output_tokens, sampler_of(a, i), g[i].arrival};
+    q->r = (rg_serve_request_t){
+        i, q->ids, (size_t)g[i].prompt_tokens, g[i].output_tokens, sampler_of(a, i), g[i].arrival};
   }
   free(g);
   rg_workload_destroy(w);
@@ -492,15 +595,23 @@ static rg_status_t on_token(void *ctx, size_t req, int32_t id) {
 }
 
 // The text of tokens as valid UTF-8 (an incomplete byte sequence becomes
-// U+FFFD, as other servers do); NULL when there is no tokenizer.
+// U+FFFD, as other servers do); NULL when there is no tokenizer. Ids past
+// the tokenizer's vocabulary (models pad their embedding table) have no
+// text and are left out; the ids beside the text keep them.
 static char *text_of(const rg_tokenizer_t *tok, const int32_t *ids, size_t n, size_t *replaced) {
   if (!tok) return NULL;
+  int32_t *known = malloc((n + 1) * sizeof(int32_t));
+  if (!known) return NULL;
+  size_t k = 0, vs = rg_tokenizer_vocab_size(tok);
+  for (size_t i = 0; i < n; i++)
+    if (ids[i] >= 0 && (size_t)ids[i] < vs) known[k++] = ids[i];
   char *raw = NULL, *clean = NULL;
   size_t len;
-  rg_status_t s = rg_tokenizer_decode(tok, ids, n, &raw, &len);
+  rg_status_t s = rg_tokenizer_decode(tok, known, k, &raw, &len);
   if (!s) clean = rg_utf8_sanitize(raw, len, replaced);
   rg_status_free(s);
   free(raw);
+  free(known);
   return clean;
 }
 
@@ -514,7 +625,8 @@ static void json_percentiles(cJSON *root, const char *key, const rg_percentiles_
 
 // Per stage: graphs' FLOPs and bytes, measured seconds, and the roofline
 // time from this machine's measured limits.
-static void stage_rows(rg_engine_t *e, const rg_limits_t *lim, int measured, cJSON *arr, int *bad, rg_table_t *tb) {
+static void stage_rows(rg_engine_t *e, const rg_limits_t *lim, int measured, cJSON *arr, int *bad,
+                       rg_table_t *tb) {
   for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
     const rg_stage_t *s = rg_engine_stage_at(e, i);
     rg_stage_counters_t c;
@@ -558,12 +670,15 @@ static void stage_rows(rg_engine_t *e, const rg_limits_t *lim, int measured, cJS
 }
 
 static rg_status_t print_stages(rg_engine_t *e, const rg_limits_t *lim, int measured) {
-  static const char *const heads[] = {"stage", "GFLOP", "MB", "measured", "predicted", "meas/pred", "GB/s", "GFLOP/s"};
+  static const char *const heads[] = {"stage",     "GFLOP",     "MB",   "measured",
+                                      "predicted", "meas/pred", "GB/s", "GFLOP/s"};
   rg_table_t tb;
   rg_table_init(&tb, 8, heads, "lrrrrrrr");
   stage_rows(e, lim, measured, NULL, NULL, &tb);
-  fprintf(stderr, "\nper stage (FLOPs and bytes from the planner's formulas; predicted = roofline with this machine's "
-                  "measured %s):\n",
+  fprintf(stderr,
+          "\nper stage (FLOPs and bytes from the planner's formulas; predicted = roofline with "
+          "this machine's "
+          "measured %s):\n",
           measured ? "bandwidth and FMA peak" : "limits, skipped by --no-measure");
   rg_status_t s = rg_table_print(&tb, stderr, 2);
   rg_table_deinit(&tb);
@@ -601,7 +716,8 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   if (a->kvdt) {
     if (rg_dtype_parse(a->kvdt, &eo.kv_dtype) ||
         (eo.kv_dtype != RG_F32 && eo.kv_dtype != RG_BF16 && eo.kv_dtype != RG_F16))
-      return rg_status_make(RG_INVALID_ARGUMENT, "--kv-dtype: expected f32, bf16 or f16, got '%s'", a->kvdt);
+      return rg_status_make(RG_INVALID_ARGUMENT, "--kv-dtype: expected f32, bf16 or f16, got '%s'",
+                            a->kvdt);
     eo.kv_dtype_set = 1;
   }
   if (a->isa) {
@@ -610,10 +726,12 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
       if (!strcmp(a->isa, rg_cpu_isa_name((rg_cpu_isa_t)i))) eo.isa = i, found = 1;
     if (!found)
       return rg_status_make(RG_INVALID_ARGUMENT,
-                            "--isa: expected auto, scalar, avx2, avx512 or avx512-bf16, got '%s'", a->isa);
+                            "--isa: expected auto, scalar, avx2, avx512 or avx512-bf16, got '%s'",
+                            a->isa);
   }
   rg_sched_preempt_t preempt = RG_SCHED_PREEMPT_RECOMPUTE;
-  if (a->preempt) RG_RETURN_IF_ERROR(rg_status_wrap(rg_sched_preempt_parse(a->preempt, &preempt), "--preempt"));
+  if (a->preempt)
+    RG_RETURN_IF_ERROR(rg_status_wrap(rg_sched_preempt_parse(a->preempt, &preempt), "--preempt"));
   if ((st = rg_engine_create(model_path, &eo, &e))) return st;
   const rg_tokenizer_t *tok = rg_engine_tokenizer(e);
   const rg_arch_t *arch = rg_engine_arch(e);
@@ -621,7 +739,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
 
   // The requests.
   if (a->requests) {
-    if ((st = read_requests(a, tok, &rs))) goto done;
+    if ((st = read_requests(a, tok, vocab, &rs))) goto done;
   } else if (a->workload) {
     if ((st = workload_requests(a, common, e, &rs))) goto done;
   } else {
@@ -631,8 +749,10 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
       if ((st = parse_ids(a->prompt_ids, &ids, &n_ids))) goto done;
     } else {
       if (!tok) {
-        st = rg_status_make(RG_INVALID_ARGUMENT,
-                            "%s has no tokenizer (tokenizer.json or GGUF vocabulary); give --prompt-ids", model_path);
+        st = rg_status_make(
+            RG_INVALID_ARGUMENT,
+            "%s has no tokenizer (tokenizer.json or GGUF vocabulary); give --prompt-ids",
+            model_path);
         goto done;
       }
       const char *text = a->prompt ? a->prompt : "The quick brown fox";
@@ -688,10 +808,12 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     char wb[32];
     fprintf(stderr, "ridge run: %s (%s; %s of weights)\n", model_path, rg_engine_describe(e),
             rg_fmt_quantity(rg_engine_weight_bytes(e), RG_UNIT_BYTES, wb, sizeof wb));
-    fprintf(stderr, "ridge run: device %s %s (class local-cpu), %d threads; %zu request%s", rg_engine_device_label(e),
-            rg_engine_device_name(e), rg_engine_threads(e), n, n == 1 ? "" : "s");
+    fprintf(stderr, "ridge run: device %s %s (class local-cpu), %d threads; %zu request%s",
+            rg_engine_device_label(e), rg_engine_device_name(e), rg_engine_threads(e), n,
+            n == 1 ? "" : "s");
     if (single) fprintf(stderr, ", prompt %zu tokens", rs.v[0].r.n_prompt);
-    fprintf(stderr, "; KV %lld blocks of %d tokens\n", (long long)rg_engine_kv_blocks(e), rg_engine_block_size(e));
+    fprintf(stderr, "; KV %lld blocks of %d tokens\n", (long long)rg_engine_kv_blocks(e),
+            rg_engine_block_size(e));
   }
   stream_ctx_t sc = {tok, single && !a->json && !common->quiet};
   rg_serve_options_t so = {.max_batch_tokens = a->max_batch_tokens,
@@ -703,7 +825,8 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
                            .ctx = &sc,
                            .dump_logits = dump,
                            .dump_rows = a->n};
-  if (sc.stream && tok && !a->prompt_ids) fputs(a->chat ? "" : (a->prompt ? a->prompt : "The quick brown fox"), stdout);
+  if (sc.stream && tok && !a->prompt_ids)
+    fputs(a->chat ? "" : (a->prompt ? a->prompt : "The quick brown fox"), stdout);
   rg_serve_stats_t ss;
   rg_serve_result_t *sres = calloc(n_served + 1, sizeof(*sres));
   if (!sres) {
@@ -767,8 +890,10 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     if (measured) {
       rg_json_num(root, "read_bandwidth_gb_per_s", lim.read_bandwidth / 1e9, &bad);
       rg_json_num(root, "fma_peak_gflop_per_s", lim.fma_peak / 1e9, &bad);
-      rg_json_num(root, "decode_bandwidth_ratio", dec_s > 0 ? dec_bytes / dec_s / lim.read_bandwidth : 0, &bad);
-      rg_json_num(root, "prefill_peak_ratio", pf_s > 0 ? ss.prefill.flops / pf_s / lim.fma_peak : 0, &bad);
+      rg_json_num(root, "decode_bandwidth_ratio",
+                  dec_s > 0 ? dec_bytes / dec_s / lim.read_bandwidth : 0, &bad);
+      rg_json_num(root, "prefill_peak_ratio", pf_s > 0 ? ss.prefill.flops / pf_s / lim.fma_peak : 0,
+                  &bad);
     }
     stage_rows(e, &lim, measured, rg_json_arr(root, "stages", &bad), &bad, NULL);
     cJSON *arr = rg_json_arr(root, "per_request", &bad);
@@ -786,7 +911,10 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
         rg_json_num(o, "ttft_s", q->times[0] - q->arrival, &bad);
         rg_json_num(o, "e2e_s", q->finished - q->arrival, &bad);
         rg_json_num(o, "tbt_mean_s",
-                    q->n_tokens > 1 ? (q->times[q->n_tokens - 1] - q->times[0]) / (double)(q->n_tokens - 1) : 0, &bad);
+                    q->n_tokens > 1
+                        ? (q->times[q->n_tokens - 1] - q->times[0]) / (double)(q->n_tokens - 1)
+                        : 0,
+                    &bad);
       }
       rg_json_num(o, "cached_tokens", (double)q->cached_tokens, &bad);
       rg_json_num(o, "preemptions", q->preemptions, &bad);
@@ -817,23 +945,34 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     st = rg_json_emit(root, bad, stdout);
   } else if (!common->quiet) {
     char b1[32], b2[32], b3[32];
-    if (!single || a->batch > 1) {
-      static const char *const heads[] = {"req", "line", "prompt", "out", "TTFT", "TBT mean", "e2e", "cached", "finish"};
+    if (!single) {
+      static const char *const heads[] = {"req",      "line", "prompt", "out",   "TTFT",
+                                          "TBT mean", "e2e",  "cached", "finish"};
       rg_table_t tb;
       rg_table_init(&tb, 9, heads, "rrrrrrrrl");
-      for (size_t i = 0; i < n; i++) {
+      const size_t show = 40;  // the rest are in --json
+      for (size_t i = 0; i < n && i < show; i++) {
         const rg_serve_result_t *q = &res[i];
         rg_table_cell(&tb, "%zu", i);
         rg_table_cell(&tb, "%ld", rs.v[i].line);
         rg_table_cell(&tb, "%zu", rs.v[i].r.n_prompt);
         rg_table_cell(&tb, "%lld", (long long)q->n_tokens);
-        rg_table_cell(&tb, "%s", q->n_tokens ? rg_fmt_quantity(q->times[0] - q->arrival, RG_UNIT_TIME, b1, sizeof b1) : "-");
-        double tbt = q->n_tokens > 1 ? (q->times[q->n_tokens - 1] - q->times[0]) / (double)(q->n_tokens - 1) : 0;
-        rg_table_cell(&tb, "%s", q->n_tokens > 1 ? rg_fmt_quantity(tbt, RG_UNIT_TIME, b2, sizeof b2) : "-");
-        rg_table_cell(&tb, "%s", q->n_tokens ? rg_fmt_quantity(q->finished - q->arrival, RG_UNIT_TIME, b3, sizeof b3) : "-");
+        rg_table_cell(&tb, "%s",
+                      q->n_tokens
+                          ? rg_fmt_quantity(q->times[0] - q->arrival, RG_UNIT_TIME, b1, sizeof b1)
+                          : "-");
+        double tbt = q->n_tokens > 1
+                         ? (q->times[q->n_tokens - 1] - q->times[0]) / (double)(q->n_tokens - 1)
+                         : 0;
+        rg_table_cell(&tb, "%s",
+                      q->n_tokens > 1 ? rg_fmt_quantity(tbt, RG_UNIT_TIME, b2, sizeof b2) : "-");
+        rg_table_cell(&tb, "%s",
+                      q->n_tokens
+                          ? rg_fmt_quantity(q->finished - q->arrival, RG_UNIT_TIME, b3, sizeof b3)
+                          : "-");
         rg_table_cell(&tb, "%lld", (long long)q->cached_tokens);
         if (q->finish && !strcmp(q->finish, "error"))
-          rg_table_cell(&tb, "error: %s", q->error);
+          rg_table_cell(&tb, "error (below)");
         else
           rg_table_cell(&tb, "%s", q->finish ? q->finish : "?");
       }
@@ -843,11 +982,15 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
         goto done;
       }
       rg_table_deinit(&tb);
+      if (n > show) fprintf(stderr, "  ... and %zu more (--json lists every request)\n", n - show);
     }
-    fprintf(stderr, "\n%zu request%s (%d failed), %lld prompt and %lld new tokens in %lld iterations over %s: %.1f "
-                    "tokens/s\n",
-            n, n == 1 ? "" : "s", n_bad + n_failed, (long long)ss.prompt_tokens, (long long)ss.new_tokens,
-            (long long)ss.iterations, rg_fmt_quantity(ss.wall_s, RG_UNIT_TIME, b1, sizeof b1), ss.tokens_per_s);
+    fprintf(stderr,
+            "\n%zu request%s (%d failed), %lld prompt and %lld new tokens in %lld iterations over "
+            "%s: %.1f "
+            "tokens/s\n",
+            n, n == 1 ? "" : "s", n_bad + n_failed, (long long)ss.prompt_tokens,
+            (long long)ss.new_tokens, (long long)ss.iterations,
+            rg_fmt_quantity(ss.wall_s, RG_UNIT_TIME, b1, sizeof b1), ss.tokens_per_s);
     const struct {
       const char *name;
       const rg_percentiles_t *p;
@@ -858,27 +1001,33 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
                 rg_fmt_quantity(pcts[k].p->p50, RG_UNIT_TIME, b1, sizeof b1),
                 rg_fmt_quantity(pcts[k].p->p90, RG_UNIT_TIME, b2, sizeof b2),
                 rg_fmt_quantity(pcts[k].p->p99, RG_UNIT_TIME, b3, sizeof b3));
-    fprintf(stderr, "  KV occupancy mean %.1f%%, max %.1f%%; prefix cache %s: %.1f%% of prompt tokens hit (%lld of "
-                    "%lld); preemptions: %lld recompute, %lld swap\n",
-            100 * ss.kv_used_mean, 100 * ss.kv_used_max, a->prefix_cache ? "on" : "off", 100 * ss.prefix_hit_rate,
-            (long long)ss.prefix_hit_tokens, (long long)ss.prefix_lookup_tokens, (long long)ss.preempt_recompute,
+    fprintf(stderr,
+            "  KV occupancy mean %.1f%%, max %.1f%%; prefix cache %s: %.1f%% of prompt tokens hit "
+            "(%lld of "
+            "%lld); preemptions: %lld recompute, %lld swap\n",
+            100 * ss.kv_used_mean, 100 * ss.kv_used_max, a->prefix_cache ? "on" : "off",
+            100 * ss.prefix_hit_rate, (long long)ss.prefix_hit_tokens,
+            (long long)ss.prefix_lookup_tokens, (long long)ss.preempt_recompute,
             (long long)ss.preempt_swap);
-    fprintf(stderr, "  prefill %.1f tokens/s (%.2f GFLOP/s); decode %.1f tokens/s", pf_s > 0 ? pf_tok / pf_s : 0,
-            pf_s > 0 ? ss.prefill.flops / pf_s / 1e9 : 0, dec_s > 0 ? dec_tok / dec_s : 0);
+    fprintf(stderr, "  prefill %.1f tokens/s (%.2f GFLOP/s); decode %.1f tokens/s",
+            pf_s > 0 ? pf_tok / pf_s : 0, pf_s > 0 ? ss.prefill.flops / pf_s / 1e9 : 0,
+            dec_s > 0 ? dec_tok / dec_s : 0);
     if (ss.decode.steps)
-      fprintf(stderr, " (%s per step)", rg_fmt_quantity(dec_s / (double)ss.decode.steps, RG_UNIT_TIME, b1, sizeof b1));
+      fprintf(stderr, " (%s per step)",
+              rg_fmt_quantity(dec_s / (double)ss.decode.steps, RG_UNIT_TIME, b1, sizeof b1));
     fputc('\n', stderr);
     if (measured && dec_s > 0)
       fprintf(stderr,
-              "  decode moved %.2f GB/s of weights and KV = %.0f%% of this machine's read bandwidth (%.1f GB/s, "
+              "  decode moved %.2f GB/s of weights and KV = %.0f%% of this machine's read "
+              "bandwidth (%.1f GB/s, "
               "measured now); %.2f GFLOP/s = %.1f%% of its FMA peak (%.0f GFLOP/s, %s)\n",
-              dec_bytes / dec_s / 1e9, 100 * dec_bytes / dec_s / lim.read_bandwidth, lim.read_bandwidth / 1e9,
-              ss.decode.flops / dec_s / 1e9, 100 * ss.decode.flops / dec_s / lim.fma_peak, lim.fma_peak / 1e9,
-              lim.fma_isa);
+              dec_bytes / dec_s / 1e9, 100 * dec_bytes / dec_s / lim.read_bandwidth,
+              lim.read_bandwidth / 1e9, ss.decode.flops / dec_s / 1e9,
+              100 * ss.decode.flops / dec_s / lim.fma_peak, lim.fma_peak / 1e9, lim.fma_isa);
     st = print_stages(e, &lim, measured);
     for (size_t i = 0; i < n && n_bad + n_failed; i++)
       if (res[i].finish && !strcmp(res[i].finish, "error"))
-        fprintf(stderr, "ridge run: request %zu%s: %s\n", i, rs.v[i].line ? "" : "", res[i].error);
+        fprintf(stderr, "ridge run: request %zu: %s\n", i, res[i].error);
   }
 done:
   if (res) rg_serve_results_free(res, n_served ? rs.n : 0);

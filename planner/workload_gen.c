@@ -39,10 +39,11 @@ static int64_t draw(const rg_dist_t *d, uint64_t *s) {
   return r < 1 ? 1 : r;
 }
 
-rg_status_t rg_workload_sample(const rg_workload_t *w, size_t n, uint64_t seed, int64_t max_context, double rate,
-                               rg_gen_request_t *out) {
+rg_status_t rg_workload_sample(const rg_workload_t *w, size_t n, uint64_t seed, int64_t max_context,
+                               double rate, rg_gen_request_t *out) {
   if (max_context > 0 && max_context < 2)
-    return rg_status_make(RG_INVALID_ARGUMENT, "workload %s: a context of %lld tokens holds no prompt and output",
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "workload %s: a context of %lld tokens holds no prompt and output",
                           w->name, (long long)max_context);
   double r = rate >= 0 ? rate : w->rate;
   uint64_t s = seed ^ 0x5eed5eed5eedull;

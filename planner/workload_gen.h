@@ -26,7 +26,7 @@ typedef struct {
 // Fills out[0..n). max_context > 0 caps prompt + output (the prompt is cut
 // first, to at least 1 token, then the output). rate < 0 uses the
 // workload's rate. Fails on a workload whose lengths cannot fit at all.
-RG_MUST_USE rg_status_t rg_workload_sample(const rg_workload_t *w, size_t n, uint64_t seed, int64_t max_context,
-                                           double rate, rg_gen_request_t *out);
+RG_MUST_USE rg_status_t rg_workload_sample(const rg_workload_t *w, size_t n, uint64_t seed,
+                                           int64_t max_context, double rate, rg_gen_request_t *out);
 
 #endif  // RG_PLANNER_WORKLOAD_GEN_H

@@ -123,11 +123,11 @@ static rg_status_t check_kv_fits(rg_engine_t *e, rg_device_t *dev, double bytes,
   char need[32], got[32];
   return rg_status_make(
       RG_OUT_OF_MEMORY,
-      "the KV cache for %lld tokens (%d sequences x %lld context, %s) needs %s, but %s:%d has %s "
+      "the KV cache for %lld tokens (%d sequence%s x %lld context, %s) needs %s, but %s:%d has %s "
       "%s "
       "besides %.3g GB of weights; about %.0f tokens fit: lower --max-seqs, --max-context or "
       "--kv-tokens",
-      (long long)(e->n_blocks * e->block_size), e->max_seqs, (long long)e->max_context,
+      (long long)(e->n_blocks * e->block_size), e->max_seqs, e->max_seqs == 1 ? "" : "s", (long long)e->max_context,
       rg_dtype_name(e->kv_type), rg_fmt_bytes_iec(bytes, need, sizeof need), di->driver, di->index,
       rg_fmt_bytes_iec(have, got, sizeof got), what, weights / 1e9, fits > 0 ? fits : 0.0);
 }
