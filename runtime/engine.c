@@ -127,8 +127,9 @@ static rg_status_t check_kv_fits(rg_engine_t *e, rg_device_t *dev, double bytes,
       "%s "
       "besides %.3g GB of weights; about %.0f tokens fit: lower --max-seqs, --max-context or "
       "--kv-tokens",
-      (long long)(e->n_blocks * e->block_size), e->max_seqs, e->max_seqs == 1 ? "" : "s", (long long)e->max_context,
-      rg_dtype_name(e->kv_type), rg_fmt_bytes_iec(bytes, need, sizeof need), di->driver, di->index,
+      (long long)(e->n_blocks * e->block_size), e->max_seqs, e->max_seqs == 1 ? "" : "s",
+      (long long)e->max_context, rg_dtype_name(e->kv_type),
+      rg_fmt_bytes_iec(bytes, need, sizeof need), di->driver, di->index,
       rg_fmt_bytes_iec(have, got, sizeof got), what, weights / 1e9, fits > 0 ? fits : 0.0);
 }
 
@@ -479,20 +480,20 @@ static rg_status_t find_nonfinite(rg_engine_t *e, const rg_step_t *st, size_t x_
   int64_t layer = -1;
   size_t bad = 0;
   dev_slot_t *cur = slot_of(e, rg_stage_device(e->embed));
-  for (size_t i = 0; i < e->n_stages && !s; i++) s = rg_stage_begin(e->stages[i], st);
-  if (!s) s = rg_stage_run(e->embed, 0, cur->x, NULL);
+  for (size_t i = 0; i < e->n_stages && !s; i++) s = rg_stage_begin(e->stages[i], NULL, st);
+  if (!s) s = rg_stage_run(e->embed, NULL, 0, cur->x, NULL);
   if (!s) s = rg_buffer_read(cur->x, 0, h, x_bytes);
   if (!s && !finite_all(h, n, &bad)) where = rg_stage_name(e->embed);
   for (int64_t l = 0; !s && !where && l < e->a->n_layers; l++) {
     rg_stage_t *pair[2] = {e->attn_of[l], e->ffn_of[l]};
     for (int k = 0; k < 2 && !s && !where; k++) {
       s = follow(e, pair[k], &cur, x_bytes);
-      if (!s) s = rg_stage_run(pair[k], l, cur->x, NULL);
+      if (!s) s = rg_stage_run(pair[k], NULL, l, cur->x, NULL);
       if (!s) s = rg_buffer_read(cur->x, 0, h, x_bytes);
       if (!s && !finite_all(h, n, &bad)) where = rg_stage_name(pair[k]), layer = l;
     }
   }
-  for (size_t i = 0; i < e->n_stages; i++) rg_stage_cancel(e->stages[i]);
+  for (size_t i = 0; i < e->n_stages; i++) rg_stage_cancel(e->stages[i], NULL);
   free(h);
   if (s) return s;
   int64_t d = e->a->d_model;
@@ -528,19 +529,19 @@ static rg_status_t forward(rg_engine_t *e, const rg_engine_entry_t *b, size_t n,
   }
   rg_status_t s = NULL;
   size_t begun = 0;
-  for (; begun < e->n_stages && !s; begun++) s = rg_stage_begin(e->stages[begun], &st);
+  for (; begun < e->n_stages && !s; begun++) s = rg_stage_begin(e->stages[begun], NULL, &st);
   dev_slot_t *cur = slot_of(e, rg_stage_device(e->embed));
-  if (!s) s = rg_stage_run(e->embed, 0, cur->x, NULL);
+  if (!s) s = rg_stage_run(e->embed, NULL, 0, cur->x, NULL);
   for (int64_t l = 0; !s && l < e->a->n_layers; l++) {
     s = follow(e, e->attn_of[l], &cur, x_bytes);
-    if (!s) s = rg_stage_run(e->attn_of[l], l, cur->x, NULL);
+    if (!s) s = rg_stage_run(e->attn_of[l], NULL, l, cur->x, NULL);
     if (!s) s = follow(e, e->ffn_of[l], &cur, x_bytes);
-    if (!s) s = rg_stage_run(e->ffn_of[l], l, cur->x, NULL);
+    if (!s) s = rg_stage_run(e->ffn_of[l], NULL, l, cur->x, NULL);
   }
   if (!s) s = follow(e, e->lm_head, &cur, x_bytes);
-  if (!s) s = rg_stage_run(e->lm_head, 0, cur->x, e->logits);
+  if (!s) s = rg_stage_run(e->lm_head, NULL, 0, cur->x, e->logits);
   if (!s && l_bytes) s = rg_buffer_read(e->logits, 0, logits, l_bytes);
-  for (size_t i = 0; i < begun; i++) rg_stage_end(e->stages[i]);
+  for (size_t i = 0; i < begun; i++) rg_stage_end(e->stages[i], NULL);
   if (s) return s;
   size_t bad;
   if (l_bytes && !finite_all(logits, l_bytes / sizeof(float), &bad))

@@ -103,13 +103,19 @@ struct rg_stage_s {
   // attention: the KV pool of its layers, one buffer: per layer K then V.
   rg_buffer_t *kv;
   size_t kv_layer_bytes;  // one of K or V, one layer
-  // Scratch and this step's metadata on the device.
+  rg_stage_ctx_t *own;    // the context calls without one use
+  rg_stage_counters_t c;
+};
+
+// One step in flight on an instance: its scratch and metadata on the
+// device. Two contexts let one instance hold two micro-batches at once.
+struct rg_stage_ctx_s {
+  rg_stage_t *s;
   scratch_t h, qb, kb, vb, ob, t, g, u, rl, idx, wts, off, rows, xe, ge, ue, ye, last;
   scratch_t m_tokens, m_seq, m_pos, m_toff, m_table, m_lrows;
   const rg_step_t *step;
   int32_t *host_off;  // moe: expert offsets read back, (E + 1)
   double step_seconds;
-  rg_stage_counters_t c;
 };
 
 static double now_s(void) {
@@ -462,6 +468,7 @@ rg_status_t rg_stage_create(const rg_model_t *m, const rg_stage_spec_t *spec, rg
       memcpy(s->experts, spec->experts, spec->n_experts * sizeof(int32_t));
     s->spec.experts = s->experts;
   }
+  if (!st) st = rg_stage_ctx_create(s, &s->own);
   if (!st) st = create(s);
   if (st) {
     char name[sizeof s->name];
@@ -500,12 +507,7 @@ void rg_stage_destroy(rg_stage_t *s) {
   rg_buffer_release(s->final_norm);
   rg_buffer_release(s->inv_freq);
   rg_buffer_release(s->kv);
-  scratch_t *sc[] = {&s->h,        &s->qb,    &s->kb,    &s->vb,     &s->ob,      &s->t,
-                     &s->g,        &s->u,     &s->rl,    &s->idx,    &s->wts,     &s->off,
-                     &s->rows,     &s->xe,    &s->ge,    &s->ue,     &s->ye,      &s->last,
-                     &s->m_tokens, &s->m_seq, &s->m_pos, &s->m_toff, &s->m_table, &s->m_lrows};
-  for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++) rg_buffer_release(sc[k]->buf);
-  free(s->host_off);
+  rg_stage_ctx_destroy(s->own);
   free(s->experts);
   rg_queue_destroy(s->q);
   rg_device_close(s->dev);
@@ -559,52 +561,55 @@ static rg_status_t upload(rg_stage_t *s, scratch_t *sc, const void *src, size_t 
   return bytes ? rg_queue_write(s->q, sc->buf, 0, src, bytes) : NULL;
 }
 
-rg_status_t rg_stage_begin(rg_stage_t *s, const rg_step_t *st) {
+rg_status_t rg_stage_begin(rg_stage_t *s, rg_stage_ctx_t *c, const rg_step_t *st) {
+  if (!c) c = s->own;
+  if (c->s != s)
+    return rg_status_make(RG_INVALID_ARGUMENT, "%s: a context of another stage", s->name);
   const rg_arch_t *a = s->a;
   size_t T = (size_t)st->n_tokens, d = (size_t)a->d_model;
-  s->step = st;
-  s->step_seconds = 0;
+  c->step = st;
+  c->step_seconds = 0;
   switch (s->spec.kind) {
     case RG_STAGE_EMBED:
-      return upload(s, &s->m_tokens, st->tokens, T * 4);
+      return upload(s, &c->m_tokens, st->tokens, T * 4);
     case RG_STAGE_LM_HEAD:
-      RG_RETURN_IF_ERROR(ensure(s, &s->last, (size_t)st->n_logits * d * 4));
-      return upload(s, &s->m_lrows, st->logit_rows, (size_t)st->n_logits * 4);
+      RG_RETURN_IF_ERROR(ensure(s, &c->last, (size_t)st->n_logits * d * 4));
+      return upload(s, &c->m_lrows, st->logit_rows, (size_t)st->n_logits * 4);
     case RG_STAGE_ATTENTION: {
       size_t qd = (size_t)(a->n_heads * a->head_dim), kvd = (size_t)(a->n_kv_heads * a->head_dim);
-      RG_RETURN_IF_ERROR(ensure(s, &s->h, T * d * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->qb, T * qd * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->kb, T * kvd * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->vb, T * kvd * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->ob, T * qd * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->t, T * d * 4));
-      RG_RETURN_IF_ERROR(upload(s, &s->m_seq, st->seq, T * 4));
-      RG_RETURN_IF_ERROR(upload(s, &s->m_pos, st->pos, T * 4));
-      RG_RETURN_IF_ERROR(upload(s, &s->m_toff, st->table_off, (size_t)(st->n_seqs + 1) * 4));
-      return upload(s, &s->m_table, st->table, (size_t)st->n_table * 4);
+      RG_RETURN_IF_ERROR(ensure(s, &c->h, T * d * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->qb, T * qd * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->kb, T * kvd * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->vb, T * kvd * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->ob, T * qd * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->t, T * d * 4));
+      RG_RETURN_IF_ERROR(upload(s, &c->m_seq, st->seq, T * 4));
+      RG_RETURN_IF_ERROR(upload(s, &c->m_pos, st->pos, T * 4));
+      RG_RETURN_IF_ERROR(upload(s, &c->m_toff, st->table_off, (size_t)(st->n_seqs + 1) * 4));
+      return upload(s, &c->m_table, st->table, (size_t)st->n_table * 4);
     }
     case RG_STAGE_FFN: {
       size_t ff = (size_t)a->d_ff;
-      RG_RETURN_IF_ERROR(ensure(s, &s->h, T * d * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->g, T * ff * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->u, T * ff * 4));
-      return ensure(s, &s->t, T * d * 4);
+      RG_RETURN_IF_ERROR(ensure(s, &c->h, T * d * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->g, T * ff * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->u, T * ff * 4));
+      return ensure(s, &c->t, T * d * 4);
     }
     case RG_STAGE_MOE: {
       size_t E = (size_t)a->n_experts, k = (size_t)a->n_experts_per_tok,
              ff = (size_t)a->d_ff_expert;
-      RG_RETURN_IF_ERROR(ensure(s, &s->h, T * d * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->rl, T * E * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->idx, T * k * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->wts, T * k * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->off, (E + 1) * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->rows, T * k * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->h, T * d * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->rl, T * E * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->idx, T * k * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->wts, T * k * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->off, (E + 1) * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->rows, T * k * 4));
       // An expert sees each token at most once.
-      RG_RETURN_IF_ERROR(ensure(s, &s->xe, T * d * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->ge, T * ff * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->ue, T * ff * 4));
-      RG_RETURN_IF_ERROR(ensure(s, &s->ye, T * d * 4));
-      if (!s->host_off && !(s->host_off = malloc((E + 1) * sizeof(int32_t))))
+      RG_RETURN_IF_ERROR(ensure(s, &c->xe, T * d * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->ge, T * ff * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->ue, T * ff * 4));
+      RG_RETURN_IF_ERROR(ensure(s, &c->ye, T * d * 4));
+      if (!c->host_off && !(c->host_off = malloc((E + 1) * sizeof(int32_t))))
         return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
       return NULL;
     }
@@ -637,29 +642,30 @@ static rg_op_t add(rg_buffer_t *x, rg_buffer_t *t, int64_t n) {
   return op;
 }
 
-static rg_status_t attention_layer(rg_stage_t *s, const layer_t *L, rg_buffer_t *x) {
+static rg_status_t attention_layer(rg_stage_t *s, rg_stage_ctx_t *c, const layer_t *L,
+                                   rg_buffer_t *x) {
   const rg_arch_t *a = s->a;
-  const rg_step_t *st = s->step;
+  const rg_step_t *st = c->step;
   int64_t T = st->n_tokens, d = a->d_model, hd = a->head_dim, nh = a->n_heads, nkv = a->n_kv_heads;
   float eps = (float)rg_model_hparams(s->m)->rms_norm_eps;
-  rg_op_t op = norm(x, L->attn_norm, s->h.buf, T, d, eps);
+  rg_op_t op = norm(x, L->attn_norm, c->h.buf, T, d, eps);
   RG_RETURN_IF_ERROR(submit(s, &op, "attention.norm"));
-  op = mm(&L->wq, s->h.buf, T, L->bq, s->qb.buf);
+  op = mm(&L->wq, c->h.buf, T, L->bq, c->qb.buf);
   RG_RETURN_IF_ERROR(submit(s, &op, "attention.q_proj"));
-  op = mm(&L->wk, s->h.buf, T, L->bk, s->kb.buf);
+  op = mm(&L->wk, c->h.buf, T, L->bk, c->kb.buf);
   RG_RETURN_IF_ERROR(submit(s, &op, "attention.k_proj"));
-  op = mm(&L->wv, s->h.buf, T, L->bv, s->vb.buf);
+  op = mm(&L->wv, c->h.buf, T, L->bv, c->vb.buf);
   RG_RETURN_IF_ERROR(submit(s, &op, "attention.v_proj"));
   if (L->q_norm) {
-    op = norm(s->qb.buf, L->q_norm, s->qb.buf, T * nh, hd, eps);
+    op = norm(c->qb.buf, L->q_norm, c->qb.buf, T * nh, hd, eps);
     RG_RETURN_IF_ERROR(submit(s, &op, "attention.q_norm"));
-    op = norm(s->kb.buf, L->k_norm, s->kb.buf, T * nkv, hd, eps);
+    op = norm(c->kb.buf, L->k_norm, c->kb.buf, T * nkv, hd, eps);
     RG_RETURN_IF_ERROR(submit(s, &op, "attention.k_norm"));
   }
   op = (rg_op_t){.kind = RG_OP_ROPE};
-  op.rope = (rg_op_rope_t){R(s->qb.buf), R(s->m_pos.buf), R(s->inv_freq), T, nh, hd};
+  op.rope = (rg_op_rope_t){R(c->qb.buf), R(c->m_pos.buf), R(s->inv_freq), T, nh, hd};
   RG_RETURN_IF_ERROR(submit(s, &op, "attention.rope_q"));
-  op.rope = (rg_op_rope_t){R(s->kb.buf), R(s->m_pos.buf), R(s->inv_freq), T, nkv, hd};
+  op.rope = (rg_op_rope_t){R(c->kb.buf), R(c->m_pos.buf), R(s->inv_freq), T, nkv, hd};
   RG_RETURN_IF_ERROR(submit(s, &op, "attention.rope_k"));
   rg_kv_ref_t kv = {{s->kv, L->kv_offset},
                     {s->kv, L->kv_offset + s->kv_layer_bytes},
@@ -671,95 +677,100 @@ static rg_status_t attention_layer(rg_stage_t *s, const layer_t *L, rg_buffer_t 
   rg_attn_meta_t meta = {T,
                          st->n_seqs,
                          st->n_table,
-                         R(s->m_seq.buf),
-                         R(s->m_pos.buf),
-                         R(s->m_toff.buf),
-                         R(s->m_table.buf)};
+                         R(c->m_seq.buf),
+                         R(c->m_pos.buf),
+                         R(c->m_toff.buf),
+                         R(c->m_table.buf)};
   op = (rg_op_t){.kind = RG_OP_KV_WRITE};
-  op.kv_write = (rg_op_kv_write_t){kv, meta, R(s->kb.buf), R(s->vb.buf)};
+  op.kv_write = (rg_op_kv_write_t){kv, meta, R(c->kb.buf), R(c->vb.buf)};
   RG_RETURN_IF_ERROR(submit(s, &op, "attention.kv_write"));
   op = (rg_op_t){.kind = RG_OP_ATTENTION};
-  op.attention = (rg_op_attention_t){kv, meta, R(s->qb.buf), R(s->ob.buf), R(NULL), nh, 0.0f, 0};
+  op.attention = (rg_op_attention_t){kv, meta, R(c->qb.buf), R(c->ob.buf), R(NULL), nh, 0.0f, 0};
   RG_RETURN_IF_ERROR(submit(s, &op, "attention.core"));
-  op = mm(&L->wo, s->ob.buf, T, NULL, s->t.buf);
+  op = mm(&L->wo, c->ob.buf, T, NULL, c->t.buf);
   RG_RETURN_IF_ERROR(submit(s, &op, "attention.o_proj"));
-  op = add(x, s->t.buf, T * d);
+  op = add(x, c->t.buf, T * d);
   return submit(s, &op, "attention.residual");
 }
 
-static rg_status_t ffn_layer(rg_stage_t *s, const layer_t *L, rg_buffer_t *x) {
+static rg_status_t ffn_layer(rg_stage_t *s, rg_stage_ctx_t *c, const layer_t *L, rg_buffer_t *x) {
   const rg_arch_t *a = s->a;
-  int64_t T = s->step->n_tokens, d = a->d_model, ff = a->d_ff;
+  int64_t T = c->step->n_tokens, d = a->d_model, ff = a->d_ff;
   float eps = (float)rg_model_hparams(s->m)->rms_norm_eps;
-  rg_op_t op = norm(x, L->ffn_norm, s->h.buf, T, d, eps);
+  rg_op_t op = norm(x, L->ffn_norm, c->h.buf, T, d, eps);
   RG_RETURN_IF_ERROR(submit(s, &op, "ffn.norm"));
-  op = mm(&L->w_gate, s->h.buf, T, NULL, s->g.buf);
+  op = mm(&L->w_gate, c->h.buf, T, NULL, c->g.buf);
   RG_RETURN_IF_ERROR(submit(s, &op, "ffn.gate_proj"));
-  op = mm(&L->w_up, s->h.buf, T, NULL, s->u.buf);
+  op = mm(&L->w_up, c->h.buf, T, NULL, c->u.buf);
   RG_RETURN_IF_ERROR(submit(s, &op, "ffn.up_proj"));
   op = (rg_op_t){.kind = RG_OP_SWIGLU};
-  op.swiglu = (rg_op_swiglu_t){R(s->g.buf), R(s->u.buf), R(s->g.buf), T * ff};
+  op.swiglu = (rg_op_swiglu_t){R(c->g.buf), R(c->u.buf), R(c->g.buf), T * ff};
   RG_RETURN_IF_ERROR(submit(s, &op, "ffn.swiglu"));
-  op = mm(&L->w_down, s->g.buf, T, NULL, s->t.buf);
+  op = mm(&L->w_down, c->g.buf, T, NULL, c->t.buf);
   RG_RETURN_IF_ERROR(submit(s, &op, "ffn.down_proj"));
-  op = add(x, s->t.buf, T * d);
+  op = add(x, c->t.buf, T * d);
   return submit(s, &op, "ffn.residual");
 }
 
-static rg_status_t moe_layer(rg_stage_t *s, const layer_t *L, rg_buffer_t *x) {
+static rg_status_t moe_layer(rg_stage_t *s, rg_stage_ctx_t *c, const layer_t *L, rg_buffer_t *x,
+                             unsigned flags) {
   const rg_arch_t *a = s->a;
-  int64_t T = s->step->n_tokens, d = a->d_model, E = a->n_experts, k = a->n_experts_per_tok,
+  int64_t T = c->step->n_tokens, d = a->d_model, E = a->n_experts, k = a->n_experts_per_tok,
           ff = a->d_ff_expert;
   float eps = (float)rg_model_hparams(s->m)->rms_norm_eps;
-  rg_op_t op = norm(x, L->ffn_norm, s->h.buf, T, d, eps);
-  RG_RETURN_IF_ERROR(submit(s, &op, "moe.norm"));
-  op = mm(&L->router, s->h.buf, T, NULL, s->rl.buf);
+  rg_op_t op;
+  if (!(flags & RG_STAGE_NORM_GIVEN)) {
+    op = norm(x, L->ffn_norm, c->h.buf, T, d, eps);
+    RG_RETURN_IF_ERROR(submit(s, &op, "moe.norm"));
+  }
+  op = mm(&L->router, c->h.buf, T, NULL, c->rl.buf);
   RG_RETURN_IF_ERROR(submit(s, &op, "moe.router"));
   op = (rg_op_t){.kind = RG_OP_MOE_ROUTE};
-  op.moe_route = (rg_op_moe_route_t){R(s->rl.buf),           R(s->idx.buf), R(s->wts.buf), T, E, k,
+  op.moe_route = (rg_op_moe_route_t){R(c->rl.buf),           R(c->idx.buf), R(c->wts.buf), T, E, k,
                                      rg_model_moe_mode(s->m)};
   RG_RETURN_IF_ERROR(submit(s, &op, "moe.route"));
   op = (rg_op_t){.kind = RG_OP_MOE_GROUP};
-  op.moe_group = (rg_op_moe_group_t){R(s->idx.buf), R(s->off.buf), R(s->rows.buf), T, k, E};
+  op.moe_group = (rg_op_moe_group_t){R(c->idx.buf), R(c->off.buf), R(c->rows.buf), T, k, E};
   RG_RETURN_IF_ERROR(submit(s, &op, "moe.group"));
   // How many rows each expert gets decides its matmuls' m: read the offsets.
-  RG_RETURN_IF_ERROR(rg_queue_read(s->q, s->off.buf, 0, s->host_off, (size_t)(E + 1) * 4));
+  RG_RETURN_IF_ERROR(rg_queue_read(s->q, c->off.buf, 0, c->host_off, (size_t)(E + 1) * 4));
   RG_RETURN_IF_ERROR(rg_queue_wait(s->q));
   for (int64_t e = 0; e < E; e++) {
-    int64_t b = s->host_off[e], n = s->host_off[e + 1] - b;
+    int64_t b = c->host_off[e], n = c->host_off[e + 1] - b;
     if (!n || !owns_expert(s, e)) continue;
     if (b < 0 || n < 0 || b + n > T * k)
       return rg_status_make(RG_INTERNAL, "%s: expert %lld's rows [%lld, +%lld) are outside %lld",
                             s->name, (long long)e, (long long)b, (long long)n, (long long)(T * k));
     op = (rg_op_t){.kind = RG_OP_MOE_GATHER};
     op.moe_gather =
-        (rg_op_moe_gather_t){R(s->h.buf), {s->rows.buf, (size_t)b * 4}, R(s->xe.buf), T, n, k, d};
+        (rg_op_moe_gather_t){R(c->h.buf), {c->rows.buf, (size_t)b * 4}, R(c->xe.buf), T, n, k, d};
     RG_RETURN_IF_ERROR(submit(s, &op, "moe.dispatch"));
-    op = mm(&L->e_gate[e], s->xe.buf, n, NULL, s->ge.buf);
+    op = mm(&L->e_gate[e], c->xe.buf, n, NULL, c->ge.buf);
     RG_RETURN_IF_ERROR(submit(s, &op, "moe.expert.gate_proj"));
-    op = mm(&L->e_up[e], s->xe.buf, n, NULL, s->ue.buf);
+    op = mm(&L->e_up[e], c->xe.buf, n, NULL, c->ue.buf);
     RG_RETURN_IF_ERROR(submit(s, &op, "moe.expert.up_proj"));
     op = (rg_op_t){.kind = RG_OP_SWIGLU};
-    op.swiglu = (rg_op_swiglu_t){R(s->ge.buf), R(s->ue.buf), R(s->ge.buf), n * ff};
+    op.swiglu = (rg_op_swiglu_t){R(c->ge.buf), R(c->ue.buf), R(c->ge.buf), n * ff};
     RG_RETURN_IF_ERROR(submit(s, &op, "moe.expert.swiglu"));
-    op = mm(&L->e_down[e], s->ge.buf, n, NULL, s->ye.buf);
+    op = mm(&L->e_down[e], c->ge.buf, n, NULL, c->ye.buf);
     RG_RETURN_IF_ERROR(submit(s, &op, "moe.expert.down_proj"));
     op = (rg_op_t){.kind = RG_OP_MOE_SCATTER_ADD};
     op.moe_scatter_add = (rg_op_moe_scatter_add_t){
-        R(s->ye.buf), {s->rows.buf, (size_t)b * 4}, R(s->wts.buf), R(x), T, n, k, d};
+        R(c->ye.buf), {c->rows.buf, (size_t)b * 4}, R(c->wts.buf), R(x), T, n, k, d};
     RG_RETURN_IF_ERROR(submit(s, &op, "moe.combine"));
   }
   return NULL;
 }
 
-static rg_status_t run(rg_stage_t *s, int64_t layer, rg_buffer_t *x, rg_buffer_t *logits) {
+static rg_status_t run(rg_stage_t *s, rg_stage_ctx_t *c, int64_t layer, rg_buffer_t *x,
+                       rg_buffer_t *logits, unsigned flags) {
   const rg_arch_t *a = s->a;
-  const rg_step_t *st = s->step;
+  const rg_step_t *st = c->step;
   if (!st) return rg_status_make(RG_INVALID_ARGUMENT, "%s: run before begin", s->name);
   switch (s->spec.kind) {
     case RG_STAGE_EMBED: {
       rg_op_t op = {.kind = RG_OP_EMBED};
-      op.embed = (rg_op_embed_t){R(s->embed.buf), R(s->m_tokens.buf), R(x),      s->embed.type,
+      op.embed = (rg_op_embed_t){R(s->embed.buf), R(c->m_tokens.buf), R(x),      s->embed.type,
                                  a->vocab,        st->n_tokens,       a->d_model};
       return submit(s, &op, "embed");
     }
@@ -767,12 +778,12 @@ static rg_status_t run(rg_stage_t *s, int64_t layer, rg_buffer_t *x, rg_buffer_t
       if (!st->n_logits) return NULL;
       rg_op_t op = {.kind = RG_OP_MOE_GATHER};  // the gather of rows, k = 1
       op.moe_gather = (rg_op_moe_gather_t){
-          R(x), R(s->m_lrows.buf), R(s->last.buf), st->n_tokens, st->n_logits, 1, a->d_model};
+          R(x), R(c->m_lrows.buf), R(c->last.buf), st->n_tokens, st->n_logits, 1, a->d_model};
       RG_RETURN_IF_ERROR(submit(s, &op, "lm_head.rows"));
-      op = norm(s->last.buf, s->final_norm, s->last.buf, st->n_logits, a->d_model,
+      op = norm(c->last.buf, s->final_norm, c->last.buf, st->n_logits, a->d_model,
                 (float)rg_model_hparams(s->m)->rms_norm_eps);
       RG_RETURN_IF_ERROR(submit(s, &op, "lm_head.norm"));
-      op = mm(&s->lm_head, s->last.buf, st->n_logits, NULL, logits);
+      op = mm(&s->lm_head, c->last.buf, st->n_logits, NULL, logits);
       return submit(s, &op, "lm_head");
     }
     default:
@@ -784,28 +795,41 @@ static rg_status_t run(rg_stage_t *s, int64_t layer, rg_buffer_t *x, rg_buffer_t
   const layer_t *L = &s->layers[layer - s->spec.layer_begin];
   switch (s->spec.kind) {
     case RG_STAGE_ATTENTION:
-      return attention_layer(s, L, x);
+      return attention_layer(s, c, L, x);
     case RG_STAGE_FFN:
-      return ffn_layer(s, L, x);
+      return ffn_layer(s, c, L, x);
     default:
-      return moe_layer(s, L, x);
+      return moe_layer(s, c, L, x, flags);
   }
 }
 
-rg_status_t rg_stage_run(rg_stage_t *s, int64_t layer, rg_buffer_t *x, rg_buffer_t *logits) {
+rg_status_t rg_stage_run_ex(rg_stage_t *s, rg_stage_ctx_t *c, int64_t layer, rg_buffer_t *x,
+                            rg_buffer_t *logits, unsigned flags) {
+  if (!c) c = s->own;
+  if (c->s != s)
+    return rg_status_make(RG_INVALID_ARGUMENT, "%s: a context of another stage", s->name);
+  if ((flags & RG_STAGE_NORM_GIVEN) && s->spec.kind != RG_STAGE_MOE)
+    return rg_status_make(RG_INVALID_ARGUMENT, "%s: only an moe stage takes its normed input",
+                          s->name);
   double t0 = now_s();
-  rg_status_t st = run(s, layer, x, logits);
+  rg_status_t st = run(s, c, layer, x, logits, flags);
   if (!st) st = rg_queue_wait(s->q);  // time the work, not its submission
-  s->step_seconds += now_s() - t0;
+  c->step_seconds += now_s() - t0;
   if (st && s->spec.kind != RG_STAGE_EMBED && s->spec.kind != RG_STAGE_LM_HEAD)
     return rg_status_wrap(st, "%s, layer %lld", s->name, (long long)layer);
   return st ? rg_status_wrap(st, "%s", s->name) : NULL;
 }
 
-void rg_stage_end(rg_stage_t *s) {
-  const rg_step_t *st = s->step;
+rg_status_t rg_stage_run(rg_stage_t *s, rg_stage_ctx_t *c, int64_t layer, rg_buffer_t *x,
+                         rg_buffer_t *logits) {
+  return rg_stage_run_ex(s, c, layer, x, logits, 0);
+}
+
+void rg_stage_end(rg_stage_t *s, rg_stage_ctx_t *c) {
+  if (!c) c = s->own;
+  const rg_step_t *st = c->step;
   if (!st) return;
-  s->c.seconds += s->step_seconds;
+  s->c.seconds += c->step_seconds;
   s->c.steps++;
   s->c.tokens += st->n_tokens;
   rg_batch_shape_t b = {st->shape, (size_t)st->n_seqs, st->n_logits,  0,     0,
@@ -815,10 +839,10 @@ void rg_stage_end(rg_stage_t *s) {
   if (s->experts) b.expert_fraction = (double)s->spec.n_experts / (double)s->a->n_experts;
   if ((unsigned)b.kv_dtype >= RG_DTYPE_COUNT || s->spec.kind != RG_STAGE_ATTENTION)
     b.kv_dtype = RG_F32;
-  rg_stage_cost_t c[RG_MAX_STAGE_COSTS];
+  rg_stage_cost_t cost[RG_MAX_STAGE_COSTS];
   size_t n = 0;
-  rg_status_t e = rg_stage_costs_batch(s->a, &b, c, RG_MAX_STAGE_COSTS, &n);
-  const rg_stage_cost_t *mine = e ? NULL : rg_stage_find(c, n, rg_stage_kind_name(s->spec.kind));
+  rg_status_t e = rg_stage_costs_batch(s->a, &b, cost, RG_MAX_STAGE_COSTS, &n);
+  const rg_stage_cost_t *mine = e ? NULL : rg_stage_find(cost, n, rg_stage_kind_name(s->spec.kind));
   rg_status_free(e);
   if (mine) {
     s->c.flops += mine->flops;
@@ -826,11 +850,36 @@ void rg_stage_end(rg_stage_t *s) {
     s->c.kv_bytes += mine->kv_read_bytes + mine->kv_write_bytes;
     s->c.act_bytes += mine->act_bytes;
   }
-  s->step = NULL;
+  c->step = NULL;
 }
 
-void rg_stage_cancel(rg_stage_t *s) {
-  s->step = NULL;
+void rg_stage_cancel(rg_stage_t *s, rg_stage_ctx_t *c) {
+  if (!c) c = s->own;
+  c->step = NULL;
+}
+
+// ----- Contexts ------------------------------------------------------------------
+
+rg_status_t rg_stage_ctx_create(rg_stage_t *s, rg_stage_ctx_t **out) {
+  *out = calloc(1, sizeof(**out));
+  if (!*out) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  (*out)->s = s;
+  return NULL;
+}
+
+void rg_stage_ctx_destroy(rg_stage_ctx_t *c) {
+  if (!c) return;
+  scratch_t *sc[] = {&c->h,        &c->qb,    &c->kb,    &c->vb,     &c->ob,      &c->t,
+                     &c->g,        &c->u,     &c->rl,    &c->idx,    &c->wts,     &c->off,
+                     &c->rows,     &c->xe,    &c->ge,    &c->ue,     &c->ye,      &c->last,
+                     &c->m_tokens, &c->m_seq, &c->m_pos, &c->m_toff, &c->m_table, &c->m_lrows};
+  for (size_t k = 0; k < sizeof sc / sizeof sc[0]; k++) rg_buffer_release(sc[k]->buf);
+  free(c->host_off);
+  free(c);
+}
+
+rg_buffer_t *rg_stage_ctx_hidden(rg_stage_ctx_t *c) {
+  return c->h.buf;
 }
 
 // ----- Swap-tier copies -----------------------------------------------------------

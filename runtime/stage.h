@@ -46,6 +46,10 @@
 #include "runtime/model.h"
 
 typedef struct rg_stage_s rg_stage_t;
+// One step in flight on an instance (its scratch and the step's metadata on
+// the device). An instance has one of its own, used when NULL is passed; a
+// pipeline that keeps two micro-batches in flight gives each its own.
+typedef struct rg_stage_ctx_s rg_stage_ctx_t;
 typedef struct rg_weight_cache_s rg_weight_cache_t;
 
 typedef struct {
@@ -110,14 +114,28 @@ double rg_stage_kv_bytes(const rg_stage_t *s);
 // 1 when the instance runs this layer (attention, ffn, moe).
 int rg_stage_has_layer(const rg_stage_t *s, int64_t layer);
 
-RG_MUST_USE rg_status_t rg_stage_begin(rg_stage_t *s, const rg_step_t *step);
+RG_MUST_USE rg_status_t rg_stage_ctx_create(rg_stage_t *s, rg_stage_ctx_t **out);
+void rg_stage_ctx_destroy(rg_stage_ctx_t *c);
+// The context's normed hidden states (T, d) f32, on the instance's device:
+// after an moe run, norm(x) of that layer; before a run with
+// RG_STAGE_NORM_GIVEN, where the caller puts it. An expert split across
+// instances hands it from the first to the next, since the first has already
+// added its experts into x.
+rg_buffer_t *rg_stage_ctx_hidden(rg_stage_ctx_t *c);
+
+// c may be NULL (the instance's own context) in each of these.
+RG_MUST_USE rg_status_t rg_stage_begin(rg_stage_t *s, rg_stage_ctx_t *c, const rg_step_t *step);
 // x: (T, d) f32 on the instance's device; logits: (n_logits, vocab) f32 for
 // lm_head (NULL for the others). layer is ignored by embed and lm_head.
-RG_MUST_USE rg_status_t rg_stage_run(rg_stage_t *s, int64_t layer, rg_buffer_t *x,
-                                     rg_buffer_t *logits);
-void rg_stage_end(rg_stage_t *s);
+RG_MUST_USE rg_status_t rg_stage_run(rg_stage_t *s, rg_stage_ctx_t *c, int64_t layer,
+                                     rg_buffer_t *x, rg_buffer_t *logits);
+// moe: the normed input is already in rg_stage_ctx_hidden(c).
+#define RG_STAGE_NORM_GIVEN 1u
+RG_MUST_USE rg_status_t rg_stage_run_ex(rg_stage_t *s, rg_stage_ctx_t *c, int64_t layer,
+                                        rg_buffer_t *x, rg_buffer_t *logits, unsigned flags);
+void rg_stage_end(rg_stage_t *s, rg_stage_ctx_t *c);
 // Drops the step without counting it (a step run again to diagnose it).
-void rg_stage_cancel(rg_stage_t *s);
+void rg_stage_cancel(rg_stage_t *s, rg_stage_ctx_t *c);
 
 // Block copies for the scheduler's swap tier: n blocks of every layer of the
 // pool between the device pool and a host-visible tier buffer laid out as
