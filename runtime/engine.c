@@ -40,10 +40,7 @@ struct rg_engine_s {
   int block_size, max_seqs;
   int64_t n_blocks, max_context, swap_blocks;
   double kv_bytes, weight_bytes;
-  // Host scratch for one step's metadata.
-  int32_t *tokens, *seq, *pos, *table_off, *table, *lrows;
-  rg_seq_step_t *shape;
-  size_t cap_tokens, cap_seqs, cap_table;
+  rg_step_buf_t sb;  // host scratch for one step's metadata
   rg_engine_counters_t c;
   char describe[256];
 };
@@ -266,8 +263,7 @@ void rg_engine_destroy(rg_engine_t *e) {
     rg_device_close(e->devs[i].dev);
   }
   rg_device_close(e->host);
-  free(e->tokens), free(e->seq), free(e->pos), free(e->table_off), free(e->table), free(e->lrows),
-      free(e->shape);
+  rg_step_buf_free(&e->sb);
   rg_model_close(e->m);
   free(e);
 }
@@ -352,84 +348,9 @@ void rg_engine_counters_reset(rg_engine_t *e) {
 
 // ----- A step ----------------------------------------------------------------------
 
-static rg_status_t grow(void **p, size_t *cap, size_t want, size_t elem) {
-  if (want <= *cap) return NULL;
-  size_t n = want > *cap * 2 ? want : *cap * 2;
-  void *q = realloc(*p, n * elem);
-  if (!q) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a step of %zu", want);
-  *p = q;
-  *cap = n;
-  return NULL;
-}
-
-// Checks every entry before anything runs, and lays the step out.
 static rg_status_t build_step(rg_engine_t *e, const rg_engine_entry_t *b, size_t n, rg_step_t *st) {
-  int64_t T = 0, n_table = 0, n_logits = 0, V = e->a->vocab;
-  for (size_t i = 0; i < n; i++) {
-    const rg_engine_entry_t *x = &b[i];
-    if (x->n < 1 || !x->tokens)
-      return rg_status_make(RG_INVALID_ARGUMENT, "entry %zu has no tokens", i);
-    if (x->pos < 0 || x->pos + x->n > e->max_context)
-      return rg_status_make(
-          RG_INVALID_ARGUMENT,
-          "entry %zu: positions %lld..%lld are past the context limit of %lld tokens", i,
-          (long long)x->pos, (long long)(x->pos + x->n - 1), (long long)e->max_context);
-    if (x->n_blocks < 0 || (int64_t)x->n_blocks * e->block_size < x->pos + x->n ||
-        (x->n_blocks && !x->blocks))
-      return rg_status_make(
-          RG_INVALID_ARGUMENT,
-          "entry %zu: a table of %d blocks of %d tokens cannot hold positions up to %lld", i,
-          (int)x->n_blocks, e->block_size, (long long)(x->pos + x->n - 1));
-    for (int32_t k = 0; k < x->n_blocks; k++)
-      if (x->blocks[k] < 0 || x->blocks[k] >= e->n_blocks)
-        return rg_status_make(RG_INVALID_ARGUMENT,
-                              "entry %zu: block %d (table slot %d) is outside the pool of %lld", i,
-                              (int)x->blocks[k], (int)k, (long long)e->n_blocks);
-    for (int32_t k = 0; k < x->n; k++)
-      if (x->tokens[k] < 0 || x->tokens[k] >= V)
-        return rg_status_make(
-            RG_INVALID_ARGUMENT,
-            "entry %zu: token id %d (its token %d) is outside the vocabulary (0..%lld)", i,
-            (int)x->tokens[k], (int)k, (long long)V - 1);
-    T += x->n;
-    n_table += x->n_blocks;
-    n_logits += x->want_logits != 0;
-  }
-  if (T > INT32_MAX || n_table > INT32_MAX)
-    return rg_status_make(RG_INVALID_ARGUMENT, "a step of %lld tokens is too large", (long long)T);
-  size_t tmp = e->cap_tokens;
-  RG_RETURN_IF_ERROR(grow((void **)&e->tokens, &tmp, (size_t)T, sizeof(int32_t)));
-  tmp = e->cap_tokens;
-  RG_RETURN_IF_ERROR(grow((void **)&e->seq, &tmp, (size_t)T, sizeof(int32_t)));
-  tmp = e->cap_tokens;
-  RG_RETURN_IF_ERROR(grow((void **)&e->pos, &tmp, (size_t)T, sizeof(int32_t)));
-  tmp = e->cap_tokens;
-  RG_RETURN_IF_ERROR(grow((void **)&e->lrows, &tmp, (size_t)T, sizeof(int32_t)));
-  e->cap_tokens = tmp;
-  tmp = e->cap_seqs;
-  RG_RETURN_IF_ERROR(grow((void **)&e->table_off, &tmp, n + 1, sizeof(int32_t)));
-  tmp = e->cap_seqs;
-  RG_RETURN_IF_ERROR(grow((void **)&e->shape, &tmp, n + 1, sizeof(rg_seq_step_t)));
-  e->cap_seqs = tmp;
-  RG_RETURN_IF_ERROR(grow((void **)&e->table, &e->cap_table, (size_t)n_table + 1, sizeof(int32_t)));
-  int64_t t = 0, tb = 0, r = 0;
-  e->table_off[0] = 0;
-  for (size_t i = 0; i < n; i++) {
-    const rg_engine_entry_t *x = &b[i];
-    for (int32_t k = 0; k < x->n; k++, t++) {
-      e->tokens[t] = x->tokens[k];
-      e->pos[t] = (int32_t)(x->pos + k);
-      e->seq[t] = (int32_t)i;
-    }
-    if (x->want_logits) e->lrows[r++] = (int32_t)(t - 1);
-    memcpy(e->table + tb, x->blocks, (size_t)x->n_blocks * sizeof(int32_t));
-    tb += x->n_blocks;
-    e->table_off[i + 1] = (int32_t)tb;
-    e->shape[i] = (rg_seq_step_t){x->n, x->pos};
-  }
-  *st = (rg_step_t){T,      (int64_t)n,   n_table,  n_logits, e->tokens, e->seq,
-                    e->pos, e->table_off, e->table, e->lrows, e->shape};
-  return NULL;
+  rg_step_limits_t lim = {e->a->vocab, e->max_context, e->block_size, e->n_blocks};
+  return rg_step_build(&e->sb, &lim, b, n, st);
 }
 
 static dev_slot_t *slot_of(rg_engine_t *e, rg_device_t *d) {

@@ -39,6 +39,7 @@
 #include "graphs/tokenizer.h"
 #include "runtime/model.h"
 #include "runtime/stage.h"
+#include "runtime/step.h"
 
 typedef struct rg_engine_s rg_engine_t;
 
@@ -96,19 +97,11 @@ int rg_engine_max_seqs(const rg_engine_t *e);
 int64_t rg_engine_swap_blocks(const rg_engine_t *e);
 double rg_engine_kv_bytes(const rg_engine_t *e);  // bytes of the device KV pool(s)
 
-// One entry of a forward step: n tokens of one sequence at positions
-// [pos, pos + n), its KV in `blocks` (block b holds positions
-// [b*block_size, (b+1)*block_size)). With want_logits, the logits after its
-// last token go to the next row of `logits`. The fields are those of
-// sched's rg_sched_entry_t.
-typedef struct {
-  int64_t pos;
-  int32_t n;
-  const int32_t *tokens;
-  const int32_t *blocks;
-  int32_t n_blocks;
-  int want_logits;
-} rg_engine_entry_t;
+// One entry of a forward step (runtime/step.h): n tokens of one sequence at
+// positions [pos, pos + n), its KV in `blocks`. With want_logits, the logits
+// after its last token go to the next row of `logits`. The fields are those
+// of sched's rg_sched_entry_t.
+typedef rg_step_entry_t rg_engine_entry_t;
 
 // Runs one step over all entries (prefill chunks and decode tokens mixed);
 // logits: one row of rg_engine_vocab() floats per entry with want_logits.

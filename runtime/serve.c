@@ -93,7 +93,7 @@ static void add_counters(rg_engine_counters_t *acc, const rg_engine_counters_t *
 }
 
 typedef struct {
-  rg_engine_t *e;
+  const rg_executor_t *x;
   rg_sched_t *sched;
   const rg_serve_request_t *reqs;
   size_t n;
@@ -120,7 +120,7 @@ static rg_status_t grow_entries(run_t *r, size_t n) {
   if (rs) r->results = rs;
   size_t *ro = rs ? realloc(r->rows_of, cap * sizeof *ro) : NULL;
   if (ro) r->rows_of = ro;
-  float *lg = ro ? realloc(r->logits, cap * (size_t)rg_engine_vocab(r->e) * sizeof(float)) : NULL;
+  float *lg = ro ? realloc(r->logits, cap * (size_t)r->x->vocab * sizeof(float)) : NULL;
   if (!lg) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a batch of %zu", n);
   r->logits = lg;
   r->cap_entries = cap;
@@ -151,7 +151,7 @@ static void finish_req(run_t *r, size_t i, double t) {
 
 static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
   const rg_serve_options_t *o = r->o;
-  const rg_tokenizer_t *tok = rg_engine_tokenizer(r->e);
+  const rg_tokenizer_t *tok = r->x->tokenizer;
   size_t active = 0;
   for (size_t i = 0; i < r->n; i++) active += !r->live[i].done;
   int idle_spins = 0;
@@ -160,8 +160,8 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
     rg_sched_batch_t b;
     RG_RETURN_IF_ERROR(rg_sched_schedule(r->sched, now, &b));
     if (b.n_swap_out || b.n_swap_in)
-      RG_RETURN_IF_ERROR(rg_engine_swap(r->e, (const rg_engine_copy_t *)b.swap_out, b.n_swap_out,
-                                        (const rg_engine_copy_t *)b.swap_in, b.n_swap_in));
+      RG_RETURN_IF_ERROR(r->x->swap(r->x->impl, (const rg_engine_copy_t *)b.swap_out, b.n_swap_out,
+                                    (const rg_engine_copy_t *)b.swap_in, b.n_swap_in));
     if (!b.n_entries) {
       // Nothing runnable: wait for the next arrival, or give up when none is due.
       double next = INFINITY;
@@ -189,9 +189,9 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
       if (se->want_logits) r->rows_of[rows++] = r->of_handle[se->req];
     }
     rg_engine_counters_t c0, c1;
-    rg_engine_counters(r->e, &c0);
-    rg_status_t st = rg_engine_forward(r->e, r->entries, b.n_entries, r->logits);
-    rg_engine_counters(r->e, &c1);
+    r->x->counters(r->x->impl, &c0);
+    rg_status_t st = r->x->forward(r->x->impl, r->entries, b.n_entries, r->logits);
+    r->x->counters(r->x->impl, &c1);
     add_counters(b.n_prefill_tokens ? &stats->prefill : &stats->decode, &c0, &c1);
     double t = now_s() - t0;
     if (st) {
@@ -210,11 +210,11 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
         const rg_sched_entry_t *se = &b.entries[k];
         if (!se->want_logits) continue;
         size_t i = r->rows_of[row];
-        const float *lr = r->logits + row * (size_t)rg_engine_vocab(r->e);
+        const float *lr = r->logits + row * (size_t)r->x->vocab;
         row++;
         if (i == 0 && o->dump_logits && r->res[0].n_tokens < o->dump_rows)
-          memcpy(o->dump_logits + (size_t)r->res[0].n_tokens * (size_t)rg_engine_vocab(r->e), lr,
-                 (size_t)rg_engine_vocab(r->e) * sizeof(float));
+          memcpy(o->dump_logits + (size_t)r->res[0].n_tokens * (size_t)r->x->vocab, lr,
+                 (size_t)r->x->vocab * sizeof(float));
         int32_t id = rg_sampler_sample(r->live[i].sampler, lr);
         RG_RETURN_IF_ERROR(push_token(&r->res[i], &r->live[i], id, t));
         int stop = o->stop_at_eog && tok && rg_tokenizer_is_eog(tok, id);
@@ -226,7 +226,7 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
     }
     rg_sched_stats_t ss;
     rg_sched_stats(r->sched, &ss);
-    double used = (double)ss.blocks_used / (double)rg_engine_kv_blocks(r->e);
+    double used = (double)ss.blocks_used / (double)r->x->kv_blocks;
     r->kv_sum += used;
     r->kv_samples++;
     if (used > stats->kv_used_max) stats->kv_used_max = used;
@@ -246,22 +246,55 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
   return NULL;
 }
 
+static rg_status_t engine_forward(void *impl, const rg_step_entry_t *entries, size_t n,
+                                  float *logits) {
+  return rg_engine_forward(impl, entries, n, logits);
+}
+static rg_status_t engine_swap(void *impl, const rg_engine_copy_t *out, size_t n_out,
+                               const rg_engine_copy_t *in, size_t n_in) {
+  return rg_engine_swap(impl, out, n_out, in, n_in);
+}
+static void engine_counters(void *impl, rg_engine_counters_t *out) {
+  rg_engine_counters(impl, out);
+}
+
+rg_executor_t rg_engine_executor(rg_engine_t *e) {
+  return (rg_executor_t){e,
+                         engine_forward,
+                         engine_swap,
+                         engine_counters,
+                         rg_engine_tokenizer(e),
+                         rg_engine_vocab(e),
+                         rg_engine_kv_blocks(e),
+                         rg_engine_max_context(e),
+                         rg_engine_swap_blocks(e),
+                         rg_engine_block_size(e),
+                         rg_engine_max_seqs(e)};
+}
+
 rg_status_t rg_serve(rg_engine_t *e, const rg_serve_request_t *reqs, size_t n,
                      const rg_serve_options_t *opt, rg_serve_result_t *res,
                      rg_serve_stats_t *stats) {
+  rg_executor_t x = rg_engine_executor(e);
+  return rg_serve_on(&x, reqs, n, opt, res, stats);
+}
+
+rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, size_t n,
+                        const rg_serve_options_t *opt, rg_serve_result_t *res,
+                        rg_serve_stats_t *stats) {
   memset(stats, 0, sizeof *stats);
   memset(res, 0, n * sizeof *res);
   rg_serve_options_t o = opt ? *opt : (rg_serve_options_t){0};
   if (!n) return NULL;
-  run_t r = {.e = e, .reqs = reqs, .n = n, .o = &o, .res = res};
+  run_t r = {.x = e, .reqs = reqs, .n = n, .o = &o, .res = res};
   rg_status_t st = NULL;
   rg_sched_config_t sc = {
-      .block_size = rg_engine_block_size(e),
-      .n_blocks = rg_engine_kv_blocks(e),
-      .n_swap_blocks = rg_engine_swap_blocks(e),
-      .max_seqs = o.max_seqs > 0 ? o.max_seqs : rg_engine_max_seqs(e),
+      .block_size = e->block_size,
+      .n_blocks = e->kv_blocks,
+      .n_swap_blocks = e->swap_blocks,
+      .max_seqs = o.max_seqs > 0 ? o.max_seqs : e->max_seqs,
       .max_batch_tokens = o.max_batch_tokens > 0 ? o.max_batch_tokens : 512,
-      .max_context = rg_engine_max_context(e),
+      .max_context = e->max_context,
       .preempt = o.preempt,
       .prefix_cache = o.prefix_cache,
   };
@@ -291,7 +324,7 @@ rg_status_t rg_serve(rg_engine_t *e, const rg_serve_request_t *reqs, size_t n,
       order[j] = order[j - 1];
       order[j - 1] = tmp;
     }
-  int64_t vocab = rg_engine_vocab(e);
+  int64_t vocab = e->vocab;
   for (size_t k = 0; k < n && !st; k++) {
     size_t i = order[k];
     const rg_serve_request_t *q = &reqs[i];

@@ -84,6 +84,26 @@ typedef struct {
   rg_engine_counters_t prefill, decode;
 } rg_serve_stats_t;
 
+// What serving runs on: the single-process engine, or a coordinator of
+// worker processes (runtime/cluster.h). Both run a forward step over
+// sched's entries to logits and copy KV blocks for the swap tier.
+typedef struct {
+  void *impl;
+  rg_status_t (*forward)(void *impl, const rg_step_entry_t *entries, size_t n, float *logits);
+  rg_status_t (*swap)(void *impl, const rg_engine_copy_t *out, size_t n_out,
+                      const rg_engine_copy_t *in, size_t n_in);
+  void (*counters)(void *impl, rg_engine_counters_t *out);
+  const rg_tokenizer_t *tokenizer;
+  int64_t vocab, kv_blocks, max_context, swap_blocks;
+  int block_size, max_seqs;
+} rg_executor_t;
+
+rg_executor_t rg_engine_executor(rg_engine_t *e);
+
+RG_MUST_USE rg_status_t rg_serve_on(const rg_executor_t *x, const rg_serve_request_t *reqs,
+                                    size_t n, const rg_serve_options_t *o,
+                                    rg_serve_result_t *results, rg_serve_stats_t *stats);
+// rg_serve_on(rg_engine_executor(e), ...).
 RG_MUST_USE rg_status_t rg_serve(rg_engine_t *e, const rg_serve_request_t *reqs, size_t n,
                                  const rg_serve_options_t *o, rg_serve_result_t *results,
                                  rg_serve_stats_t *stats);
