@@ -25,11 +25,14 @@
 //   an eighth of the time idle so far, up to 1 ms. An idle endpoint so wakes
 //   a thousand times a second (well under 5% of a core), a busy one answers
 //   within microseconds, and no completion is seen more than ~12% late
-//   (doubling intervals were tried first: they left a 1.3 ms wait 1.5 ms late). While a notice
-//   receive is pending the cap is 50 us instead: under FI_DELIVERY_COMPLETE
-//   shm has the target copy incoming writes (CMA) in its own progress, and
-//   incoming RMA raises no completion there to reset the back-off, so a 1 ms
-//   cap held a 16 MiB KV transfer to about a tenth of shm's bandwidth.
+//   (doubling intervals were tried first: they left a 1.3 ms wait 1.5 ms late).
+//   Activity is a completion, a post, or a poll that itself took real CPU
+//   time: under FI_DELIVERY_COMPLETE shm has the *target* copy incoming
+//   writes (CMA) inside its fi_cq_read, and incoming RMA raises no completion
+//   there, so without that rule a receiver mid-transfer backed off to 1 ms
+//   polls and a 16 MiB KV transfer ran at a tenth of shm's bandwidth. (A
+//   tighter cap while a notice was pending did as well for transfers but
+//   cost 6-13% of a core while waiting for one.)
 // - Receives never ask the provider to truncate. shm 1.17 spins forever in
 //   fi_cq_read when a message over its CMA path is longer than the posted
 //   buffer (smr_cma_loop has no end for it), so every receive is posted as
@@ -115,8 +118,7 @@ typedef struct op_s {
   uint64_t bounce_len;
   struct fid_mr *bounce_mr;
   bool bounce_sent;
-  bool eagain;   // the provider's queue was full: retry on progress
-  bool counted;  // in fab_t.notices
+  bool eagain;  // the provider's queue was full: retry on progress
 } op_t;
 
 typedef struct {
@@ -139,7 +141,6 @@ typedef struct {
   size_t name_len;
   void *sink;  // see "Receives never ask the provider to truncate"
   size_t sink_len;
-  int notices;  // notice receives pending: RMA data may be arriving
 } fab_t;
 
 static op_t *op_of(rg_transport_req_t *r) {
@@ -409,10 +410,6 @@ static rg_status_t local_desc(fab_t *f, void *buf, size_t len, uint64_t access, 
 
 // Frees what the backend allocated for r; after this only a result remains.
 static void op_cleanup(op_t *o) {
-  if (o->counted) {
-    ((fab_t *)o->main.r->t->impl)->notices--;
-    o->counted = false;
-  }
   if (o->buf_mr) fi_close(&o->buf_mr->fid);
   if (o->bounce_mr) fi_close(&o->bounce_mr->fid);
   free(o->bounce);
@@ -736,12 +733,7 @@ static rg_status_t fabric_post(rg_transport_req_t *r) {
         s = fi_status(rc, r->kind == RG__OP_SEND ? "fi_tsend" : "fi_trecv");
     }
   }
-  if (s) {
-    op_cleanup(o);
-  } else if (r->kind == RG__OP_NOTICE && !atomic_load(&r->arrived)) {
-    o->counted = true;
-    f->notices++;
-  }
+  if (s) op_cleanup(o);
   return s;
 }
 
@@ -822,11 +814,23 @@ static void on_done(fab_t *f, const struct fi_cq_tagged_entry *e) {
   finish(f, r, RG_OK, is_recv ? e->len : r->len, NULL);
 }
 
+static double thread_cpu(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// CPU time above which a poll counts as the provider having done work (an
+// idle fi_cq_read takes about a microsecond).
+#define BUSY_POLL_S 20e-6
+
 static rg_status_t fabric_progress(rg_transport_t *t) {
   fab_t *f = t->impl;
   struct fi_cq_tagged_entry ents[16];
   for (int round = 0; round < 64; round++) {
+    double c0 = round == 0 ? thread_cpu() : 0;
     ssize_t n = fi_cq_read(f->cq, ents, 16);
+    if (round == 0 && thread_cpu() - c0 > BUSY_POLL_S) f->last_activity = rg__now();
     if (n > 0) {
       f->last_activity = rg__now();
       for (ssize_t i = 0; i < n; i++) on_done(f, &ents[i]);
@@ -890,9 +894,8 @@ static void fabric_sleep(rg_transport_t *t, double until) {
   }
   // Sleep an eighth of the time already idle: a completion is seen at most
   // ~12% later than it came, and a long-idle endpoint wakes once a cap.
-  double cap = f->notices ? 50e-6 : 1e-3;
   double d = idle / 8;
-  if (d > cap) d = cap;
+  if (d > 1e-3) d = 1e-3;
   if (d > left) d = left;
   struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(d * 1e9)};
   nanosleep(&ts, NULL);
