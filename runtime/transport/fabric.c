@@ -876,6 +876,11 @@ static void fabric_sleep(rg_transport_t *t, double until) {
   fab_t *f = t->impl;
   double now = rg__now(), left = until - now;
   if (left <= 0 || !backlog_empty(f)) return;
+  // Right after activity an answer is likely within microseconds: spin
+  // rather than pay a scheduler wake-up (tens of microseconds, far more on
+  // a loaded machine) for it.
+  double idle = now - f->last_activity;
+  if (idle < 50e-6) return;
   if (f->wait_fd >= 0) {
     struct fid *fids[1] = {&f->cq->fid};
     if (fi_trywait(f->fabric, fids, 1) != FI_SUCCESS) return;
@@ -886,8 +891,6 @@ static void fabric_sleep(rg_transport_t *t, double until) {
     poll(&p, 1, ms);
     return;
   }
-  double idle = now - f->last_activity;
-  if (idle < 50e-6) return;
   if (idle < 200e-6) {
     sched_yield();
     return;
