@@ -25,7 +25,13 @@
   X(RG_INFEASIBLE, "infeasible", 3)    \
   X(RG_UNIMPLEMENTED, "unimplemented", 1) \
   X(RG_UNAVAILABLE, "unavailable", 1)  \
-  X(RG_INTERNAL, "internal error", 1)
+  X(RG_INTERNAL, "internal error", 1)  \
+  X(RG_DEADLINE_EXCEEDED, "deadline exceeded", 1) \
+  X(RG_PEER_LOST, "peer lost", 1)      \
+  X(RG_CANCELLED, "cancelled", 1)      \
+  X(RG_TRUNCATED, "message truncated", 1) \
+  X(RG_DATA_CORRUPT, "data corrupted", 1) \
+  X(RG_PROTOCOL, "protocol violation", 1)
 
 typedef enum {
 #define RG_X_(c, n, e) c,

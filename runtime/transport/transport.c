@@ -1,0 +1,959 @@
+// The transport's front end: argument checks, requests and their results, the
+// wait loop with its deadline, peers, regions, the write notice (building it,
+// and checking it on arrival) and every message a user sees. The backends
+// only move bytes.
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "runtime/transport/transport_impl.h"
+
+static const char *const kind_names[] = {
+#define RG_X_(c, n) n,
+    RG_TRANSPORT_KIND_MAP(RG_X_)
+#undef RG_X_
+};
+_Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == RG_TRANSPORT_KIND_COUNT,
+               "kind name table out of step with RG_TRANSPORT_KIND_MAP");
+
+static const char *const op_names[] = {
+#define RG_X_(c, n) n,
+    RG__OP_KIND_MAP(RG_X_)
+#undef RG_X_
+};
+_Static_assert(sizeof(op_names) / sizeof(op_names[0]) == RG__OP_KIND_COUNT,
+               "op name table out of step with RG__OP_KIND_MAP");
+
+const char *rg_transport_kind_name(rg_transport_kind_t kind) {
+  return (unsigned)kind < RG_TRANSPORT_KIND_COUNT ? kind_names[kind] : "unknown";
+}
+
+double rg__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+  snprintf(dst, cap, "%s", src);
+}
+static void settle(rg_transport_req_t *r);
+
+// ---------------------------------------------------------------------------
+// Endpoints.
+
+rg_status_t rg_transport_create(const rg_transport_options_t *opt, rg_transport_t **out) {
+  *out = NULL;
+  if (!opt) return rg_status_make(RG_INVALID_ARGUMENT, "transport: no options given");
+  if ((unsigned)opt->kind >= RG_TRANSPORT_KIND_COUNT)
+    return rg_status_make(RG_INVALID_ARGUMENT, "transport: unknown kind %d (known: inproc, fabric)",
+                          (int)opt->kind);
+  if (opt->timeout_s < 0)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport: timeout_s is %g; it must be positive (0 = %g s)",
+                          opt->timeout_s, RG_TRANSPORT_DEFAULT_TIMEOUT_S);
+  rg_transport_t *t = calloc(1, sizeof(*t));
+  if (!t) return rg_status_make(RG_OUT_OF_MEMORY, "transport: out of memory");
+  t->kind = opt->kind;
+  copy_str(t->name, sizeof(t->name), opt->name && opt->name[0] ? opt->name : "endpoint");
+  t->timeout_s = opt->timeout_s > 0 ? opt->timeout_s : RG_TRANSPORT_DEFAULT_TIMEOUT_S;
+  t->register_local = opt->register_local;
+  t->next_region_id = 1;
+  rg_status_t s;
+  if (opt->kind == RG_TRANSPORT_INPROC) {
+    t->vt = &rg__inproc_vtable;
+    s = rg__inproc_open(t, opt);
+  } else {
+    t->vt = &rg__fabric_vtable;
+    s = rg__fabric_open(t, opt);
+  }
+  if (s) {
+    free(t);
+    return rg_status_wrap(s, "transport '%s'", opt->name && opt->name[0] ? opt->name : "endpoint");
+  }
+  *out = t;
+  return NULL;
+}
+
+static void free_write(rg__write_t *w) {
+  if (!w) return;
+  free(w->segs);
+  free(w->notice);
+  if (w->hash_state) XXH64_freeState(w->hash_state);
+  free(w);
+}
+
+// Frees r and unlinks it from its endpoint's live list.
+static void free_req(rg_transport_req_t *r) {
+  rg_transport_t *t = r->t;
+  if (t) {
+    if (r->prev)
+      r->prev->next = r->next;
+    else
+      t->live = r->next;
+    if (r->next) r->next->prev = r->prev;
+  }
+  if (r->kind == RG__OP_NOTICE) free(r->buf);
+  free_write(r->w);
+  free(r->msg);
+  free(r);
+}
+
+static bool has_arrived(const rg_transport_req_t *r) {
+  return atomic_load_explicit(&r->arrived, memory_order_acquire) != 0;
+}
+
+static void vset_result(rg_transport_req_t *r, rg_code_t code, const char *fmt, va_list ap) {
+  char reason[1024], what[512];
+  vsnprintf(reason, sizeof(reason), fmt, ap);
+  rg__op_describe(r, what, sizeof(what));
+  size_t n = strlen(what) + strlen(reason) + 3;
+  free(r->msg);
+  r->msg = malloc(n);
+  if (r->msg) snprintf(r->msg, n, "%s: %s", what, reason);
+  r->code = code;
+}
+
+// The front end's own result (deadline, peer_fail, destroy, a failed check),
+// given only when the backend does not hold r or after vt->cancel.
+static void set_result(rg_transport_req_t *r, rg_code_t code, const char *fmt, ...) RG_PRINTF(3, 4);
+static void set_result(rg_transport_req_t *r, rg_code_t code, const char *fmt, ...) {
+  if (has_arrived(r)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vset_result(r, code, fmt, ap);
+  va_end(ap);
+  atomic_store_explicit(&r->arrived, 1, memory_order_release);
+}
+
+// A failure found by the owner after arrival (notice checks): replaces OK.
+static void fail_settled(rg_transport_req_t *r, rg_code_t code, const char *fmt, ...)
+    RG_PRINTF(3, 4);
+static void fail_settled(rg_transport_req_t *r, rg_code_t code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vset_result(r, code, fmt, ap);
+  va_end(ap);
+}
+
+void rg__op_finish(rg_transport_req_t *r, rg_code_t code, size_t got, const char *fmt, ...) {
+  if (!has_arrived(r)) {
+    r->got = got;
+    if (code != RG_OK) {
+      va_list ap;
+      va_start(ap, fmt);
+      vset_result(r, code, fmt ? fmt : "failed", ap);
+      va_end(ap);
+    }
+  }
+  r->held = false;
+  bool orphan = !r->user_owned;
+  // After this store the owner may free r, so nothing of r is read below.
+  atomic_store_explicit(&r->arrived, 1, memory_order_release);
+  if (orphan) free_req(r);
+}
+
+void rg__op_release(rg_transport_req_t *r) {
+  r->held = false;
+  if (!r->user_owned) free_req(r);
+}
+
+void rg__op_truncated(rg_transport_req_t *r, uint64_t message_bytes) {
+  if (r->kind == RG__OP_NOTICE) {
+    rg__op_finish(r, RG_TRUNCATED, 0,
+                  "the notice is %" PRIu64
+                  " bytes, more than a notice of at most %d segments "
+                  "and %zu payload bytes can be; truncated, not used",
+                  message_bytes, RG_TRANSPORT_MAX_SEGMENTS, r->user_cap);
+    return;
+  }
+  rg__op_finish(r, RG_TRUNCATED, 0,
+                "the message is %" PRIu64
+                " bytes, longer than the %zu-byte buffer posted; "
+                "truncated, not used",
+                message_bytes, r->len);
+}
+
+static const char *peer_name_of(const rg_transport_t *t, rg_transport_peer_t p) {
+  return p >= 0 && (size_t)p < t->n_peers ? t->peers[p].name : "an unknown peer";
+}
+
+void rg__op_describe(const rg_transport_req_t *r, char *buf, size_t cap) {
+  const rg_transport_t *t = r->t;
+  const char *peer = t ? peer_name_of(t, r->peer) : "a peer";
+  const char *self = t ? t->name : "a destroyed endpoint";
+  const char *stage = r->stage[0] ? r->stage : "transfer";
+  const char *kind = op_names[r->kind];
+  switch (r->kind) {
+    case RG__OP_SEND:
+      snprintf(buf, cap, "%s: %s of %zu bytes (tag 0x%" PRIx64 ") from %s to %s", stage, kind,
+               r->len, r->tag, self, peer);
+      break;
+    case RG__OP_RECV:
+      snprintf(buf, cap, "%s: %s of up to %zu bytes (tag 0x%" PRIx64 ") from %s at %s", stage, kind,
+               r->len, r->tag, peer, self);
+      break;
+    case RG__OP_WRITE:
+      snprintf(buf, cap,
+               "%s: %s of %" PRIu64 " bytes in %zu segments (notice tag 0x%" PRIx64
+               ") from %s to %s",
+               stage, kind, r->w->total, r->w->n_segs, r->tag, self, peer);
+      break;
+    case RG__OP_NOTICE:
+      snprintf(buf, cap, "%s: %s with up to %zu payload bytes (tag 0x%" PRIx64 ") from %s at %s",
+               stage, kind, r->user_cap, r->tag, peer, self);
+      break;
+    default:
+      snprintf(buf, cap, "%s: operation", stage);
+  }
+}
+
+void rg_transport_destroy(rg_transport_t *t) {
+  if (!t) return;
+  // The backend stops first, so no thread or completion touches a request
+  // below; then what arrived is checked, and the rest is cancelled.
+  t->vt->destroy(t);
+  for (rg_transport_req_t *r = t->live, *next; r; r = next) {
+    next = r->next;
+    if (!has_arrived(r))
+      set_result(r, RG_CANCELLED, "cancelled: %s was destroyed with the operation in flight",
+                 t->name);
+    r->held = false;
+  }
+  for (rg_transport_req_t *r = t->live; r; r = r->next) settle(r);
+  for (rg_transport_region_t *g = t->regions, *next; g; g = next) {
+    next = g->next;
+    free(g);
+  }
+  for (rg_transport_req_t *r = t->live, *next; r; r = next) {
+    next = r->next;
+    if (!r->user_owned) {
+      free_req(r);
+    } else {
+      r->t = NULL;
+      r->prev = r->next = NULL;
+    }
+  }
+  for (size_t i = 0; i < t->n_peers; i++) free(t->peers[i].failed);
+  free(t->peers);
+  free(t);
+}
+
+rg_transport_kind_t rg_transport_kind(const rg_transport_t *t) {
+  return t->kind;
+}
+const char *rg_transport_name(const rg_transport_t *t) {
+  return t->name;
+}
+const char *rg_transport_describe(const rg_transport_t *t) {
+  return t->describe;
+}
+const char *rg_transport_provider(const rg_transport_t *t) {
+  return t->provider;
+}
+
+rg_status_t rg_transport_providers(char *buf, size_t cap) {
+  return rg__fabric_providers(buf, cap);
+}
+
+// ---------------------------------------------------------------------------
+// Addresses and peers.
+
+rg_status_t rg_transport_address(const rg_transport_t *t, uint8_t *buf, size_t cap,
+                                 size_t *out_len) {
+  *out_len = 0;
+  if (cap < RG__ADDR_HEADER)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': address buffer of %zu bytes is too small", t->name, cap);
+  memcpy(buf, RG__ADDR_MAGIC, 4);
+  buf[4] = (uint8_t)t->kind;
+  size_t n = 0;
+  RG_RETURN_IF_ERROR(t->vt->address(t, buf + RG__ADDR_HEADER, cap - RG__ADDR_HEADER, &n));
+  *out_len = RG__ADDR_HEADER + n;
+  return NULL;
+}
+
+rg_status_t rg_transport_peer_add(rg_transport_t *t, const uint8_t *addr, size_t len,
+                                  const char *name, rg_transport_peer_t *out) {
+  *out = -1;
+  const char *who = name && name[0] ? name : "peer";
+  if (!addr || len < RG__ADDR_HEADER || memcmp(addr, RG__ADDR_MAGIC, 4) != 0)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': the address given for %s (%zu bytes) is not a ridge "
+                          "transport address",
+                          t->name, who, addr ? len : 0);
+  if (addr[4] != (uint8_t)t->kind)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': %s has a %s address, but this endpoint is %s", t->name,
+                          who, rg_transport_kind_name((rg_transport_kind_t)addr[4]),
+                          rg_transport_kind_name(t->kind));
+  if (t->n_peers == t->cap_peers) {
+    size_t cap = t->cap_peers ? 2 * t->cap_peers : 8;
+    rg__peer_t *np = realloc(t->peers, cap * sizeof(*np));
+    if (!np) return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+    t->peers = np;
+    t->cap_peers = cap;
+  }
+  uint64_t handle = 0;
+  rg_status_t s = t->vt->peer_add(t, addr + RG__ADDR_HEADER, len - RG__ADDR_HEADER, &handle);
+  if (s) return rg_status_wrap(s, "transport '%s': adding %s", t->name, who);
+  rg__peer_t *p = &t->peers[t->n_peers];
+  memset(p, 0, sizeof(*p));
+  copy_str(p->name, sizeof(p->name), who);
+  p->handle = handle;
+  *out = (rg_transport_peer_t)t->n_peers++;
+  return NULL;
+}
+
+const char *rg_transport_peer_name(const rg_transport_t *t, rg_transport_peer_t peer) {
+  return peer_name_of(t, peer);
+}
+
+void rg_transport_peer_fail(rg_transport_t *t, rg_transport_peer_t peer, const char *why) {
+  if (peer < 0 || (size_t)peer >= t->n_peers) return;
+  rg__peer_t *p = &t->peers[peer];
+  if (!p->failed) p->failed = strdup(why && why[0] ? why : "reported lost");
+  for (rg_transport_req_t *r = t->live; r; r = r->next) {
+    if (r->peer != peer || has_arrived(r)) continue;
+    if (r->held) t->vt->cancel(r);
+    set_result(r, RG_PEER_LOST, "peer lost: %s", p->failed ? p->failed : "reported lost");
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Posting.
+
+static rg_status_t check_peer(rg_transport_t *t, rg_transport_peer_t peer, const char *what) {
+  if (peer < 0 || (size_t)peer >= t->n_peers)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': %s names peer %d, but the endpoint has %zu peer%s",
+                          t->name, what, (int)peer, t->n_peers, t->n_peers == 1 ? "" : "s");
+  return NULL;
+}
+
+static rg_transport_req_t *new_req(rg_transport_t *t, rg__op_kind_t kind, rg_transport_peer_t peer,
+                                   uint64_t tag, const char *stage) {
+  rg_transport_req_t *r = calloc(1, sizeof(*r) + t->vt->op_size);
+  if (!r) return NULL;
+  r->t = t;
+  r->kind = kind;
+  r->peer = peer;
+  r->peer_handle = t->peers[peer].handle;
+  r->tag = tag;
+  copy_str(r->stage, sizeof(r->stage), stage && stage[0] ? stage : "transfer");
+  r->user_owned = true;
+  atomic_init(&r->arrived, 0);
+  return r;
+}
+
+// Links r into the endpoint and hands it to the backend; frees it on failure.
+static rg_status_t post_req(rg_transport_t *t, rg_transport_req_t *r, rg_transport_req_t **out) {
+  rg__peer_t *p = &t->peers[r->peer];
+  if (p->failed) {
+    char what[512];
+    rg__op_describe(r, what, sizeof(what));
+    rg_status_t s = rg_status_make(RG_PEER_LOST, "%s: peer lost: %s", what, p->failed);
+    free_req(r);
+    return s;
+  }
+  r->next = t->live;
+  if (t->live) t->live->prev = r;
+  t->live = r;
+  r->held = true;
+  rg_status_t s = t->vt->post(r);
+  if (s) {
+    char what[512];
+    rg__op_describe(r, what, sizeof(what));
+    r->held = false;
+    free_req(r);
+    return rg_status_wrap(s, "%s", what);
+  }
+  *out = r;
+  return NULL;
+}
+
+rg_status_t rg_transport_send(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag,
+                              const void *buf, size_t len, const char *stage,
+                              rg_transport_req_t **out) {
+  *out = NULL;
+  RG_RETURN_IF_ERROR(check_peer(t, peer, "a send"));
+  if (!buf && len)
+    return rg_status_make(RG_INVALID_ARGUMENT, "transport '%s': send of %zu bytes from NULL",
+                          t->name, len);
+  rg_transport_req_t *r = new_req(t, RG__OP_SEND, peer, tag, stage);
+  if (!r) return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+  r->buf = (void *)buf;
+  r->len = len;
+  return post_req(t, r, out);
+}
+
+rg_status_t rg_transport_recv(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag, void *buf,
+                              size_t cap, const char *stage, rg_transport_req_t **out) {
+  *out = NULL;
+  RG_RETURN_IF_ERROR(check_peer(t, peer, "a receive"));
+  if (!buf && cap)
+    return rg_status_make(RG_INVALID_ARGUMENT, "transport '%s': receive of %zu bytes into NULL",
+                          t->name, cap);
+  rg_transport_req_t *r = new_req(t, RG__OP_RECV, peer, tag, stage);
+  if (!r) return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+  r->buf = buf;
+  r->len = cap;
+  return post_req(t, r, out);
+}
+
+// ---------------------------------------------------------------------------
+// Regions.
+
+rg_status_t rg_transport_region_register(rg_transport_t *t, void *base, size_t len, unsigned access,
+                                         rg_transport_region_t **out) {
+  *out = NULL;
+  if (!base || !len)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': cannot register an empty region (%zu bytes at %p)",
+                          t->name, len, base);
+  if (!access || (access & ~(unsigned)(RG_TRANSPORT_WRITE_SOURCE | RG_TRANSPORT_WRITE_TARGET)))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': region access 0x%x is not a mix of WRITE_SOURCE and "
+                          "WRITE_TARGET",
+                          t->name, access);
+  rg_transport_region_t *g = calloc(1, sizeof(*g));
+  if (!g) return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+  g->t = t;
+  g->base = base;
+  g->len = len;
+  g->access = access;
+  g->id = t->next_region_id++;
+  rg_status_t s = t->vt->region_register(g);
+  if (s) {
+    free(g);
+    return rg_status_wrap(s, "transport '%s': registering %zu bytes", t->name, len);
+  }
+  g->next = t->regions;
+  if (t->regions) t->regions->prev = g;
+  t->regions = g;
+  *out = g;
+  return NULL;
+}
+
+void rg_transport_region_deregister(rg_transport_region_t *g) {
+  if (!g) return;
+  rg_transport_t *t = g->t;
+  t->vt->region_deregister(g);
+  if (g->prev)
+    g->prev->next = g->next;
+  else
+    t->regions = g->next;
+  if (g->next) g->next->prev = g->prev;
+  free(g);
+}
+
+void rg_transport_region_desc(const rg_transport_region_t *g, rg_transport_region_desc_t *out) {
+  out->region_id = g->id;
+  out->addr = g->remote_base;
+  out->key = g->key;
+  out->len = g->len;
+  out->kind = (uint32_t)g->t->kind;
+}
+
+#define DESC_MAGIC 0x31444752u  // "RGD1"
+
+void rg_transport_desc_encode(const rg_transport_region_desc_t *d,
+                              uint8_t out[RG_TRANSPORT_DESC_BYTES]) {
+  rg__put32(out, DESC_MAGIC);
+  rg__put32(out + 4, d->kind);
+  rg__put64(out + 8, d->region_id);
+  rg__put64(out + 16, d->addr);
+  rg__put64(out + 24, d->key);
+  rg__put64(out + 32, d->len);
+}
+
+rg_status_t rg_transport_desc_decode(const uint8_t *buf, size_t len,
+                                     rg_transport_region_desc_t *out) {
+  memset(out, 0, sizeof(*out));
+  if (!buf || len != RG_TRANSPORT_DESC_BYTES)
+    return rg_status_make(RG_PROTOCOL, "region descriptor is %zu bytes, expected %d", buf ? len : 0,
+                          RG_TRANSPORT_DESC_BYTES);
+  if (rg__get32(buf) != DESC_MAGIC)
+    return rg_status_make(RG_PROTOCOL, "not a region descriptor (magic 0x%08x)", rg__get32(buf));
+  out->kind = rg__get32(buf + 4);
+  if (out->kind >= RG_TRANSPORT_KIND_COUNT)
+    return rg_status_make(RG_PROTOCOL, "region descriptor of unknown kind %u", out->kind);
+  out->region_id = rg__get64(buf + 8);
+  out->addr = rg__get64(buf + 16);
+  out->key = rg__get64(buf + 24);
+  out->len = rg__get64(buf + 32);
+  return NULL;
+}
+
+// ---------------------------------------------------------------------------
+// Writes.
+
+typedef unsigned __int128 u128;
+
+// Byte offsets of a segment's first and last run relative to the source
+// region's base; false when they leave it.
+static bool src_in_region(const rg_transport_segment_t *s, const rg_transport_region_t *g) {
+  __int128 rel0 = (__int128)((intptr_t)s->src - (intptr_t)g->base);
+  __int128 rel1 = rel0 + (__int128)(s->count - 1) * s->src_stride;
+  __int128 lo = rel0 < rel1 ? rel0 : rel1, hi = rel0 < rel1 ? rel1 : rel0;
+  return lo >= 0 && hi + (__int128)s->len <= (__int128)g->len;
+}
+
+// The end (exclusive) of a segment's last destination run.
+static u128 dst_end(uint64_t off, uint64_t len, uint32_t count, uint64_t stride) {
+  return (u128)off + (u128)(count - 1) * stride + len;
+}
+
+void rg__runs_init(rg__runs_t *c, const rg__write_t *w) {
+  memset(c, 0, sizeof(*c));
+  c->w = w;
+}
+
+bool rg__runs_next(rg__runs_t *c, uint64_t max, const uint8_t **src, uint64_t *dst, uint64_t *len) {
+  const rg__write_t *w = c->w;
+  if (c->seg >= w->n_segs) return false;
+  const rg_transport_segment_t *s = &w->segs[c->seg];
+  uint64_t left = s->len - c->done_in_run;
+  uint64_t n = max && max < left ? max : left;
+  *src = (const uint8_t *)s->src + (int64_t)c->run * s->src_stride + c->done_in_run;
+  *dst = s->dst_offset + c->run * s->dst_stride + c->done_in_run;
+  *len = n;
+  c->done_in_run += n;
+  if (c->done_in_run == s->len) {
+    c->done_in_run = 0;
+    if (++c->run == s->count) {
+      c->run = 0;
+      c->seg++;
+    }
+  }
+  return true;
+}
+
+bool rg__write_hash_step(rg__write_t *w, uint64_t budget) {
+  uint64_t done = 0;
+  while (!w->hashed && (budget == 0 || done < budget)) {
+    if (w->hash_seg >= w->n_segs) {
+      w->hashed = true;
+      break;
+    }
+    const rg_transport_segment_t *s = &w->segs[w->hash_seg];
+    const uint8_t *p = (const uint8_t *)s->src + (int64_t)w->hash_run * s->src_stride;
+    XXH64_update(w->hash_state, p, s->len);
+    done += s->len;
+    if (++w->hash_run == s->count) {
+      w->hash_run = 0;
+      w->hash_seg++;
+    }
+  }
+  return w->hashed;
+}
+
+void rg__write_hash_bytes(rg__write_t *w, const void *p, size_t n) {
+  XXH64_update(w->hash_state, p, n);
+}
+
+void rg__write_seal(rg__write_t *w) {
+  rg__put64(w->notice + 40, XXH64_digest(w->hash_state));
+}
+
+rg_status_t rg_transport_write(rg_transport_t *t, rg_transport_peer_t peer,
+                               const rg_transport_region_t *src,
+                               const rg_transport_region_desc_t *dst,
+                               const rg_transport_segment_t *segs, size_t n_segs,
+                               uint64_t notice_tag, const void *payload, size_t payload_len,
+                               const char *stage, rg_transport_req_t **out) {
+  *out = NULL;
+  RG_RETURN_IF_ERROR(check_peer(t, peer, "a write"));
+  const char *who = t->peers[peer].name;
+  if (!src || src->t != t)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': a write to %s needs a source region registered with "
+                          "this endpoint",
+                          t->name, who);
+  if (!(src->access & RG_TRANSPORT_WRITE_SOURCE))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': region %" PRIu64
+                          " was not registered as a write source (RG_TRANSPORT_WRITE_SOURCE)",
+                          t->name, src->id);
+  if (!dst)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': a write to %s needs %s's region "
+                          "descriptor",
+                          t->name, who, who);
+  if (dst->kind != (uint32_t)t->kind)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': the region descriptor for %s comes from a %s endpoint, "
+                          "but this one is %s",
+                          t->name, who, rg_transport_kind_name((rg_transport_kind_t)dst->kind),
+                          rg_transport_kind_name(t->kind));
+  if (!segs || n_segs == 0 || n_segs > RG_TRANSPORT_MAX_SEGMENTS)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': a write to %s has %zu segments; it needs 1 to %d "
+                          "(split longer transfers into several writes)",
+                          t->name, who, segs ? n_segs : 0, RG_TRANSPORT_MAX_SEGMENTS);
+  if (payload_len > RG_TRANSPORT_MAX_PAYLOAD || (payload_len && !payload))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': a notice payload of %zu bytes (at most %d, non-NULL)",
+                          t->name, payload_len, RG_TRANSPORT_MAX_PAYLOAD);
+  rg_status_t s = NULL;
+  rg__write_t *w = calloc(1, sizeof(*w));
+  if (!w) return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+  w->segs = malloc(n_segs * sizeof(*w->segs));
+  w->notice_len = RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * n_segs + payload_len;
+  w->notice = malloc(w->notice_len);
+  w->hash_state = XXH64_createState();
+  if (!w->segs || !w->notice || !w->hash_state) {
+    s = rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+    goto fail;
+  }
+  XXH64_reset(w->hash_state, 0);
+  w->n_segs = n_segs;
+  u128 total = 0;
+  for (size_t i = 0; i < n_segs; i++) {
+    rg_transport_segment_t g = segs[i];
+    if (g.count == 0) g.count = 1;
+    if (g.len == 0 || !g.src) {
+      s = rg_status_make(RG_INVALID_ARGUMENT, "transport '%s': write segment %zu to %s is empty",
+                         t->name, i, who);
+      goto fail;
+    }
+    if (!src_in_region(&g, src)) {
+      s = rg_status_make(RG_INVALID_ARGUMENT,
+                         "transport '%s': write segment %zu to %s (%u runs of %" PRIu64
+                         " bytes, stride %" PRId64 ") reads outside source region %" PRIu64
+                         " (%zu bytes)",
+                         t->name, i, who, g.count, g.len, g.src_stride, src->id, src->len);
+      goto fail;
+    }
+    u128 end = dst_end(g.dst_offset, g.len, g.count, g.dst_stride);
+    if (end > dst->len) {
+      s = rg_status_make(RG_INVALID_ARGUMENT,
+                         "transport '%s': write segment %zu to %s (%u runs of %" PRIu64
+                         " bytes from offset %" PRIu64 ", stride %" PRIu64
+                         ") reaches past the end of its %" PRIu64 "-byte region %" PRIu64,
+                         t->name, i, who, g.count, g.len, g.dst_offset, g.dst_stride, dst->len,
+                         dst->region_id);
+      goto fail;
+    }
+    total += (u128)g.len * g.count;
+    w->segs[i] = g;
+    uint8_t *e = w->notice + RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * i;
+    rg__put64(e, g.dst_offset);
+    rg__put64(e + 8, g.len);
+    rg__put32(e + 16, g.count);
+    rg__put32(e + 20, 0);
+    rg__put64(e + 24, g.dst_stride);
+  }
+  w->total = (uint64_t)total;
+  w->dst_addr = dst->addr;
+  w->dst_key = dst->key;
+  w->dst_region = dst->region_id;
+  rg__put32(w->notice, RG__NOTICE_MAGIC);
+  rg__put16(w->notice + 4, RG__NOTICE_VERSION);
+  rg__put16(w->notice + 6, 0);
+  rg__put64(w->notice + 8, dst->region_id);
+  rg__put64(w->notice + 16, dst->key);
+  rg__put32(w->notice + 24, (uint32_t)n_segs);
+  rg__put32(w->notice + 28, (uint32_t)payload_len);
+  rg__put64(w->notice + 32, w->total);
+  rg__put64(w->notice + 40, 0);
+  if (payload_len)
+    memcpy(w->notice + RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * n_segs, payload, payload_len);
+  w->corrupt = t->corrupt_next;
+  rg_transport_req_t *r = new_req(t, RG__OP_WRITE, peer, notice_tag, stage);
+  if (!r) {
+    s = rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+    goto fail;
+  }
+  t->corrupt_next = false;
+  r->w = w;
+  r->src_region = src;
+  r->buf = w->notice;
+  r->len = w->notice_len;
+  return post_req(t, r, out);
+fail:
+  free_write(w);
+  return s;
+}
+
+void rg_transport_corrupt_next_write(rg_transport_t *t) {
+  t->corrupt_next = true;
+}
+
+rg_status_t rg_transport_recv_notice(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag,
+                                     void *payload, size_t cap, const char *stage,
+                                     rg_transport_req_t **out) {
+  *out = NULL;
+  RG_RETURN_IF_ERROR(check_peer(t, peer, "a notice receive"));
+  if (!payload && cap)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': notice payload buffer of %zu bytes is NULL", t->name,
+                          cap);
+  rg_transport_req_t *r = new_req(t, RG__OP_NOTICE, peer, tag, stage);
+  if (!r) return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+  // Room for the largest notice whose payload fits the caller's buffer.
+  size_t pay = cap < RG_TRANSPORT_MAX_PAYLOAD ? cap : RG_TRANSPORT_MAX_PAYLOAD;
+  r->len = RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * (size_t)RG_TRANSPORT_MAX_SEGMENTS + pay;
+  r->buf = malloc(r->len);
+  if (!r->buf) {
+    free(r);
+    return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+  }
+  r->user_buf = payload;
+  r->user_cap = cap;
+  return post_req(t, r, out);
+}
+
+static const rg_transport_region_t *find_region(const rg_transport_t *t, uint64_t id) {
+  for (const rg_transport_region_t *g = t->regions; g; g = g->next)
+    if (g->id == id) return g;
+  return NULL;
+}
+
+// Checks an arrived notice against this endpoint's regions and its checksum
+// against the destination bytes; only then is the payload handed over. Every
+// field comes from the peer, so each is checked before it is used.
+static void check_notice(rg_transport_req_t *r) {
+  rg_transport_t *t = r->t;
+  const uint8_t *m = r->buf;
+  size_t n = r->got;
+  r->got = 0;
+  if (n < RG__NOTICE_HEADER || rg__get32(m) != RG__NOTICE_MAGIC) {
+    fail_settled(r, RG_PROTOCOL, "the %zu-byte message is not a write notice", n);
+    return;
+  }
+  if (rg__get16(m + 4) != RG__NOTICE_VERSION) {
+    fail_settled(r, RG_PROTOCOL, "notice version %u; this build reads version %d", rg__get16(m + 4),
+                 RG__NOTICE_VERSION);
+    return;
+  }
+  uint64_t region = rg__get64(m + 8), key = rg__get64(m + 16), total = rg__get64(m + 32);
+  uint32_t n_segs = rg__get32(m + 24), pay = rg__get32(m + 28);
+  uint64_t sum = rg__get64(m + 40);
+  if (n_segs == 0 || n_segs > RG_TRANSPORT_MAX_SEGMENTS ||
+      n != RG__NOTICE_HEADER + (size_t)RG__NOTICE_SEGMENT * n_segs + pay) {
+    fail_settled(r, RG_PROTOCOL,
+                 "the notice claims %u segments and %u payload bytes but is %zu bytes", n_segs, pay,
+                 n);
+    return;
+  }
+  const rg_transport_region_t *g = t ? find_region(t, region) : NULL;
+  if (!g) {
+    fail_settled(r, RG_PROTOCOL,
+                 "the notice names region %" PRIu64 ", which this endpoint has not registered",
+                 region);
+    return;
+  }
+  if (!(g->access & RG_TRANSPORT_WRITE_TARGET) || g->key != key) {
+    fail_settled(r, RG_PROTOCOL,
+                 "the notice names region %" PRIu64 " with a key it was not given for writes",
+                 region);
+    return;
+  }
+  const uint8_t *segs = m + RG__NOTICE_HEADER;
+  u128 covered = 0;
+  for (uint32_t i = 0; i < n_segs; i++) {
+    const uint8_t *e = segs + (size_t)RG__NOTICE_SEGMENT * i;
+    uint64_t off = rg__get64(e), len = rg__get64(e + 8), stride = rg__get64(e + 24);
+    uint32_t count = rg__get32(e + 16);
+    if (len == 0 || count == 0 || dst_end(off, len, count, stride) > g->len) {
+      fail_settled(r, RG_PROTOCOL,
+                   "notice segment %u (%u runs of %" PRIu64 " bytes from offset %" PRIu64
+                   ", stride %" PRIu64 ") lies outside the %zu-byte region %" PRIu64,
+                   i, count, len, off, stride, g->len, region);
+      return;
+    }
+    covered += (u128)len * count;
+  }
+  if (covered != total) {
+    fail_settled(r, RG_PROTOCOL,
+                 "the notice's segments cover %" PRIu64 " bytes but it claims %" PRIu64,
+                 (uint64_t)covered, total);
+    return;
+  }
+  if (pay > r->user_cap) {
+    fail_settled(r, RG_TRUNCATED,
+                 "the notice's payload is %u bytes, longer than the %zu-byte buffer posted; "
+                 "truncated, not used",
+                 pay, r->user_cap);
+    return;
+  }
+  XXH64_state_t *h = XXH64_createState();
+  if (!h) {
+    fail_settled(r, RG_OUT_OF_MEMORY, "out of memory checking the notice");
+    return;
+  }
+  XXH64_reset(h, 0);
+  const uint8_t *base = g->base;
+  for (uint32_t i = 0; i < n_segs; i++) {
+    const uint8_t *e = segs + (size_t)RG__NOTICE_SEGMENT * i;
+    uint64_t off = rg__get64(e), len = rg__get64(e + 8), stride = rg__get64(e + 24);
+    uint32_t count = rg__get32(e + 16);
+    for (uint32_t k = 0; k < count; k++) XXH64_update(h, base + off + k * stride, len);
+  }
+  uint64_t got_sum = XXH64_digest(h);
+  XXH64_freeState(h);
+  if (got_sum != sum) {
+    fail_settled(r, RG_DATA_CORRUPT,
+                 "checksum mismatch over %" PRIu64 " bytes in %u segments of region %" PRIu64
+                 " (sent %016" PRIx64 ", found %016" PRIx64
+                 "): the data was corrupted in transit and must not be used",
+                 total, n_segs, region, sum, got_sum);
+    return;
+  }
+  if (pay) memcpy(r->user_buf, segs + (size_t)RG__NOTICE_SEGMENT * n_segs, pay);
+  r->got = pay;
+}
+
+// Called by the owner once r has arrived: the front end's last word on it.
+static void settle(rg_transport_req_t *r) {
+  if (r->settled || !has_arrived(r)) return;
+  r->settled = true;
+  if (r->kind == RG__OP_NOTICE && r->code == RG_OK) check_notice(r);
+}
+
+// ---------------------------------------------------------------------------
+// Completing.
+
+static rg_status_t result_of(const rg_transport_req_t *r) {
+  if (r->code == RG_OK) return NULL;
+  return rg_status_make(r->code, "%s", r->msg ? r->msg : "failed");
+}
+
+bool rg_transport_req_done(const rg_transport_req_t *r) {
+  return r->settled;
+}
+
+size_t rg_transport_req_bytes(const rg_transport_req_t *r) {
+  switch (r->kind) {
+    case RG__OP_SEND:
+      return r->len;
+    case RG__OP_WRITE:
+      return (size_t)r->w->total;
+    default:
+      return r->got;
+  }
+}
+
+// Fails r by deadline: the backend lets go (or is told to) first.
+static void expire(rg_transport_req_t *r, double timeout_s) {
+  if (r->held) r->t->vt->cancel(r);
+  set_result(r, RG_DEADLINE_EXCEEDED, "no completion within %.2f s (deadline exceeded)", timeout_s);
+  settle(r);
+}
+
+enum { WAIT_ALL, WAIT_ANY };
+
+static rg_status_t wait_reqs(rg_transport_req_t *const *reqs, size_t n, double timeout_s, int mode,
+                             size_t *out_index) {
+  if (out_index) *out_index = 0;
+  if (n == 0) return rg_status_make(RG_INVALID_ARGUMENT, "transport: wait on no requests");
+  rg_transport_t *t = NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (!reqs[i]) return rg_status_make(RG_INVALID_ARGUMENT, "transport: wait on a NULL request");
+    if (!reqs[i]->t) continue;
+    if (t && reqs[i]->t != t)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "transport: one wait covers requests of '%s' and '%s'; wait on each "
+                            "endpoint separately",
+                            t->name, reqs[i]->t->name);
+    t = reqs[i]->t;
+  }
+  double timeout = t ? (timeout_s < 0 ? t->timeout_s : timeout_s) : 0;
+  double deadline = rg__now() + timeout;
+  for (;;) {
+    if (t) {
+      rg_status_t s = t->vt->progress(t);
+      if (s) return rg_status_wrap(s, "transport '%s'", t->name);
+    }
+    size_t n_done = 0, first_done = n, first_failed = n;
+    for (size_t i = 0; i < n; i++) {
+      settle(reqs[i]);
+      if (!reqs[i]->settled) continue;
+      n_done++;
+      if (first_done == n) first_done = i;
+      if (first_failed == n && reqs[i]->code != RG_OK) first_failed = i;
+    }
+    if (mode == WAIT_ANY && first_done < n) {
+      if (out_index) *out_index = first_done;
+      return result_of(reqs[first_done]);
+    }
+    if (n_done == n) return first_failed < n ? result_of(reqs[first_failed]) : NULL;
+    if (rg__now() >= deadline) {
+      size_t first_expired = n;
+      for (size_t i = 0; i < n; i++) {
+        if (reqs[i]->settled) continue;
+        expire(reqs[i], timeout);
+        if (first_expired == n) first_expired = i;
+      }
+      if (mode == WAIT_ANY && out_index) *out_index = first_expired;
+      return result_of(reqs[mode == WAIT_ANY || first_failed == n ? first_expired : first_failed]);
+    }
+    t->vt->sleep(t, deadline);
+  }
+}
+
+rg_status_t rg_transport_test(rg_transport_req_t *r, bool *out_done) {
+  *out_done = false;
+  if (r->t && !r->settled) {
+    rg_status_t s = r->t->vt->progress(r->t);
+    if (s) return rg_status_wrap(s, "transport '%s'", r->t->name);
+    settle(r);
+  }
+  *out_done = r->settled;
+  return r->settled ? result_of(r) : NULL;
+}
+
+rg_status_t rg_transport_wait(rg_transport_req_t *r, double timeout_s) {
+  return wait_reqs(&r, 1, timeout_s, WAIT_ALL, NULL);
+}
+
+rg_status_t rg_transport_wait_all(rg_transport_req_t *const *reqs, size_t n, double timeout_s) {
+  return wait_reqs(reqs, n, timeout_s, WAIT_ALL, NULL);
+}
+
+rg_status_t rg_transport_wait_any(rg_transport_req_t *const *reqs, size_t n, double timeout_s,
+                                  size_t *out_index) {
+  return wait_reqs(reqs, n, timeout_s, WAIT_ANY, out_index);
+}
+
+void rg_transport_req_free(rg_transport_req_t *r) {
+  if (!r) return;
+  rg_transport_t *t = r->t;
+  if (t && r->held && !has_arrived(r)) {
+    if (!t->vt->cancel(r)) {
+      // The provider still holds it; the backend frees it when it lets go.
+      r->user_owned = false;
+      return;
+    }
+  }
+  if (t && r->held) {
+    r->user_owned = false;
+    return;
+  }
+  free_req(r);
+}
+
+// ---------------------------------------------------------------------------
+// Event loops.
+
+rg_status_t rg_transport_progress(rg_transport_t *t) {
+  rg_status_t s = t->vt->progress(t);
+  if (s) return rg_status_wrap(s, "transport '%s'", t->name);
+  for (rg_transport_req_t *r = t->live; r; r = r->next) settle(r);
+  return NULL;
+}
+
+rg_status_t rg_transport_wait_fd(rg_transport_t *t, int *out_fd) {
+  *out_fd = -1;
+  return t->vt->wait_fd(t, out_fd);
+}
+
+bool rg_transport_trywait(rg_transport_t *t) {
+  return t->vt->trywait(t);
+}

@@ -1,0 +1,230 @@
+// runtime/transport/transport_impl.h — what the front end (transport.c) and
+// the backends (inproc.c, fabric.c) share. Not part of the public interface.
+//
+// The front end owns requests, peers, regions, argument checks, the wait loop,
+// the notice format and every user-facing message, so both backends fail the
+// same way with the same words. A backend reports on a request it posted
+// with one of:
+//
+//   rg__op_finish   the result is known and the backend lets go of the request
+//                   (first result wins: one the front end already gave, e.g. a
+//                   deadline, is kept)
+//   rg__op_release  the backend lets go without a result (a cancelled request)
+//
+// A request the caller freed while the backend held it is freed there. The
+// front end gives a result of its own (deadline, peer_fail, destroy) only
+// after vt->cancel, so it never races a backend finishing the same request.
+//
+// The inproc backend finishes requests of one endpoint from the thread that
+// drives another, under its global lock. `arrived` is the only field the
+// owner reads without that lock: finish writes the result, clears `held`, and
+// only then stores `arrived` with release order; the owner loads it with
+// acquire order before reading anything else.
+#ifndef RG_RUNTIME_TRANSPORT_IMPL_H
+#define RG_RUNTIME_TRANSPORT_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/transport.h"
+
+#define RG__OP_KIND_MAP(X)     \
+  X(RG__OP_SEND, "send")       \
+  X(RG__OP_RECV, "receive")    \
+  X(RG__OP_WRITE, "RMA write") \
+  X(RG__OP_NOTICE, "notice receive")
+
+typedef enum {
+#define RG_X_(c, n) c,
+  RG__OP_KIND_MAP(RG_X_)
+#undef RG_X_
+      RG__OP_KIND_COUNT
+} rg__op_kind_t;
+
+// A write's segment list and notice, built by the front end at post time.
+// Notice wire format (little-endian):
+//   header  magic "RGN1" u32, version u16, reserved u16, region id u64, key u64,
+//           segments u32, payload bytes u32, total bytes u64, xxhash64 u64
+//   n × segment  dst offset u64, run bytes u64, runs u32, reserved u32, dst stride u64
+//   payload
+#define RG__NOTICE_MAGIC 0x314e4752u  // "RGN1"
+#define RG__NOTICE_VERSION 1
+#define RG__NOTICE_HEADER 48
+#define RG__NOTICE_SEGMENT 32
+#define RG__NOTICE_MAX \
+  (RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * RG_TRANSPORT_MAX_SEGMENTS + RG_TRANSPORT_MAX_PAYLOAD)
+
+typedef struct {
+  rg_transport_segment_t *segs;  // a copy, count normalised to >= 1
+  size_t n_segs;
+  uint64_t total;  // bytes over all runs
+  uint64_t dst_addr, dst_key, dst_region;
+  uint8_t *notice;  // the notice, checksum filled by rg__write_seal
+  size_t notice_len;
+  // Hashing runs incrementally (rg__write_hash_step), so the fabric backend
+  // can overlap it with the provider moving the data.
+  void *hash_state;  // XXH64_state_t
+  size_t hash_seg, hash_run;
+  bool hashed;
+  bool corrupt;  // flip one bit of the data in transit
+} rg__write_t;
+
+// Cursor over a write's runs in order, each run split at most once (see
+// rg__runs_next's `first_max`).
+typedef struct {
+  const rg__write_t *w;
+  size_t seg, run;
+  uint64_t done_in_run;  // bytes of the current run already yielded
+} rg__runs_t;
+
+struct rg_transport_req_s {
+  rg_transport_t *t;  // NULL once the endpoint is destroyed
+  rg__op_kind_t kind;
+  rg_transport_peer_t peer;
+  uint64_t peer_handle;  // the backend's address of the peer
+  uint64_t tag;
+  char stage[128];
+  // SEND: the caller's bytes. RECV: the caller's buffer and capacity. WRITE:
+  // the notice (owned by w). NOTICE: the transport's buffer (owned), whose
+  // payload goes to user_buf/user_cap once checked.
+  void *buf;
+  size_t len;
+  void *user_buf;
+  size_t user_cap;
+  rg__write_t *w;                           // WRITE
+  const rg_transport_region_t *src_region;  // WRITE
+  // Result. Written by the backend before `arrived`, or by the front end.
+  size_t got;
+  rg_code_t code;
+  char *msg;                        // owned; NULL when OK
+  atomic_int arrived;               // the backend finished it
+  bool settled;                     // the front end saw it finished (owner thread only)
+  bool held;                        // the backend still references it
+  bool user_owned;                  // the caller has not freed it
+  rg_transport_req_t *prev, *next;  // the endpoint's live requests
+  // The backend's per-request state follows (vtable op_size bytes).
+  _Alignas(max_align_t) unsigned char impl[];
+};
+
+struct rg_transport_region_s {
+  rg_transport_t *t;
+  void *base;
+  size_t len;
+  unsigned access;
+  uint64_t id;           // the endpoint's number for it, in notices
+  uint64_t key;          // set by the backend
+  uint64_t remote_base;  // set by the backend: what writers add offsets to
+  void *impl;            // backend state (fid_mr *)
+  rg_transport_region_t *prev, *next;
+};
+
+typedef struct {
+  char name[128];
+  uint64_t handle;  // fi_addr_t, or an inproc endpoint id
+  char *failed;     // why, once rg_transport_peer_fail said so
+} rg__peer_t;
+
+typedef struct rg__vtable_s rg__vtable_t;
+
+struct rg_transport_s {
+  const rg__vtable_t *vt;
+  rg_transport_kind_t kind;
+  char name[128];
+  char describe[512];
+  char provider[64];
+  double timeout_s;
+  bool register_local;
+  bool corrupt_next;
+  rg__peer_t *peers;
+  size_t n_peers, cap_peers;
+  rg_transport_req_t *live;  // requests not yet freed
+  rg_transport_region_t *regions;
+  uint64_t next_region_id;
+  void *impl;  // the backend's endpoint
+};
+
+struct rg__vtable_s {
+  size_t op_size;                      // bytes of backend state after each request
+  void (*destroy)(rg_transport_t *t);  // afterwards the backend holds no request
+  rg_status_t (*address)(const rg_transport_t *t, uint8_t *buf, size_t cap, size_t *out_len);
+  rg_status_t (*peer_add)(rg_transport_t *t, const uint8_t *addr, size_t len, uint64_t *out);
+  rg_status_t (*region_register)(rg_transport_region_t *r);
+  void (*region_deregister)(rg_transport_region_t *r);
+  // Posts r (held is already set). An error return means nothing was posted.
+  rg_status_t (*post)(rg_transport_req_t *r);
+  rg_status_t (*progress)(rg_transport_t *t);
+  // Blocks until something may have completed, or until `until` (CLOCK_MONOTONIC s).
+  void (*sleep)(rg_transport_t *t, double until);
+  // Stops r. Returns true when the backend has let go of it (held is clear).
+  bool (*cancel)(rg_transport_req_t *r);
+  rg_status_t (*wait_fd)(rg_transport_t *t, int *out_fd);
+  bool (*trywait)(rg_transport_t *t);
+};
+
+extern const rg__vtable_t rg__inproc_vtable;
+extern const rg__vtable_t rg__fabric_vtable;
+
+// Backend constructors: fill t->impl, t->describe, t->provider.
+rg_status_t rg__inproc_open(rg_transport_t *t, const rg_transport_options_t *opt);
+rg_status_t rg__fabric_open(rg_transport_t *t, const rg_transport_options_t *opt);
+
+// Completion, from the backend. fmt (NULL when code is RG_OK) is the reason;
+// the message becomes "<operation>: <reason>".
+void rg__op_finish(rg_transport_req_t *r, rg_code_t code, size_t got, const char *fmt, ...)
+    RG_PRINTF(4, 5);
+void rg__op_release(rg_transport_req_t *r);
+// rg_transport_providers, for the fabric backend to answer.
+rg_status_t rg__fabric_providers(char *buf, size_t cap);
+// "attention layer 3 → ffn: receive of 4096 bytes (tag 0x7) from worker 2"
+void rg__op_describe(const rg_transport_req_t *r, char *buf, size_t cap);
+// The truncation failure, in the one wording both backends use.
+void rg__op_truncated(rg_transport_req_t *r, uint64_t message_bytes);
+
+double rg__now(void);  // CLOCK_MONOTONIC seconds
+static inline void *rg__op_impl(rg_transport_req_t *r) {
+  return r->impl;
+}
+
+// Writes: hash up to `budget` bytes more of the source (all when 0); returns
+// true once the whole source is hashed. rg__write_seal stores the checksum in
+// the notice (call once hashed).
+bool rg__write_hash_step(rg__write_t *w, uint64_t budget);
+// Or the backend feeds every run itself, in order, then marks it hashed
+// (inproc does, while the run is in cache from its copy).
+void rg__write_hash_bytes(rg__write_t *w, const void *p, size_t n);
+void rg__write_seal(rg__write_t *w);
+void rg__runs_init(rg__runs_t *c, const rg__write_t *w);
+// Next piece: src, dst offset, bytes; at most `max` bytes (0: the whole rest
+// of the run). Returns false at the end.
+bool rg__runs_next(rg__runs_t *c, uint64_t max, const uint8_t **src, uint64_t *dst, uint64_t *len);
+
+// Little-endian field access for the wire formats.
+static inline void rg__put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void rg__put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void rg__put16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static inline uint64_t rg__get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+static inline uint32_t rg__get32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint16_t rg__get16(const uint8_t *p) {
+  return (uint16_t)(p[0] | p[1] << 8);
+}
+
+// Front-end address header: "RGA1", kind byte, then the backend's bytes.
+#define RG__ADDR_MAGIC "RGA1"
+#define RG__ADDR_HEADER 5
+
+#endif  // RG_RUNTIME_TRANSPORT_IMPL_H
