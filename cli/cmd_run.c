@@ -21,6 +21,7 @@
 #include "graphs/tokenizer.h"
 #include "graphs/weights.h"
 #include "planner/workload_gen.h"
+#include "runtime/cluster.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/limits.h"
@@ -37,6 +38,9 @@ static const char usage[] =
     "                 [--max-context C] [--kv-tokens N] [--kv-dtype f32|bf16|f16] [--swap-tokens "
     "N]\n"
     "                 [--preempt recompute|swap] [--dump-logits FILE.npy] [--no-measure] [--json]\n"
+    "                 [--layout L [--workers D1,D2] [--micro-batches 2] [--provider P] [--trace "
+    "F]\n"
+    "                  [--listen HOST:PORT --secret-file F]]\n"
     "\n"
     "Runs a model on this machine with continuous batching: every iteration the scheduler takes "
     "the\n"
@@ -90,6 +94,25 @@ static const char usage[] =
     "  --swap-tokens N    a host-memory tier for preempted KV (default 0: none)\n"
     "  --preempt P        recompute (default) or swap (needs --swap-tokens)\n"
     "\n"
+    "Across processes (the dataflow runtime: one `ridge worker` per device, linked by libfabric):\n"
+    "  --layout L         colocated (every stage on one worker), attention-ffn (embed, attention\n"
+    "                     and its KV, lm_head on the first worker; FFN/MoE on the second),\n"
+    "                     experts (an MoE model's experts split between two workers) or pipeline\n"
+    "                     (the first half of the layers on one worker, the rest on the other).\n"
+    "                     The coordinator (this process) schedules, samples and reports; the\n"
+    "                     logits are those of the single-process run\n"
+    "  --workers D1,D2    each worker's device (default cpu:0 for each)\n"
+    "  --micro-batches N  2: split each step in two and ping-pong them between the workers, so\n"
+    "                     both sides of an attention-FFN split compute at once (default 1)\n"
+    "  --provider P       libfabric provider for the data plane (default: $FI_PROVIDER, else shm,\n"
+    "                     then tcp;ofi_rxm)\n"
+    "  --trace F          a Chrome trace (chrome://tracing, Perfetto) of every worker's stages,\n"
+    "                     waits and transfers\n"
+    "  --listen H:P       start no workers: wait for `ridge worker --coordinator H:P --name wN`\n"
+    "                     to join (w0, w1, ... in layout order); needs --secret-file F\n"
+    "  --step-timeout S   seconds a step may take before the worker that owes it is named (default "
+    "10)\n"
+    "\n"
     "  --dump-logits F    the logits behind every generated token of request 0, a float32 .npy of\n"
     "                     shape (N, vocab)\n"
     "  --no-measure       skip measuring the machine's limits (saves ~0.3 s; no predictions then)\n"
@@ -99,13 +122,16 @@ static const char usage[] =
     "  ridge run\n"
     "  ridge run --workload chat --num-requests 32 --rate 4\n"
     "  ridge run --requests reqs.jsonl --max-seqs 8 --json\n"
+    "  ridge run --layout attention-ffn --micro-batches 2 --workload chat --trace /tmp/afd.json\n"
     "  ridge testmodel --arch llama --size tiny --out /tmp/tiny && ridge run --model /tmp/tiny "
     "--prompt hi -n 16\n";
 
 typedef struct {
   const char *model, *prompt, *prompt_ids, *dump, *kvdt, *isa, *requests, *workload, *device,
       *ffn_device;
-  const char *preempt;
+  const char *preempt, *layout, *workers, *provider, *trace, *listen, *secret_file;
+  double step_timeout;
+  long long micro_batches;
   long long n, top_k, seed, batch, threads, max_context, max_seqs, max_batch_tokens, block_size,
       kv_tokens;
   long long swap_tokens, num_requests;
@@ -150,7 +176,15 @@ enum {
   O_PREFIX,
   O_KV_TOKENS,
   O_SWAP,
-  O_PREEMPT
+  O_PREEMPT,
+  O_LAYOUT,
+  O_WORKERS,
+  O_MICRO,
+  O_PROVIDER,
+  O_TRACE,
+  O_LISTEN,
+  O_SECRET,
+  O_STEP_TIMEOUT
 };
 
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a,
@@ -185,6 +219,14 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                                         {"kv-tokens", required_argument, 0, O_KV_TOKENS},
                                         {"swap-tokens", required_argument, 0, O_SWAP},
                                         {"preempt", required_argument, 0, O_PREEMPT},
+                                        {"layout", required_argument, 0, O_LAYOUT},
+                                        {"workers", required_argument, 0, O_WORKERS},
+                                        {"micro-batches", required_argument, 0, O_MICRO},
+                                        {"provider", required_argument, 0, O_PROVIDER},
+                                        {"trace", required_argument, 0, O_TRACE},
+                                        {"listen", required_argument, 0, O_LISTEN},
+                                        {"secret-file", required_argument, 0, O_SECRET},
+                                        {"step-timeout", required_argument, 0, O_STEP_TIMEOUT},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
@@ -297,6 +339,30 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
       case O_PREEMPT:
         a->preempt = optarg;
         break;
+      case O_LAYOUT:
+        a->layout = optarg;
+        break;
+      case O_WORKERS:
+        a->workers = optarg;
+        break;
+      case O_MICRO:
+        RG_RETURN_IF_ERROR(parse_num("--micro-batches", optarg, 1, 2, &a->micro_batches));
+        break;
+      case O_PROVIDER:
+        a->provider = optarg;
+        break;
+      case O_TRACE:
+        a->trace = optarg;
+        break;
+      case O_LISTEN:
+        a->listen = optarg;
+        break;
+      case O_SECRET:
+        a->secret_file = optarg;
+        break;
+      case O_STEP_TIMEOUT:
+        RG_RETURN_IF_ERROR(parse_real("--step-timeout", optarg, 0.01, 3600, &a->step_timeout));
+        break;
       case 'h':
         *help = 1;
         return NULL;
@@ -313,6 +379,22 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                           "give one of --prompt, --prompt-ids, --requests and --workload");
   if (a->chat && (a->prompt_ids || a->requests || a->workload))
     return rg_status_make(RG_INVALID_ARGUMENT, "--chat applies to --prompt text");
+  if (!a->layout && (a->workers || a->micro_batches || a->provider || a->trace || a->listen ||
+                     a->secret_file || a->step_timeout))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--workers, --micro-batches, --provider, --trace, --listen, "
+                          "--secret-file and --step-timeout go with --layout");
+  if (a->layout && (a->device || a->ffn_device))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "with --layout, --workers names the devices (not --device/--ffn-device)");
+  if (a->listen && !a->secret_file)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--listen needs --secret-file: workers joining from elsewhere prove they "
+                          "share it");
+  if (a->secret_file && !a->listen)
+    return rg_status_make(
+        RG_INVALID_ARGUMENT,
+        "--secret-file goes with --listen (workers ridge starts get a fresh one)");
   if (a->batch > 1 && (a->requests || a->workload))
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "--batch copies one prompt; with --requests or --workload use "
@@ -539,18 +621,16 @@ static rg_status_t read_requests(const run_args_t *a, const rg_tokenizer_t *tok,
 }
 
 static rg_status_t workload_requests(const run_args_t *a, const rg_cli_common_t *common,
-                                     rg_engine_t *e, reqs_t *rs) {
+                                     int64_t max_context, int64_t vocab, reqs_t *rs) {
   rg_workload_t *w = NULL;
   RG_RETURN_IF_ERROR(rg_workload_load(a->workload, common->config_dir, &w));
   size_t n = (size_t)a->num_requests;
   rg_gen_request_t *g = malloc(n * sizeof(*g));
-  rg_status_t st =
-      g ? rg_workload_sample(w, n, (uint64_t)a->seed, rg_engine_max_context(e), a->rate, g)
-        : rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  rg_status_t st = g ? rg_workload_sample(w, n, (uint64_t)a->seed, max_context, a->rate, g)
+                     : rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
   // Token ids are drawn uniformly (a random-weight model has no language to
   // imitate); the lengths and arrivals are the workload's.
   uint64_t s = (uint64_t)a->seed * 0x9e3779b97f4a7c15ull + 1;
-  int64_t vocab = rg_engine_vocab(e);
   for (size_t i = 0; !st && i < n; i++) {
     req_t *q = push_req(rs);
     if (!q || !(q->ids = malloc((size_t)g[i].prompt_tokens * sizeof(int32_t)))) {
@@ -623,20 +703,58 @@ static void json_percentiles(cJSON *root, const char *key, const rg_percentiles_
   rg_json_num(o, "n", (double)p->n, bad);
 }
 
+// What the requests run on: the engine in this process, or a coordinator of
+// worker processes. Both serve through an executor (runtime/serve.h).
+typedef struct {
+  rg_engine_t *e;
+  rg_cluster_t *c;
+  rg_pool_t *pool;  // this process's threads, for measuring limits beside a cluster
+  rg_executor_t x;
+  const rg_arch_t *arch;
+} backend_t;
+
+typedef struct {
+  char name[192];
+  const char *kind;
+  rg_stage_counters_t c;
+} stage_row_t;
+
+static size_t stage_count(const backend_t *b) {
+  return b->e ? rg_engine_stage_count(b->e) : rg_cluster_stage_count(b->c);
+}
+
+static void stage_row(const backend_t *b, size_t i, stage_row_t *r) {
+  if (b->e) {
+    const rg_stage_t *s = rg_engine_stage_at(b->e, i);
+    snprintf(r->name, sizeof r->name, "%s", rg_stage_name(s));
+    r->kind = rg_stage_kind_name(rg_stage_spec(s)->kind);
+    rg_stage_counters(s, &r->c);
+    return;
+  }
+  rg_cluster_stage_info_t ci;
+  rg_cluster_stage_info(b->c, i, &ci);
+  if (ci.plays[0])
+    snprintf(r->name, sizeof r->name, "%s [%s, standing in for %s]", ci.stage, ci.worker, ci.plays);
+  else
+    snprintf(r->name, sizeof r->name, "%s [%s]", ci.stage, ci.worker);
+  r->kind = rg_stage_kind_name(ci.kind);
+  r->c = ci.c;
+}
+
 // Per stage: graphs' FLOPs and bytes, measured seconds, and the roofline
 // time from this machine's measured limits.
-static void stage_rows(rg_engine_t *e, const rg_limits_t *lim, int measured, cJSON *arr, int *bad,
-                       rg_table_t *tb) {
-  for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
-    const rg_stage_t *s = rg_engine_stage_at(e, i);
-    rg_stage_counters_t c;
-    rg_stage_counters(s, &c);
+static void stage_rows(const backend_t *b, const rg_limits_t *lim, int measured, cJSON *arr,
+                       int *bad, rg_table_t *tb) {
+  for (size_t i = 0; i < stage_count(b); i++) {
+    stage_row_t r;
+    stage_row(b, i, &r);
+    const rg_stage_counters_t c = r.c;
     double bytes = c.weight_bytes + c.kv_bytes + c.act_bytes;
     double pred = measured ? fmax(c.flops / lim->fma_peak, bytes / lim->read_bandwidth) : 0;
     if (arr) {
       cJSON *o = rg_json_push_obj(arr, bad);
-      rg_json_str(o, "stage", rg_stage_name(s), bad);
-      rg_json_str(o, "kind", rg_stage_kind_name(rg_stage_spec(s)->kind), bad);
+      rg_json_str(o, "stage", r.name, bad);
+      rg_json_str(o, "kind", r.kind, bad);
       rg_json_num(o, "steps", (double)c.steps, bad);
       rg_json_num(o, "flops", c.flops, bad);
       rg_json_num(o, "weight_bytes", c.weight_bytes, bad);
@@ -652,7 +770,7 @@ static void stage_rows(rg_engine_t *e, const rg_limits_t *lim, int measured, cJS
     }
     if (tb) {
       char b1[32], b2[32];
-      rg_table_cell(tb, "%s", rg_stage_name(s));
+      rg_table_cell(tb, "%s", r.name);
       rg_table_cell(tb, "%.3g", c.flops / 1e9);
       rg_table_cell(tb, "%.3g", bytes / 1e6);
       rg_table_cell(tb, "%s", rg_fmt_quantity(c.seconds, RG_UNIT_TIME, b1, sizeof b1));
@@ -669,12 +787,38 @@ static void stage_rows(rg_engine_t *e, const rg_limits_t *lim, int measured, cJS
   }
 }
 
-static rg_status_t print_stages(rg_engine_t *e, const rg_limits_t *lim, int measured) {
+// Per link of a multi-process run: what went over it and how fast.
+static void link_rows(const backend_t *b, cJSON *arr, int *bad, rg_table_t *tb) {
+  for (size_t i = 0; b->c && i < rg_cluster_link_count(b->c); i++) {
+    rg_cluster_link_info_t l;
+    rg_cluster_link_info(b->c, i, &l);
+    double gbs = l.seconds > 0 ? l.bytes / l.seconds / 1e9 : 0;
+    if (arr) {
+      cJSON *o = rg_json_push_obj(arr, bad);
+      rg_json_str(o, "from", l.from, bad);
+      rg_json_str(o, "to", l.to, bad);
+      rg_json_num(o, "bytes", l.bytes, bad);
+      rg_json_num(o, "messages", (double)l.messages, bad);
+      rg_json_num(o, "seconds", l.seconds, bad);
+      rg_json_num(o, "gb_per_s", gbs, bad);
+    }
+    if (tb) {
+      char b1[32], b2[32];
+      rg_table_cell(tb, "%s -> %s", l.from, l.to);
+      rg_table_cell(tb, "%lld", (long long)l.messages);
+      rg_table_cell(tb, "%s", rg_fmt_quantity(l.bytes, RG_UNIT_BYTES, b1, sizeof b1));
+      rg_table_cell(tb, "%s", rg_fmt_quantity(l.seconds, RG_UNIT_TIME, b2, sizeof b2));
+      rg_table_cell(tb, "%.2f", gbs);
+    }
+  }
+}
+
+static rg_status_t print_stages(const backend_t *b, const rg_limits_t *lim, int measured) {
   static const char *const heads[] = {"stage",     "GFLOP",     "MB",   "measured",
                                       "predicted", "meas/pred", "GB/s", "GFLOP/s"};
   rg_table_t tb;
   rg_table_init(&tb, 8, heads, "lrrrrrrr");
-  stage_rows(e, lim, measured, NULL, NULL, &tb);
+  stage_rows(b, lim, measured, NULL, NULL, &tb);
   fprintf(stderr,
           "\nper stage (FLOPs and bytes from the planner's formulas; predicted = roofline with "
           "this machine's "
@@ -682,14 +826,102 @@ static rg_status_t print_stages(rg_engine_t *e, const rg_limits_t *lim, int meas
           measured ? "bandwidth and FMA peak" : "limits, skipped by --no-measure");
   rg_status_t s = rg_table_print(&tb, stderr, 2);
   rg_table_deinit(&tb);
+  if (s || !b->c || !rg_cluster_link_count(b->c)) return s;
+  static const char *const lheads[] = {"link", "messages", "bytes", "in flight", "GB/s"};
+  rg_table_init(&tb, 5, lheads, "lrrrr");
+  link_rows(b, NULL, NULL, &tb);
+  fprintf(stderr,
+          "\nper link (hidden states between workers, logits to the coordinator; "
+          "in flight = time sends were outstanding):\n");
+  s = rg_table_print(&tb, stderr, 2);
+  rg_table_deinit(&tb);
   return s;
+}
+
+// The layout --layout names, on the devices --workers names.
+static rg_status_t make_layout(const run_args_t *a, const rg_arch_t *arch, rg_cluster_layout_t *l) {
+  char devs[2][32] = {"cpu:0", "cpu:0"};
+  int n_devs = 0;
+  if (a->workers) {
+    const char *p = a->workers;
+    while (*p) {
+      const char *comma = strchr(p, ',');
+      size_t len = comma ? (size_t)(comma - p) : strlen(p);
+      if (n_devs == 2 || !len || len >= sizeof devs[0])
+        return rg_status_make(RG_INVALID_ARGUMENT,
+                              "--workers: expected one or two devices like cpu:0,opencl:0, got "
+                              "'%s'",
+                              a->workers);
+      memcpy(devs[n_devs], p, len);
+      devs[n_devs++][len] = 0;
+      p = comma ? comma + 1 : p + len;
+    }
+    if (n_devs == 1) memcpy(devs[1], devs[0], sizeof devs[0]);
+  }
+  int mb = (int)(a->micro_batches ? a->micro_batches : 1);
+  if (!strcmp(a->layout, "colocated")) {
+    RG_RETURN_IF_ERROR(rg_cluster_layout_colocated(arch, devs[0], l));
+    l->micro_batches = mb;
+  } else if (!strcmp(a->layout, "attention-ffn") || !strcmp(a->layout, "afd")) {
+    RG_RETURN_IF_ERROR(rg_cluster_layout_afd(arch, devs[0], devs[1], mb, l));
+  } else if (!strcmp(a->layout, "experts")) {
+    RG_RETURN_IF_ERROR(rg_cluster_layout_experts(arch, devs[0], devs[1], l));
+    l->micro_batches = mb;
+  } else if (!strcmp(a->layout, "pipeline")) {
+    RG_RETURN_IF_ERROR(rg_cluster_layout_pipeline(arch, devs[0], devs[1], l));
+    l->micro_batches = mb;
+  } else {
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--layout: expected colocated, attention-ffn, experts or pipeline, got "
+                          "'%s'",
+                          a->layout);
+  }
+  return NULL;
+}
+
+// Starts the coordinator (and, without --listen, one worker process per
+// worker of the layout) and waits for every worker to load its stages.
+static rg_status_t start_cluster(const run_args_t *a, const char *model_path,
+                                 const rg_engine_options_t *eo, int quiet, backend_t *be) {
+  rg_model_t *m = NULL;
+  RG_RETURN_IF_ERROR(rg_model_open(model_path, &m));
+  rg_cluster_options_t co = {0};
+  rg_status_t st = make_layout(a, rg_model_arch(m), &co.layout);
+  rg_model_close(m);
+  RG_RETURN_IF_ERROR(st);
+  if (eo->swap_tokens)
+    return rg_status_make(RG_UNIMPLEMENTED,
+                          "--swap-tokens: the swap tier is not run across workers yet; preempted "
+                          "sequences recompute");
+  rg_control_secret_t secret;
+  co.model_path = model_path;
+  co.engine = *eo;
+  co.provider = a->provider;
+  co.trace_path = a->trace;
+  co.quiet = quiet;
+  co.step_timeout_s = a->step_timeout;
+  co.launch = !a->listen;
+  char host[256];
+  if (a->listen) {
+    RG_RETURN_IF_ERROR(rg_control_parse_endpoint(a->listen, host, sizeof host, &co.port));
+    co.bind_host = host;
+    RG_RETURN_IF_ERROR(rg_control_secret_load(a->secret_file, &secret));
+    co.secret = &secret;
+    co.join_timeout_s = 600;  // people start workers by hand
+  }
+  st = rg_cluster_create(&co, &be->c);
+  memset(&secret, 0, sizeof secret);
+  RG_RETURN_IF_ERROR(st);
+  be->x = rg_cluster_executor(be->c);
+  be->arch = rg_cluster_arch(be->c);
+  return rg_pool_create(eo->threads, &be->pool);
 }
 
 // ----- The command ---------------------------------------------------------------
 
 static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *exit_status) {
   char model_path[4096];
-  rg_engine_t *e = NULL;
+  backend_t be = {0};
   reqs_t rs = {0};
   rg_serve_request_t *sr = NULL;
   rg_serve_result_t *res = NULL;
@@ -732,16 +964,22 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   rg_sched_preempt_t preempt = RG_SCHED_PREEMPT_RECOMPUTE;
   if (a->preempt)
     RG_RETURN_IF_ERROR(rg_status_wrap(rg_sched_preempt_parse(a->preempt, &preempt), "--preempt"));
-  if ((st = rg_engine_create(model_path, &eo, &e))) return st;
-  const rg_tokenizer_t *tok = rg_engine_tokenizer(e);
-  const rg_arch_t *arch = rg_engine_arch(e);
-  int64_t vocab = rg_engine_vocab(e);
+  if (a->layout) {
+    if ((st = start_cluster(a, model_path, &eo, quiet, &be))) goto done;
+  } else {
+    if ((st = rg_engine_create(model_path, &eo, &be.e))) return st;
+    be.x = rg_engine_executor(be.e);
+    be.arch = rg_engine_arch(be.e);
+  }
+  const rg_tokenizer_t *tok = be.x.tokenizer;
+  const rg_arch_t *arch = be.arch;
+  int64_t vocab = be.x.vocab;
 
   // The requests.
   if (a->requests) {
     if ((st = read_requests(a, tok, vocab, &rs))) goto done;
   } else if (a->workload) {
-    if ((st = workload_requests(a, common, e, &rs))) goto done;
+    if ((st = workload_requests(a, common, be.x.max_context, vocab, &rs))) goto done;
   } else {
     int32_t *ids = NULL;
     size_t n_ids = 0;
@@ -802,18 +1040,23 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     goto done;
   }
   rg_limits_t lim = {0};
-  if (!a->no_measure && (st = rg_limits_measure(rg_engine_pool(e), 0.3, &lim))) goto done;
+  if (!a->no_measure && (st = rg_limits_measure(be.e ? rg_engine_pool(be.e) : be.pool, 0.3, &lim)))
+    goto done;
   int measured = !a->no_measure && lim.read_bandwidth > 0 && lim.fma_peak > 0;
-  if (!quiet) {
+  if (!quiet && be.e) {
     char wb[32];
-    fprintf(stderr, "ridge run: %s (%s; %s of weights)\n", model_path, rg_engine_describe(e),
-            rg_fmt_quantity(rg_engine_weight_bytes(e), RG_UNIT_BYTES, wb, sizeof wb));
+    fprintf(stderr, "ridge run: %s (%s; %s of weights)\n", model_path, rg_engine_describe(be.e),
+            rg_fmt_quantity(rg_engine_weight_bytes(be.e), RG_UNIT_BYTES, wb, sizeof wb));
     fprintf(stderr, "ridge run: device %s %s (class local-cpu), %d threads; %zu request%s",
-            rg_engine_device_label(e), rg_engine_device_name(e), rg_engine_threads(e), n,
+            rg_engine_device_label(be.e), rg_engine_device_name(be.e), rg_engine_threads(be.e), n,
             n == 1 ? "" : "s");
     if (single) fprintf(stderr, ", prompt %zu tokens", rs.v[0].r.n_prompt);
-    fprintf(stderr, "; KV %lld blocks of %d tokens\n", (long long)rg_engine_kv_blocks(e),
-            rg_engine_block_size(e));
+    fprintf(stderr, "; KV %lld blocks of %d tokens\n", (long long)be.x.kv_blocks, be.x.block_size);
+  } else if (!quiet) {
+    fprintf(stderr, "ridge run: %zu request%s", n, n == 1 ? "" : "s");
+    if (single) fprintf(stderr, ", prompt %zu tokens", rs.v[0].r.n_prompt);
+    fprintf(stderr, "; KV %lld blocks of %d tokens on the attention workers\n",
+            (long long)be.x.kv_blocks, be.x.block_size);
   }
   stream_ctx_t sc = {tok, single && !a->json && !common->quiet};
   rg_serve_options_t so = {.max_batch_tokens = a->max_batch_tokens,
@@ -833,7 +1076,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
     goto done;
   }
-  st = rg_serve(e, sr, n_served, &so, sres, &ss);
+  st = rg_serve_on(&be.x, sr, n_served, &so, sres, &ss);
   for (size_t k = 0; k < n_served; k++) res[served_of[k]] = sres[k];
   free(sres);
   if (st) goto done;
@@ -860,10 +1103,16 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     cJSON *root = cJSON_CreateObject();
     if (!root) bad = 1;
     rg_json_str(root, "model", model_path, &bad);
-    rg_json_str(root, "device", rg_engine_device_label(e), &bad);
-    rg_json_str(root, "device_name", rg_engine_device_name(e), &bad);
-    rg_json_str(root, "device_class", "local-cpu", &bad);
-    rg_json_num(root, "threads", rg_engine_threads(e), &bad);
+    if (be.e) {
+      rg_json_str(root, "device", rg_engine_device_label(be.e), &bad);
+      rg_json_str(root, "device_name", rg_engine_device_name(be.e), &bad);
+      rg_json_str(root, "device_class", "local-cpu", &bad);
+      rg_json_num(root, "threads", rg_engine_threads(be.e), &bad);
+    } else {
+      rg_json_str(root, "layout", a->layout, &bad);
+      rg_json_num(root, "micro_batches", (double)(a->micro_batches ? a->micro_batches : 1), &bad);
+      link_rows(&be, rg_json_arr(root, "links", &bad), &bad, NULL);
+    }
     rg_json_num(root, "requests", (double)n, &bad);
     rg_json_num(root, "failed", n_bad + n_failed, &bad);
     rg_json_num(root, "prompt_tokens", (double)ss.prompt_tokens + 0 * pf_tok, &bad);
@@ -895,7 +1144,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
       rg_json_num(root, "prefill_peak_ratio", pf_s > 0 ? ss.prefill.flops / pf_s / lim.fma_peak : 0,
                   &bad);
     }
-    stage_rows(e, &lim, measured, rg_json_arr(root, "stages", &bad), &bad, NULL);
+    stage_rows(&be, &lim, measured, rg_json_arr(root, "stages", &bad), &bad, NULL);
     cJSON *arr = rg_json_arr(root, "per_request", &bad);
     for (size_t i = 0; i < n; i++) {
       const rg_serve_result_t *q = &res[i];
@@ -1024,7 +1273,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
               dec_bytes / dec_s / 1e9, 100 * dec_bytes / dec_s / lim.read_bandwidth,
               lim.read_bandwidth / 1e9, ss.decode.flops / dec_s / 1e9,
               100 * ss.decode.flops / dec_s / lim.fma_peak, lim.fma_peak / 1e9, lim.fma_isa);
-    st = print_stages(e, &lim, measured);
+    st = print_stages(&be, &lim, measured);
     for (size_t i = 0; i < n && n_bad + n_failed; i++)
       if (res[i].finish && !strcmp(res[i].finish, "error"))
         fprintf(stderr, "ridge run: request %zu: %s\n", i, res[i].error);
@@ -1037,7 +1286,9 @@ done:
   free_reqs(&rs);
   free(dump);
   free(prompt_text);
-  rg_engine_destroy(e);
+  rg_engine_destroy(be.e);
+  rg_cluster_destroy(be.c);
+  rg_pool_destroy(be.pool);
   return st;
 }
 

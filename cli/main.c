@@ -53,13 +53,16 @@ static const rg_command_t commands[] = {
     {"run", rg_cmd_run, 0,
      "run a model on this machine's CPU: stream text, report TTFT, tokens/s, GB/s vs limits",
      "ridge run --model /tmp/tiny --prompt \"hello\" -n 32"},
+    {"worker", rg_cmd_worker, 0,
+     "one device's share of a multi-process run: join a coordinator, load stages, run steps",
+     "ridge worker --coordinator 127.0.0.1:7070 --name w1 --secret-file secret"},
     {"help", cmd_help, 0, "this overview, or one command's options", "ridge help model"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 // Verbs DESIGN.md names that this build does not have yet; asking for one
 // says so instead of guessing a spelling mistake.
-static const char *const planned[] = {"simulate", "serve", "worker", "profile"};
+static const char *const planned[] = {"simulate", "serve", "profile"};
 
 int rg_cli_fail(const char *cmd, rg_status_t s) {
   if (!s) return 0;

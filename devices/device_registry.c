@@ -435,3 +435,23 @@ void rg_queue_destroy(rg_queue_t *q) {
 rg_device_t *rg_queue_device(const rg_queue_t *q) {
   return q ? q->device : NULL;
 }
+
+rg_status_t rg_device_parse_name(const char *s, char *driver, size_t len, int *index) {
+  const char *colon = strchr(s, ':');
+  size_t n = colon ? (size_t)(colon - s) : strlen(s);
+  if (!n || n >= len)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "device '%s': expected driver:index, like cpu:0 or opencl:0", s);
+  memcpy(driver, s, n);
+  driver[n] = 0;
+  *index = 0;
+  if (colon) {
+    char *end;
+    long v = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end || v < 0 || v > 1024)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "device '%s': the index after ':' must be a number from 0", s);
+    *index = (int)v;
+  }
+  return NULL;
+}

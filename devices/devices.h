@@ -148,6 +148,10 @@ typedef struct {
 // driver that is not present; RG_INVALID_ARGUMENT for bad options.
 RG_MUST_USE rg_status_t rg_device_open(const char *driver, int index,
                                        const rg_device_options_t *opts, rg_device_t **out);
+// Splits a device name as users write it ("cpu:0", "opencl:1", "cpu" = index
+// 0) into driver and index; RG_INVALID_ARGUMENT naming the name otherwise.
+RG_MUST_USE rg_status_t rg_device_parse_name(const char *name, char *driver, size_t len,
+                                             int *index);
 // Drops the caller's reference (NULL is fine).
 void rg_device_close(rg_device_t *dev);
 // Takes one more reference, dropped by rg_device_close (an object that

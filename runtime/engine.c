@@ -53,31 +53,11 @@ static double now_s(void) {
 
 // ----- Creation --------------------------------------------------------------------
 
-static rg_status_t parse_device(const char *s, char *driver, size_t len, int *index) {
-  const char *colon = strchr(s, ':');
-  size_t n = colon ? (size_t)(colon - s) : strlen(s);
-  if (!n || n >= len)
-    return rg_status_make(RG_INVALID_ARGUMENT,
-                          "device '%s': expected driver:index, like cpu:0 or opencl:0", s);
-  memcpy(driver, s, n);
-  driver[n] = 0;
-  *index = 0;
-  if (colon) {
-    char *end;
-    long v = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end || v < 0 || v > 1024)
-      return rg_status_make(RG_INVALID_ARGUMENT,
-                            "device '%s': the index after ':' must be a number from 0", s);
-    *index = (int)v;
-  }
-  return NULL;
-}
-
 static rg_status_t open_device(rg_engine_t *e, const char *name, const rg_engine_options_t *o,
                                int *slot) {
   char driver[32];
   int index;
-  RG_RETURN_IF_ERROR(parse_device(name, driver, sizeof driver, &index));
+  RG_RETURN_IF_ERROR(rg_device_parse_name(name, driver, sizeof driver, &index));
   for (int i = 0; i < e->n_devs; i++) {
     const rg_device_info_t *di = rg_device_info(e->devs[i].dev);
     if (!strcmp(di->driver, driver) && di->index == index) return *slot = i, NULL;

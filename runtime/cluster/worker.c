@@ -1,0 +1,737 @@
+// A worker process: joins the coordinator, loads its stage instances, and
+// runs its hops of every step (see runtime/cluster.h).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/cluster/cluster_impl.h"
+#include "runtime/step.h"
+
+#define MAX_MB 2
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void nap(double s) {
+  struct timespec t = {0, (long)(s * 1e9)};
+  nanosleep(&t, NULL);
+}
+
+// A buffer on the worker's device, with a host staging copy when the device
+// memory is not host visible.
+typedef struct {
+  rg_buffer_t *buf;
+  size_t bytes;
+  void *stage;  // host copy (non-host devices), or NULL
+} dbuf_t;
+
+typedef struct {
+  rg_worker_options_t o;
+  rg_device_t *dev;
+  rg_transport_t *tp;
+  rg_control_client_t *ctl;
+  rg_model_t *model;
+  const rg_arch_t *a;
+  rg_cluster_layout_t layout;
+  int me;
+  char names[RG_CLUSTER_MAX_WORKERS][48];
+  rg_stage_t *stages[RG_CLUSTER_MAX_STAGES];
+  rg_stage_ctx_t *ctx[RG_CLUSTER_MAX_STAGES][MAX_MB];
+  int n_stages;
+  rg_cluster_hop_t hops[RG_CLUSTER_MAX_HOPS];
+  size_t n_hops;
+  rg_transport_peer_t peer[RG_CLUSTER_MAX_WORKERS], coord;
+  int have_peers;
+  uint64_t epoch;  // of the PeerTable applied
+  rg_weight_cache_t *cache;
+  rg_step_limits_t lim;
+  rg__step_bounds_t bounds;
+  int n_mb;
+  double step_timeout;
+  // Per micro-batch.
+  rg_step_buf_t sb[MAX_MB];
+  rg_step_t st[MAX_MB];
+  dbuf_t x[MAX_MB], logits[MAX_MB];
+  // Statistics.
+  rg__link_t links[RG_CLUSTER_MAX_WORKERS + 1];
+  rg__event_t *events;
+  size_t n_events, cap_events;
+  int trace, check;
+  int32_t bad_hop;
+  uint64_t step;
+} worker_t;
+
+static void say(const worker_t *w, const char *fmt, const char *a) {
+  if (!w->o.quiet) {
+    fprintf(stderr, "ridge worker %s: ", w->o.name ? w->o.name : "");
+    fprintf(stderr, fmt, a);
+    fputc('\n', stderr);
+  }
+}
+
+// ----- Joining and loading ----------------------------------------------------------
+
+static const char *opt_get(const rg_control_assign_t *a, const char *key) {
+  for (size_t i = 0; i < a->n_options; i++)
+    if (a->options[i]->key && !strcmp(a->options[i]->key, key)) return a->options[i]->value;
+  return NULL;
+}
+
+static int64_t opt_int(const rg_control_assign_t *a, const char *key, int64_t dflt) {
+  const char *v = opt_get(a, key);
+  return v && *v ? strtoll(v, NULL, 10) : dflt;
+}
+
+static rg_status_t stage_from_wire(const rg_control_stage_instance_t *si, rg_stage_spec_t *out,
+                                   int32_t *experts, size_t cap) {
+  rg_stage_kind_t k;
+  RG_RETURN_IF_ERROR(rg_control_stage_kind_from_wire(si->kind, &k));
+  if (si->n_experts > cap)
+    return rg_status_make(RG_INVALID_ARGUMENT, "Assign: %zu experts, at most %zu", si->n_experts,
+                          cap);
+  for (size_t i = 0; i < si->n_experts; i++) experts[i] = (int32_t)si->experts[i];
+  *out = (rg_stage_spec_t){k, si->layer_begin, si->layer_end, si->n_experts ? experts : NULL,
+                           si->n_experts};
+  return NULL;
+}
+
+static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
+  if (!as->model_path || !*as->model_path)
+    return rg_status_make(RG_INVALID_ARGUMENT, "Assign names no model");
+  if (as->n_worker_names < 1 || as->n_worker_names > RG_CLUSTER_MAX_WORKERS ||
+      as->my_index >= as->n_worker_names)
+    return rg_status_make(RG_INVALID_ARGUMENT, "Assign: %zu workers, this one index %u",
+                          as->n_worker_names, as->my_index);
+  RG_RETURN_IF_ERROR(rg_model_open(as->model_path, &w->model));
+  w->a = rg_model_arch(w->model);
+  // The layout, rebuilt from the pipeline every worker gets.
+  memset(&w->layout, 0, sizeof w->layout);
+  w->layout.n_workers = (int)as->n_worker_names;
+  for (size_t i = 0; i < as->n_worker_names; i++) {
+    snprintf(w->names[i], sizeof w->names[i], "%s", as->worker_names[i]);
+    snprintf(w->layout.workers[i].name, sizeof w->layout.workers[i].name, "%s",
+             as->worker_names[i]);
+  }
+  for (size_t i = 0; i < as->n_pipeline; i++) {
+    const rg_control_stage_instance_t *si = as->pipeline[i];
+    if (si->worker >= as->n_worker_names)
+      return rg_status_make(RG_INVALID_ARGUMENT, "Assign: a stage of worker %u", si->worker);
+    int32_t ex[RG_CLUSTER_MAX_EXPERTS];
+    rg_stage_spec_t sp;
+    RG_RETURN_IF_ERROR(stage_from_wire(si, &sp, ex, RG_CLUSTER_MAX_EXPERTS));
+    RG_RETURN_IF_ERROR(rg_cluster_worker_add(&w->layout.workers[si->worker], &sp));
+  }
+  w->me = (int)as->my_index;
+  w->n_mb = (int)opt_int(as, "micro_batches", 1);
+  if (w->n_mb < 1 || w->n_mb > MAX_MB)
+    return rg_status_make(RG_INVALID_ARGUMENT, "Assign: %d micro-batches", w->n_mb);
+  w->layout.micro_batches = w->n_mb;
+  RG_RETURN_IF_ERROR(
+      rg_cluster_layout_hops(w->a, &w->layout, w->hops, RG_CLUSTER_MAX_HOPS, &w->n_hops));
+  rg_dtype_t kv = RG_BF16;
+  const char *kvs = opt_get(as, "kv_dtype");
+  if (kvs && rg_dtype_parse(kvs, &kv))
+    return rg_status_make(RG_INVALID_ARGUMENT, "Assign: kv_dtype '%s'", kvs);
+  w->lim = (rg_step_limits_t){w->a->vocab, opt_int(as, "max_context", 4096), as->kv_block_size,
+                              (int64_t)as->kv_block_count};
+  w->bounds = (rg__step_bounds_t){opt_int(as, "max_tokens", 4096), opt_int(as, "max_seqs", 256),
+                                  opt_int(as, "max_table", 65536)};
+  w->step_timeout = (double)opt_int(as, "step_timeout_ms", 10000) / 1e3;
+  w->step = (uint64_t)opt_int(as, "next_step", 1);
+  if (w->lim.block_size < 1 || w->lim.n_blocks < 1 || w->lim.max_context < 1)
+    return rg_status_make(RG_INVALID_ARGUMENT, "Assign: KV pool of %lld blocks of %lld",
+                          (long long)w->lim.n_blocks, (long long)w->lim.block_size);
+  RG_RETURN_IF_ERROR(rg_weight_cache_create(&w->cache));
+  rg_stage_options_t so = {kv, w->lim.n_blocks, w->lim.block_size,
+                           (int)opt_int(as, "copy_weights", 0), w->cache};
+  const rg_cluster_worker_t *mine = &w->layout.workers[w->me];
+  for (int i = 0; i < mine->n_stages; i++) {
+    RG_RETURN_IF_ERROR(rg_stage_create(w->model, &mine->stages[i], w->dev, &so, &w->stages[i]));
+    w->n_stages = i + 1;
+    for (int m = 0; m < w->n_mb; m++)
+      RG_RETURN_IF_ERROR(rg_stage_ctx_create(w->stages[i], &w->ctx[i][m]));
+  }
+  return NULL;
+}
+
+static rg_status_t take_peers(worker_t *w, const rg_control_peer_table_t *pt) {
+  for (int i = 0; i < w->layout.n_workers; i++) w->peer[i] = -1;
+  w->coord = -1;
+  for (size_t k = 0; k < pt->n_peers; k++) {
+    const rg_control_peer_t *p = pt->peers[k];
+    rg_transport_peer_t id;
+    char label[96];
+    snprintf(label, sizeof label, "%s", p->worker_id == 0 ? "the coordinator" : p->worker_name);
+    int idx = -2;
+    if (p->worker_id == 0) idx = -1;
+    for (int i = 0; i < w->layout.n_workers && idx == -2; i++)
+      if (!strcmp(w->names[i], p->worker_name)) idx = i;
+    if (idx == -2 || idx == w->me) continue;
+    RG_RETURN_IF_ERROR(
+        rg_transport_peer_add(w->tp, p->fabric_address.data, p->fabric_address.len, label, &id));
+    if (idx == -1)
+      w->coord = id;
+    else
+      w->peer[idx] = id;
+  }
+  if (w->coord < 0) return rg_status_make(RG_INVALID_ARGUMENT, "the PeerTable has no coordinator");
+  w->epoch = pt->epoch;
+  for (int i = 0; i < w->layout.n_workers; i++)
+    if (i != w->me && w->peer[i] < 0)
+      return rg_status_make(RG_INVALID_ARGUMENT, "the PeerTable lacks worker %s", w->names[i]);
+  w->have_peers = 1;
+  return NULL;
+}
+
+// A STEP that needs a newer PeerTable than this worker has (a peer rejoined
+// at a new address): the table is on its way over the control plane.
+static rg_status_t wait_peers(worker_t *w, uint32_t epoch) {
+  double deadline = now_s() + w->step_timeout;
+  while ((uint32_t)w->epoch < epoch) {
+    double left = deadline - now_s();
+    if (left <= 0)
+      return rg_status_make(
+          RG_DEADLINE_EXCEEDED,
+          "no PeerTable %u from the coordinator within %.1f s (the step needs it)", epoch,
+          w->step_timeout);
+    rg_control_event_t ev;
+    RG_RETURN_IF_ERROR(rg_control_client_recv(w->ctl, left, &ev));
+    rg_status_t st = NULL;
+    if (ev.kind == RG_CONTROL_EVENT_MESSAGE && ev.type == RG_CONTROL_MSG_PEER_TABLE)
+      st = take_peers(w, RG_CONTROL_MSG_AS(ev.msg, peer_table));
+    else if (ev.kind == RG_CONTROL_EVENT_MESSAGE && ev.type == RG_CONTROL_MSG_SHUTDOWN)
+      st = rg_status_make(RG_CANCELLED, "the coordinator shut down");
+    rg_control_event_deinit(&ev);
+    RG_RETURN_IF_ERROR(st);
+  }
+  return NULL;
+}
+
+// ----- One step ----------------------------------------------------------------------
+
+static rg_status_t ensure(worker_t *w, dbuf_t *d, size_t bytes) {
+  if (d->buf && d->bytes >= bytes) return NULL;
+  rg_buffer_release(d->buf);
+  free(d->stage);
+  d->buf = NULL, d->stage = NULL, d->bytes = 0;
+  size_t want = bytes ? bytes : 4;
+  RG_RETURN_IF_ERROR(rg_buffer_alloc(w->dev, want, &d->buf));
+  d->bytes = want;
+  if (!rg_buffer_host_ptr(d->buf) && !(d->stage = malloc(want)))
+    return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for %zu bytes of staging", want);
+  return NULL;
+}
+
+// Host memory to send from / receive into, for a device buffer.
+static void *host_of(dbuf_t *d) {
+  void *p = rg_buffer_host_ptr(d->buf);
+  return p ? p : d->stage;
+}
+static void *host_of_buf(rg_buffer_t *b) {
+  return rg_buffer_host_ptr(b);
+}
+
+static void record(worker_t *w, double t0, double t1, int kind, int mb, int hop, int64_t layer,
+                   double bytes) {
+  if (!w->trace) return;
+  if (w->n_events == w->cap_events) {
+    size_t cap = w->cap_events ? w->cap_events * 2 : 256;
+    rg__event_t *n = realloc(w->events, cap * sizeof *n);
+    if (!n) return;
+    w->events = n;
+    w->cap_events = cap;
+  }
+  w->events[w->n_events++] =
+      (rg__event_t){t0, t1, (uint8_t)kind, (uint8_t)mb, (uint16_t)hop, (int32_t)layer, bytes};
+}
+
+// What this worker does for one micro-batch, in order.
+typedef enum { A_RECV_X, A_RECV_H, A_COPY_H, A_RUN, A_SEND_X, A_SEND_H, A_SEND_LOGITS } act_kind_t;
+typedef struct {
+  act_kind_t kind;
+  int hop;   // the hop the data is for (sends: the next hop; receives and runs: this one)
+  int peer;  // layout index of the other worker (-1: the coordinator)
+} act_t;
+
+typedef struct {
+  act_t acts[RG_CLUSTER_MAX_HOPS * 3];
+  size_t n, pc;
+  rg_transport_req_t *recv;  // the receive the current action waits on
+  double recv_since;
+  rg_transport_req_t *sends[8];  // sends in flight
+  double send_t0[8];
+  int send_peer[8], send_hop[8];
+  size_t n_sends;
+} prog_t;
+
+static void build_prog(const worker_t *w, prog_t *p) {
+  p->n = p->pc = 0;
+  for (size_t i = 0; i < w->n_hops; i++) {
+    const rg_cluster_hop_t *h = &w->hops[i];
+    if (h->worker != w->me) continue;
+    if (i > 0 && w->hops[i - 1].worker != w->me) {
+      p->acts[p->n++] = (act_t){A_RECV_X, (int)i, w->hops[i - 1].worker};
+      if (h->continues) p->acts[p->n++] = (act_t){A_RECV_H, (int)i, w->hops[i - 1].worker};
+    } else if (h->continues) {
+      p->acts[p->n++] = (act_t){A_COPY_H, (int)i, w->me};
+    }
+    p->acts[p->n++] = (act_t){A_RUN, (int)i, w->me};
+    if (i + 1 < w->n_hops && w->hops[i + 1].worker != w->me) {
+      p->acts[p->n++] = (act_t){A_SEND_X, (int)i + 1, w->hops[i + 1].worker};
+      if (w->hops[i + 1].continues)
+        p->acts[p->n++] = (act_t){A_SEND_H, (int)i + 1, w->hops[i + 1].worker};
+    }
+    if (h->kind == RG_STAGE_LM_HEAD) p->acts[p->n++] = (act_t){A_SEND_LOGITS, (int)i, -1};
+  }
+}
+
+static const char *hop_name(const worker_t *w, int hop, char *buf, size_t len) {
+  const rg_cluster_hop_t *h = &w->hops[hop];
+  if (h->layer >= 0)
+    snprintf(buf, len, "%s layer %lld on %s", rg_stage_kind_name(h->kind), (long long)h->layer,
+             w->names[h->worker]);
+  else
+    snprintf(buf, len, "%s on %s", rg_stage_kind_name(h->kind), w->names[h->worker]);
+  return buf;
+}
+
+static rg_transport_peer_t peer_of(const worker_t *w, int idx) {
+  return idx < 0 ? w->coord : w->peer[idx];
+}
+
+// Link statistics: slot i for worker i, the last slot for the coordinator.
+// On the wire a link's peer is 0 for the coordinator, i + 1 for worker i.
+static rg__link_t *link_of(worker_t *w, int idx) {
+  rg__link_t *l = &w->links[idx < 0 ? RG_CLUSTER_MAX_WORKERS : idx];
+  l->peer = idx < 0 ? 0 : (uint32_t)idx + 1;
+  return l;
+}
+
+// Finishes the sends of p that are done; *all is set when none is left.
+static rg_status_t reap_sends(worker_t *w, prog_t *p, int mb, int *all) {
+  for (size_t i = 0; i < p->n_sends;) {
+    bool done = false;
+    rg_status_t s = rg_transport_test(p->sends[i], &done);
+    if (!done && !s) {
+      i++;
+      continue;
+    }
+    double t1 = now_s();
+    if (!s) {
+      rg__link_t *lk = link_of(w, p->send_peer[i]);
+      double b = (double)rg_transport_req_bytes(p->sends[i]);
+      lk->bytes += b, lk->seconds += t1 - p->send_t0[i], lk->messages++;
+      record(w, p->send_t0[i], t1, 1, mb, p->send_hop[i],
+             w->hops[p->send_hop[i] < (int)w->n_hops ? p->send_hop[i] : 0].layer, b);
+    }
+    rg_transport_req_free(p->sends[i]);
+    p->sends[i] = p->sends[--p->n_sends];
+    p->send_t0[i] = p->send_t0[p->n_sends], p->send_peer[i] = p->send_peer[p->n_sends],
+    p->send_hop[i] = p->send_hop[p->n_sends];
+    if (s) return s;
+  }
+  *all = p->n_sends == 0;
+  return NULL;
+}
+
+static rg_status_t post_send(worker_t *w, prog_t *p, int peer, uint64_t tag, const void *buf,
+                             size_t len, int hop, const char *what) {
+  if (p->n_sends == 8) return rg_status_make(RG_INTERNAL, "too many sends in flight");
+  char stage[160], hn[96];
+  snprintf(stage, sizeof stage, "%s for %s", what,
+           hop < (int)w->n_hops ? hop_name(w, hop, hn, sizeof hn) : "the coordinator");
+  rg_transport_req_t *r;
+  RG_RETURN_IF_ERROR(rg_transport_send(w->tp, peer_of(w, peer), tag, buf, len, stage, &r));
+  p->sends[p->n_sends] = r;
+  p->send_t0[p->n_sends] = now_s();
+  p->send_peer[p->n_sends] = peer;
+  p->send_hop[p->n_sends++] = hop;
+  return NULL;
+}
+
+static int stage_index(const worker_t *w, int hop) {
+  return w->hops[hop].stage;
+}
+
+static rg_status_t run_hop(worker_t *w, int mb, int hop) {
+  const rg_cluster_hop_t *h = &w->hops[hop];
+  int si = stage_index(w, hop);
+  unsigned flags = h->continues ? RG_STAGE_NORM_GIVEN : 0;
+  dbuf_t *x = &w->x[mb];
+  double t0 = now_s();
+  rg_status_t s =
+      rg_stage_run_ex(w->stages[si], w->ctx[si][mb], h->layer < 0 ? 0 : h->layer, x->buf,
+                      h->kind == RG_STAGE_LM_HEAD ? w->logits[mb].buf : NULL, flags);
+  record(w, t0, now_s(), 0, mb, hop, h->layer, 0);
+  if (s || !w->check || h->kind == RG_STAGE_LM_HEAD || w->bad_hop >= 0) return s;
+  // Diagnosing non-finite logits: is this hop's output finite?
+  size_t n = (size_t)w->st[mb].n_tokens * (size_t)w->a->d_model;
+  float *tmp = malloc(n * sizeof(float) + 1);
+  if (!tmp) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory checking hidden states");
+  s = rg_buffer_read(x->buf, 0, tmp, n * sizeof(float));
+  for (size_t i = 0; !s && i < n; i++)
+    if (!isfinite(tmp[i])) {
+      w->bad_hop = hop;
+      break;
+    }
+  free(tmp);
+  return s;
+}
+
+// Advances micro-batch mb's program as far as it can without waiting.
+// *blocked is set when it waits on a receive or a send.
+static rg_status_t advance(worker_t *w, prog_t *p, int mb, int *blocked) {
+  *blocked = 0;
+  size_t xb = (size_t)w->st[mb].n_tokens * (size_t)w->a->d_model * sizeof(float);
+  while (p->pc < p->n) {
+    const act_t *a = &p->acts[p->pc];
+    int all;
+    RG_RETURN_IF_ERROR(reap_sends(w, p, mb, &all));
+    if (a->kind != A_SEND_X && a->kind != A_SEND_H && a->kind != A_SEND_LOGITS && !all) {
+      *blocked = 1;  // the buffers an action touches may still be on their way out
+      return NULL;
+    }
+    char hn[96], what[160];
+    switch (a->kind) {
+      case A_RECV_X:
+      case A_RECV_H: {
+        int h = a->kind == A_RECV_H;
+        void *dst = h ? host_of_buf(rg_stage_ctx_hidden(w->ctx[stage_index(w, a->hop)][mb]))
+                      : host_of(&w->x[mb]);
+        if (!p->recv) {
+          snprintf(what, sizeof what, "%s of micro-batch %d for %s",
+                   h ? "normed hidden states" : "hidden states", mb,
+                   hop_name(w, a->hop, hn, sizeof hn));
+          if (h && !dst)
+            return rg_status_make(RG_UNIMPLEMENTED,
+                                  "%s: an expert split needs host-visible memory on %s", what,
+                                  w->o.device ? w->o.device : "cpu:0");
+          RG_RETURN_IF_ERROR(rg_transport_recv(
+              w->tp, peer_of(w, a->peer), rg__tag(h ? RG__K_HID : RG__K_ACT, w->step, mb, a->hop),
+              dst, xb, what, &p->recv));
+          p->recv_since = now_s();
+        }
+        bool done = false;
+        rg_status_t s = rg_transport_test(p->recv, &done);
+        if (!done && !s) {
+          if (now_s() - p->recv_since > w->step_timeout) {
+            s = rg_status_make(RG_DEADLINE_EXCEEDED,
+                               "%s: waited %.1f s for %zu bytes of micro-batch %d from %s for %s",
+                               w->names[w->me], now_s() - p->recv_since, xb, mb,
+                               a->peer < 0 ? "the coordinator" : w->names[a->peer],
+                               hop_name(w, a->hop, hn, sizeof hn));
+          } else {
+            *blocked = 1;
+            return NULL;
+          }
+        }
+        record(w, p->recv_since, now_s(), 2, mb, a->hop, w->hops[a->hop].layer, (double)xb);
+        rg_transport_req_free(p->recv);
+        p->recv = NULL;
+        RG_RETURN_IF_ERROR(s);
+        if (!h && w->x[mb].stage)
+          RG_RETURN_IF_ERROR(rg_buffer_write(w->x[mb].buf, 0, w->x[mb].stage, xb));
+        break;
+      }
+      case A_COPY_H: {
+        rg_queue_t *q = rg_stage_queue(w->stages[stage_index(w, a->hop)]);
+        RG_RETURN_IF_ERROR(
+            rg_queue_copy(q, rg_stage_ctx_hidden(w->ctx[stage_index(w, a->hop)][mb]), 0,
+                          rg_stage_ctx_hidden(w->ctx[stage_index(w, a->hop - 1)][mb]), 0, xb));
+        break;
+      }
+      case A_RUN:
+        RG_RETURN_IF_ERROR(run_hop(w, mb, a->hop));
+        break;
+      case A_SEND_X:
+        if (w->x[mb].stage) RG_RETURN_IF_ERROR(rg_buffer_read(w->x[mb].buf, 0, w->x[mb].stage, xb));
+        RG_RETURN_IF_ERROR(post_send(w, p, a->peer, rg__tag(RG__K_ACT, w->step, mb, a->hop),
+                                     host_of(&w->x[mb]), xb, a->hop, "hidden states"));
+        break;
+      case A_SEND_H: {
+        void *src = host_of_buf(rg_stage_ctx_hidden(w->ctx[stage_index(w, a->hop - 1)][mb]));
+        if (!src)
+          return rg_status_make(RG_UNIMPLEMENTED, "an expert split needs host-visible memory on %s",
+                                w->o.device ? w->o.device : "cpu:0");
+        RG_RETURN_IF_ERROR(post_send(w, p, a->peer, rg__tag(RG__K_HID, w->step, mb, a->hop), src,
+                                     xb, a->hop, "normed hidden states"));
+        break;
+      }
+      case A_SEND_LOGITS: {
+        size_t lb = (size_t)w->st[mb].n_logits * (size_t)w->a->vocab * sizeof(float);
+        if (w->logits[mb].stage && lb)
+          RG_RETURN_IF_ERROR(rg_buffer_read(w->logits[mb].buf, 0, w->logits[mb].stage, lb));
+        RG_RETURN_IF_ERROR(post_send(w, p, -1, rg__tag(RG__K_LOGITS, w->step, mb, 0),
+                                     host_of(&w->logits[mb]), lb, (int)w->n_hops, "logits"));
+        break;
+      }
+    }
+    p->pc++;
+  }
+  int all;
+  RG_RETURN_IF_ERROR(reap_sends(w, p, mb, &all));
+  *blocked = !all;
+  return NULL;
+}
+
+static void cancel_prog(prog_t *p) {
+  rg_transport_req_free(p->recv);
+  p->recv = NULL;
+  for (size_t i = 0; i < p->n_sends; i++) rg_transport_req_free(p->sends[i]);
+  p->n_sends = 0;
+}
+
+static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_t *flags) {
+  if (len < RG__STEP_HEAD || memcmp(msg, "RGSP", 4))
+    return rg_status_make(RG_INVALID_ARGUMENT, "a STEP message without its header");
+  uint64_t step;
+  uint32_t n_mb;
+  memcpy(&step, msg + 4, 8);
+  memcpy(flags, msg + 12, 4);
+  memcpy(&n_mb, msg + 16, 4);
+  uint32_t epoch;
+  memcpy(&epoch, msg + 20, 4);
+  if (epoch > (uint32_t)w->epoch) RG_RETURN_IF_ERROR(wait_peers(w, epoch));
+  if (step != w->step)
+    return rg_status_make(RG_INVALID_ARGUMENT, "STEP %llu where %llu was due",
+                          (unsigned long long)step, (unsigned long long)w->step);
+  if (n_mb < 1 || (int)n_mb > w->n_mb)
+    return rg_status_make(RG_INVALID_ARGUMENT, "STEP with %u micro-batches", n_mb);
+  w->trace = (*flags & RG__STEP_TRACE) != 0;
+  w->check = (*flags & RG__STEP_CHECK) != 0;
+  w->bad_hop = -1;
+  size_t off = RG__STEP_HEAD;
+  for (uint32_t m = 0; m < n_mb; m++) {
+    size_t used;
+    RG_RETURN_IF_ERROR(rg_step_decode(msg + off, len - off, &w->lim, &w->sb[m], &w->st[m], &used));
+    off += used;
+  }
+  const rg_arch_t *a = w->a;
+  rg_status_t s = NULL;
+  int begun = 0;
+  for (uint32_t m = 0; m < n_mb && !s; m++) {
+    s = ensure(w, &w->x[m], (size_t)w->st[m].n_tokens * (size_t)a->d_model * sizeof(float));
+    if (!s)
+      s = ensure(w, &w->logits[m], (size_t)w->st[m].n_logits * (size_t)a->vocab * sizeof(float));
+  }
+  for (int i = 0; i < w->n_stages && !s; i++)
+    for (uint32_t m = 0; m < n_mb && !s; m++)
+      s = rg_stage_begin(w->stages[i], w->ctx[i][m], &w->st[m]);
+  begun = !s;
+  prog_t *p = calloc(n_mb, sizeof *p);
+  if (!p && !s) s = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  for (uint32_t m = 0; m < n_mb && !s; m++) build_prog(w, &p[m]);
+  double idle = 0;
+  while (!s) {
+    int all_done = 1, progress = 0;
+    for (uint32_t m = 0; m < n_mb && !s; m++) {
+      size_t pc0 = p[m].pc;
+      int blocked = 0;
+      if (p[m].pc < p[m].n || p[m].n_sends) s = advance(w, &p[m], (int)m, &blocked);
+      progress |= p[m].pc != pc0;
+      if (p[m].pc < p[m].n || p[m].n_sends) all_done = 0;
+    }
+    if (s || all_done) break;
+    if (!progress) {
+      // Waiting on peers: spin briefly, then back off (a decode step waits
+      // microseconds on shm; an idle wait should cost no CPU).
+      idle = idle < 1e-3 ? idle + 5e-6 : idle;
+      if (idle > 2e-5) nap(idle);
+    } else {
+      idle = 0;
+    }
+  }
+  for (uint32_t m = 0; p && m < n_mb; m++) cancel_prog(&p[m]);
+  free(p);
+  for (int i = 0; begun && i < w->n_stages; i++)
+    for (uint32_t m = 0; m < n_mb; m++) {
+      if (s || w->check)
+        rg_stage_cancel(w->stages[i], w->ctx[i][m]);
+      else
+        rg_stage_end(w->stages[i], w->ctx[i][m]);
+    }
+  return s;
+}
+
+static rg_status_t send_done(worker_t *w, rg_status_t err) {
+  rg__done_t d = {0};
+  d.step = w->step;
+  d.status = err ? (int32_t)rg_status_code(err) : 0;
+  if (err) snprintf(d.text, sizeof d.text, "%s", rg_status_message(err));
+  d.bad_hop = w->bad_hop;
+  d.n_stages = (uint32_t)w->n_stages;
+  for (int i = 0; i < w->n_stages; i++) rg_stage_counters(w->stages[i], &d.stages[i]);
+  for (size_t i = 0; i < RG_CLUSTER_MAX_WORKERS + 1; i++)
+    if (w->links[i].messages) d.links[d.n_links++] = w->links[i];
+  d.events = w->events;
+  d.n_events = (uint32_t)w->n_events;
+  uint8_t *buf = NULL;
+  size_t cap = 0, len = 0;
+  rg_status_t s = rg__done_encode(&d, &buf, &cap, &len);
+  w->n_events = 0;
+  rg_transport_req_t *r = NULL;
+  if (!s)
+    s = rg_transport_send(w->tp, w->coord, rg__tag(RG__K_DONE, w->step, 0, 0), buf, len,
+                          "step report", &r);
+  if (!s) s = rg_transport_wait(r, w->step_timeout);
+  rg_transport_req_free(r);
+  free(buf);
+  return s;
+}
+
+// ----- The loop ------------------------------------------------------------------------
+
+static rg_status_t serve_steps(worker_t *w) {
+  size_t cap = rg__step_message_cap(&w->bounds, w->n_mb);
+  uint8_t *msg = malloc(cap);
+  if (!msg)
+    return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a %zu-byte step buffer", cap);
+  rg_status_t st = NULL;
+  rg_transport_req_t *r = NULL;
+  double idle = 0;
+  while (!st) {
+    if (!r && (st = rg_transport_recv(w->tp, w->coord, rg__tag(RG__K_STEP, w->step, 0, 0), msg, cap,
+                                      "a step", &r)))
+      break;
+    bool done = false;
+    rg_status_t rs = rg_transport_test(r, &done);
+    if (done) {
+      size_t len = rg_transport_req_bytes(r);
+      rg_transport_req_free(r);
+      r = NULL;
+      uint32_t flags = 0;
+      rg_status_t e = rs ? rs : run_step(w, msg, len, &flags);
+      st = send_done(w, e);
+      rg_status_free(e);
+      w->step++;
+      idle = 0;
+      continue;
+    }
+    rg_status_free(rs);
+    // Between steps: the control plane (shutdown, a coordinator gone).
+    rg_control_event_t ev;
+    rg_status_t cs = rg_control_client_recv(w->ctl, 0.0, &ev);
+    if (cs) {
+      st = cs;
+      break;
+    }
+    if (ev.kind == RG_CONTROL_EVENT_MESSAGE) {
+      if (ev.type == RG_CONTROL_MSG_SHUTDOWN) {
+        rg_control_event_deinit(&ev);
+        break;
+      }
+      if (ev.type == RG_CONTROL_MSG_PEER_TABLE)
+        st = take_peers(w, RG_CONTROL_MSG_AS(ev.msg, peer_table));
+    }
+    rg_control_event_deinit(&ev);
+    idle = idle < 2e-3 ? idle + 2e-5 : idle;
+    nap(idle);
+  }
+  rg_transport_req_free(r);
+  free(msg);
+  return st;
+}
+
+static rg_status_t wait_message(worker_t *w, rg_control_msg_type_t want, double timeout,
+                                rg_control_event_t *ev) {
+  double t0 = now_s();
+  for (;;) {
+    double left = timeout - (now_s() - t0);
+    if (left <= 0)
+      return rg_status_make(RG_DEADLINE_EXCEEDED, "no %s from the coordinator within %.0f s",
+                            rg_control_msg_name(want), timeout);
+    RG_RETURN_IF_ERROR(rg_control_client_recv(w->ctl, left, ev));
+    if (ev->kind == RG_CONTROL_EVENT_MESSAGE && ev->type == want) return NULL;
+    if (ev->kind == RG_CONTROL_EVENT_MESSAGE && ev->type == RG_CONTROL_MSG_SHUTDOWN) {
+      rg_control_event_deinit(ev);
+      return rg_status_make(RG_UNAVAILABLE, "the coordinator shut down before sending %s",
+                            rg_control_msg_name(want));
+    }
+    rg_control_event_deinit(ev);
+  }
+}
+
+rg_status_t rg_worker_run(const rg_worker_options_t *opt) {
+  worker_t *w = calloc(1, sizeof *w);
+  if (!w) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  w->o = *opt;
+  rg_status_t st = NULL;
+  char host[256];
+  int port;
+  const char *dev = opt->device ? opt->device : "cpu:0";
+  char driver[32];
+  int index = 0;
+  rg_device_options_t dopt = {.threads = opt->threads, .isa = opt->isa};
+  uint8_t addr[RG_TRANSPORT_ADDR_MAX];
+  size_t alen = 0;
+  rg_control_event_t ev = {0};
+  if ((st = rg_control_parse_endpoint(opt->coordinator ? opt->coordinator : "", host, sizeof host,
+                                      &port)))
+    goto done;
+  if ((st = rg_device_parse_name(dev, driver, sizeof driver, &index))) goto done;
+  rg_register_available_devices();
+  if ((st = rg_device_open(driver, index, &dopt, &w->dev))) goto done;
+  char tname[96];
+  snprintf(tname, sizeof tname, "%s (%s)", opt->name ? opt->name : "worker", dev);
+  rg_transport_options_t to = {
+      .kind = RG_TRANSPORT_FABRIC, .name = tname, .provider = opt->provider};
+  if ((st = rg_transport_create(&to, &w->tp))) goto done;
+  if ((st = rg_transport_address(w->tp, addr, sizeof addr, &alen))) goto done;
+  rg_control_client_options_t co = {.host = host,
+                                    .port = port,
+                                    .secret = opt->secret,
+                                    .connect_timeout_s = opt->connect_timeout_s,
+                                    .name = opt->name,
+                                    .device = dev,
+                                    .device_name = rg_device_info(w->dev)->name,
+                                    .class_hint = rg_device_info(w->dev)->class_hint,
+                                    .fabric_provider = rg_transport_provider(w->tp),
+                                    .fabric_address = addr,
+                                    .fabric_address_len = alen};
+  if ((st = rg_control_client_create(&co, &w->ctl))) goto done;
+  say(w, "joined %s", rg_control_client_peer(w->ctl));
+  if ((st = wait_message(w, RG_CONTROL_MSG_ASSIGN, 120, &ev))) goto done;
+  st = load(w, RG_CONTROL_MSG_AS(ev.msg, assign));
+  rg_control_event_deinit(&ev);
+  if (st) {
+    rg_control_error_t er = RIDGE__CONTROL__ERROR__INIT;
+    er.text = (char *)rg_status_message(st);
+    rg_status_free(rg_control_client_send(w->ctl, &er.base));
+    goto done;
+  }
+  rg_control_ready_t rd = RIDGE__CONTROL__READY__INIT;
+  rd.stages_loaded = (uint32_t)w->n_stages;
+  for (int i = 0; i < w->n_stages; i++) {
+    rd.weight_bytes += (uint64_t)rg_stage_weight_bytes(w->stages[i]);
+    rd.kv_bytes += (uint64_t)rg_stage_kv_bytes(w->stages[i]);
+  }
+  if ((st = rg_control_client_send(w->ctl, &rd.base))) goto done;
+  if ((st = wait_message(w, RG_CONTROL_MSG_PEER_TABLE, 120, &ev))) goto done;
+  st = take_peers(w, RG_CONTROL_MSG_AS(ev.msg, peer_table));
+  rg_control_event_deinit(&ev);
+  if (!st) st = serve_steps(w);
+done:
+  for (int m = 0; m < MAX_MB; m++) {
+    rg_buffer_release(w->x[m].buf), free(w->x[m].stage);
+    rg_buffer_release(w->logits[m].buf), free(w->logits[m].stage);
+    rg_step_buf_free(&w->sb[m]);
+  }
+  for (int i = 0; i < w->n_stages; i++) {
+    for (int m = 0; m < MAX_MB; m++) rg_stage_ctx_destroy(w->ctx[i][m]);
+    rg_stage_destroy(w->stages[i]);
+  }
+  rg_weight_cache_destroy(w->cache);
+  rg_model_close(w->model);
+  rg_control_client_destroy(w->ctl);
+  rg_transport_destroy(w->tp);
+  rg_device_close(w->dev);
+  free(w->events);
+  free(w);
+  return st;
+}

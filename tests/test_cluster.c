@@ -1,0 +1,479 @@
+// The dataflow runtime (runtime/cluster.h): layouts that cover a model
+// exactly once; every layout giving the single-process engine's logits bit
+// for bit (greedy, f32 KV, the same kernels); a worker killed mid-run named
+// in the error, and used again once it rejoins; workers refused without the
+// secret; `ridge run --layout` end to end.
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/fileio.h"
+#include "graphs/weights.h"
+#include "ops/convert.h"
+#include "runtime/cluster.h"
+#include "runtime/engine.h"
+#include "runtime/model.h"
+#include "runtime/serve.h"
+#include "tests/test.h"
+
+static const char *model_dir(rg_test_ctx_t *t, rg_testmodel_arch_t arch, const char *sub) {
+  static char dir[2][1024];
+  char *d = dir[arch == RG_TESTMODEL_MOE];
+  snprintf(d, sizeof dir[0], "%s/%s", rg_test_tmpdir(t), sub);
+  rg_testmodel_opts_t o = {0};
+  o.arch = arch;
+  o.size = RG_TESTMODEL_TINY;
+  o.dtype = RG_BF16;
+  o.gguf_type = RG_DTYPE_COUNT;
+  o.seed = 11;
+  rg_status_t st = rg_testmodel_write(d, &o, NULL);
+  if (st) {
+    rg_test_fail(t, __FILE__, __LINE__, "testmodel: %s", rg_status_message(st));
+    rg_status_free(st);
+    return NULL;
+  }
+  return d;
+}
+
+static rg_status_t arch_of(const char *dir, rg_arch_t *out) {
+  rg_model_t *m;
+  RG_RETURN_IF_ERROR(rg_model_open(dir, &m));
+  *out = *rg_model_arch(m);
+  rg_model_close(m);
+  return NULL;
+}
+
+static int has(const rg_status_t st, const char *what) {
+  return st && strstr(rg_status_message(st), what);
+}
+
+// ----- Layouts ---------------------------------------------------------------------
+
+RG_TEST(cluster_layouts_cover_every_layer_and_expert_exactly_once) {
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  const char *moe = model_dir(t, RG_TESTMODEL_MOE, "moe");
+  RG_REQUIRE(dense && moe);
+  rg_arch_t a, m;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  RG_REQUIRE_OK(arch_of(moe, &m));
+  static rg_cluster_hop_t hops[RG_CLUSTER_MAX_HOPS];
+  size_t n;
+  rg_cluster_layout_t l;
+
+  // attention-ffn: embed, then per layer attention on w0 and ffn on w1, then lm_head.
+  RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 2, &l));
+  RG_CHECK(l.n_workers == 2 && l.micro_batches == 2);
+  RG_REQUIRE_OK(rg_cluster_layout_hops(&a, &l, hops, RG_CLUSTER_MAX_HOPS, &n));
+  RG_CHECK(n == (size_t)(2 + 2 * a.n_layers));
+  RG_CHECK(hops[0].kind == RG_STAGE_EMBED && hops[0].worker == 0);
+  for (int64_t i = 0; i < a.n_layers; i++) {
+    RG_CHECK(hops[1 + 2 * i].kind == RG_STAGE_ATTENTION && hops[1 + 2 * i].worker == 0);
+    RG_CHECK(hops[1 + 2 * i].layer == i);
+    RG_CHECK(hops[2 + 2 * i].kind == RG_STAGE_FFN && hops[2 + 2 * i].worker == 1);
+  }
+  RG_CHECK(hops[n - 1].kind == RG_STAGE_LM_HEAD && hops[n - 1].worker == 0);
+
+  // pipeline: the second worker holds the later layers and lm_head.
+  RG_REQUIRE_OK(rg_cluster_layout_pipeline(&a, "cpu:0", "cpu:0", &l));
+  RG_REQUIRE_OK(rg_cluster_layout_hops(&a, &l, hops, RG_CLUSTER_MAX_HOPS, &n));
+  RG_CHECK(hops[1].worker == 0 && hops[n - 2].worker == 1 && hops[n - 1].worker == 1);
+
+  // experts: each MoE layer runs two instances, the second continuing the first.
+  RG_CHECK(has(rg_cluster_layout_experts(&a, "cpu:0", "cpu:0", &l), "needs an MoE model"));
+  RG_REQUIRE_OK(rg_cluster_layout_experts(&m, "cpu:0", "cpu:0", &l));
+  RG_REQUIRE_OK(rg_cluster_layout_hops(&m, &l, hops, RG_CLUSTER_MAX_HOPS, &n));
+  RG_CHECK(n == (size_t)(2 + 3 * m.n_layers));
+  RG_CHECK(hops[2].kind == RG_STAGE_MOE && !hops[2].continues && hops[3].continues);
+  RG_CHECK(hops[2].worker != hops[3].worker);
+
+  // Gaps and doubles are named.
+  rg_cluster_layout_t bad;
+  RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &bad));
+  bad.workers[1].n_stages = 0;  // no ffn at all
+  rg_status_t st = rg_cluster_layout_hops(&a, &bad, hops, RG_CLUSTER_MAX_HOPS, &n);
+  RG_CHECK(has(st, "ffn") && has(st, "layer 0"));
+  rg_status_free(st);
+  RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &bad));
+  RG_REQUIRE_OK(
+      rg_cluster_worker_add(&bad.workers[1], &bad.workers[0].stages[1]));  // attention twice
+  st = rg_cluster_layout_hops(&a, &bad, hops, RG_CLUSTER_MAX_HOPS, &n);
+  RG_CHECK(has(st, "two attention instances"));
+  rg_status_free(st);
+  // An expert left out of the split.
+  RG_REQUIRE_OK(rg_cluster_layout_experts(&m, "cpu:0", "cpu:0", &bad));
+  for (int s = 0; s < bad.workers[1].n_stages; s++)
+    if (bad.workers[1].stages[s].kind == RG_STAGE_MOE) bad.workers[1].stages[s].n_experts--;
+  st = rg_cluster_layout_hops(&m, &bad, hops, RG_CLUSTER_MAX_HOPS, &n);
+  RG_CHECK(has(st, "expert"));
+  rg_status_free(st);
+}
+
+// ----- Same logits as one process ---------------------------------------------------
+
+enum { N_REQ = 4, LEN = 21, OUT = 6 };
+
+static void make_requests(rg_serve_request_t *r, int32_t *ids) {
+  for (size_t i = 0; i < N_REQ; i++) {
+    for (size_t k = 0; k < LEN; k++) ids[i * LEN + k] = (int32_t)((i * 37 + k * 11 + 3) % 480);
+    r[i] = (rg_serve_request_t){i, ids + i * LEN, LEN - i * 3, OUT, {0, 0, 1, 0}, 0};
+  }
+}
+
+static rg_engine_options_t exact_options(void) {
+  // f32 KV, one thread and AVX-512 without bf16 dot products: the kernels
+  // every process picks the same way, so logits can be compared bit for bit.
+  return (rg_engine_options_t){.threads = 1,
+                               .kv_dtype = RG_F32,
+                               .kv_dtype_set = 1,
+                               .isa = RG_CPU_ISA_AVX512,
+                               .max_seqs = 4,
+                               .max_context = 64};
+}
+
+static int exact_isa_available(void) {
+  return rg_cpu_isa_best() >= RG_CPU_ISA_AVX512;
+}
+
+typedef struct {
+  float *logits;  // request 0's, OUT rows
+  int32_t tokens[N_REQ][OUT];
+} outputs_t;
+
+static rg_status_t serve_with(const rg_executor_t *x, int64_t vocab, outputs_t *o) {
+  int32_t ids[N_REQ * LEN];
+  rg_serve_request_t r[N_REQ];
+  make_requests(r, ids);
+  rg_serve_result_t res[N_REQ];
+  rg_serve_stats_t ss;
+  o->logits = calloc((size_t)OUT * (size_t)vocab, sizeof(float));
+  if (!o->logits) return rg_status_make(RG_OUT_OF_MEMORY, "oom");
+  rg_serve_options_t so = {
+      .max_batch_tokens = 24, .max_seqs = 4, .dump_logits = o->logits, .dump_rows = OUT};
+  RG_RETURN_IF_ERROR(rg_serve_on(x, r, N_REQ, &so, res, &ss));
+  for (size_t i = 0; i < N_REQ; i++)
+    for (int k = 0; k < OUT; k++) o->tokens[i][k] = k < res[i].n_tokens ? res[i].tokens[k] : -1;
+  rg_serve_results_free(res, N_REQ);
+  return NULL;
+}
+
+static rg_status_t serve_cluster(const char *dir, const rg_cluster_layout_t *l, int64_t vocab,
+                                 const char *trace, outputs_t *o, size_t *links) {
+  rg_cluster_options_t co = {.model_path = dir,
+                             .layout = *l,
+                             .engine = exact_options(),
+                             .launch = 1,
+                             .ridge_binary = rg_test_ridge_bin(),
+                             .trace_path = trace,
+                             .quiet = 1,
+                             .step_timeout_s = 60};
+  rg_cluster_t *c;
+  RG_RETURN_IF_ERROR(rg_cluster_create(&co, &c));
+  rg_executor_t x = rg_cluster_executor(c);
+  rg_status_t st = serve_with(&x, vocab, o);
+  if (links) *links = rg_cluster_link_count(c);
+  rg_cluster_destroy(c);
+  return st;
+}
+
+// exact: bit for bit. Otherwise (micro-batches) within rounding: a step
+// split in two runs its matmuls at half the rows, and the CPU kernels pick
+// their blocking by the row count, so sums round in another order.
+static void check_same(rg_test_ctx_t *t, const char *what, const outputs_t *want,
+                       const outputs_t *got, int64_t vocab, int exact) {
+  size_t diff = 0;
+  double md = 0, mx = 0;
+  for (size_t k = 0; k < (size_t)OUT * (size_t)vocab; k++) {
+    diff += want->logits[k] != got->logits[k];
+    md = fmax(md, fabs(want->logits[k] - got->logits[k]));
+    mx = fmax(mx, fabs(want->logits[k]));
+  }
+  printf("    %-34s %zu of %lld logits differ (max %g of %g)\n", what, diff,
+         (long long)OUT * (long long)vocab, md, mx);
+  if (exact)
+    RG_CHECK(diff == 0);
+  else
+    RG_CHECK(md <= 1e-5 * mx);
+  RG_CHECK(!memcmp(want->tokens, got->tokens, sizeof want->tokens));
+}
+
+RG_TEST(cluster_every_layout_gives_the_single_process_logits) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  const char *moe = model_dir(t, RG_TESTMODEL_MOE, "moe");
+  RG_REQUIRE(dense && moe);
+  const char *dirs[2] = {dense, moe};
+  for (int d = 0; d < 2; d++) {
+    rg_arch_t a;
+    RG_REQUIRE_OK(arch_of(dirs[d], &a));
+    rg_engine_options_t eo = exact_options();
+    rg_engine_t *e;
+    RG_REQUIRE_OK(rg_engine_create(dirs[d], &eo, &e));
+    rg_executor_t x = rg_engine_executor(e);
+    outputs_t want = {0};
+    rg_status_t st = serve_with(&x, a.vocab, &want);
+    rg_engine_destroy(e);
+    RG_REQUIRE_OK(st);
+    struct {
+      const char *name;
+      rg_cluster_layout_t l;
+    } ls[5];
+    int nl = 0;
+    ls[nl].name = "colocated";
+    RG_REQUIRE_OK(rg_cluster_layout_colocated(&a, "cpu:0", &ls[nl++].l));
+    ls[nl].name = "attention-ffn";
+    RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &ls[nl++].l));
+    ls[nl].name = "attention-ffn, 2 micro-batches";
+    RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 2, &ls[nl++].l));
+    ls[nl].name = "pipeline";
+    RG_REQUIRE_OK(rg_cluster_layout_pipeline(&a, "cpu:0", "cpu:0", &ls[nl++].l));
+    if (a.n_experts) {
+      ls[nl].name = "experts";
+      RG_REQUIRE_OK(rg_cluster_layout_experts(&a, "cpu:0", "cpu:0", &ls[nl++].l));
+    }
+    printf("    %s:\n", d ? "moe" : "llama");
+    for (int k = 0; k < nl; k++) {
+      outputs_t got = {0};
+      size_t links = 0;
+      st = serve_cluster(dirs[d], &ls[k].l, a.vocab, NULL, &got, &links);
+      RG_CHECK_OK(st);
+      if (!st) check_same(t, ls[k].name, &want, &got, a.vocab, ls[k].l.micro_batches < 2);
+      // Split layouts move hidden states between workers, not only logits.
+      if (!st && ls[k].l.n_workers > 1) RG_CHECK(links >= 2);
+      free(got.logits);
+    }
+    free(want.logits);
+  }
+}
+
+// The trace holds complete events from both workers, and is valid JSON.
+RG_TEST(cluster_trace_shows_both_workers_stages) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  rg_arch_t a;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  rg_cluster_layout_t l;
+  RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &l));
+  char trace[1100];
+  snprintf(trace, sizeof trace, "%s/trace.json", rg_test_tmpdir(t));
+  outputs_t got = {0};
+  RG_REQUIRE_OK(serve_cluster(dense, &l, a.vocab, trace, &got, NULL));
+  free(got.logits);
+  char *text = NULL;
+  size_t len = 0;
+  RG_REQUIRE_OK(rg_file_read_all(trace, "trace", 64u << 20, &text, &len));
+  cJSON *j = cJSON_Parse(text);
+  free(text);
+  RG_REQUIRE(j);
+  cJSON *ev = cJSON_GetObjectItem(j, "traceEvents");
+  RG_REQUIRE(cJSON_IsArray(ev));
+  int stages[2] = {0, 0}, sends = 0;
+  cJSON *e;
+  cJSON_ArrayForEach(e, ev) {
+    cJSON *name = cJSON_GetObjectItem(e, "name"), *pid = cJSON_GetObjectItem(e, "pid");
+    if (!cJSON_IsString(name) || !cJSON_IsNumber(pid)) continue;
+    if (strstr(name->valuestring, "attention") && pid->valueint >= 1) stages[0]++;
+    if (strstr(name->valuestring, "ffn") && pid->valueint >= 1) stages[1]++;
+    if (strstr(name->valuestring, "send")) sends++;
+  }
+  printf("    trace: %d attention, %d ffn events, %d sends\n", stages[0], stages[1], sends);
+  RG_CHECK(stages[0] > 0 && stages[1] > 0 && sends > 0);
+  cJSON_Delete(j);
+}
+
+// ----- Workers started by hand, one killed, one refused ------------------------------
+
+static pid_t start_worker(const char *port, const char *name, const char *secret) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char coord[64];
+    snprintf(coord, sizeof coord, "127.0.0.1:%s", port);
+    setenv("RIDGE_SECRET", secret, 1);
+    execl(rg_test_ridge_bin(), "ridge", "--quiet", "worker", "--coordinator", coord, "--name", name,
+          "--threads", "1", "--isa", "avx512", "--connect-timeout", "20", (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+static void reap(pid_t pid) {
+  if (pid <= 0) return;
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+// One step: prefill `n` tokens of sequence 0 (blocks 0..), logits of the last.
+static rg_status_t prefill(rg_cluster_t *c, rg_engine_t *e, const int32_t *ids, int32_t n,
+                           int64_t pos, float *logits) {
+  static const int32_t blocks[4] = {0, 1, 2, 3};
+  rg_step_entry_t en = {.pos = pos,
+                        .n = n,
+                        .tokens = ids,
+                        .blocks = blocks,
+                        .n_blocks = (int32_t)((pos + n + 15) / 16),
+                        .want_logits = 1};
+  return c ? rg_cluster_forward(c, &en, 1, logits) : rg_engine_forward(e, &en, 1, logits);
+}
+
+RG_TEST(cluster_names_a_killed_worker_and_uses_it_again_after_it_rejoins) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  rg_arch_t a;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  const char *secret_text = "test-secret-for-the-cluster";
+  rg_control_secret_t secret;
+  RG_REQUIRE_OK(rg_control_secret_from_text(secret_text, strlen(secret_text), &secret));
+  rg_cluster_options_t co = {.model_path = dense,
+                             .engine = exact_options(),
+                             .secret = &secret,
+                             .quiet = 1,
+                             .join_timeout_s = 30,
+                             .step_timeout_s = 3};
+  RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &co.layout));
+  // The workers are named by the layout; a stranger with the wrong secret is
+  // refused and does not take a place.
+  rg_cluster_t *c = NULL;
+  pid_t w0 = 0, w1 = 0, rogue = 0;
+  // rg_cluster_create waits for the workers: start them from a child that
+  // first learns the port. The port is fixed here by asking for one.
+  co.port = 20000 + (int)(getpid() % 20000);
+  char port[16];
+  snprintf(port, sizeof port, "%d", co.port);
+  rogue = start_worker(port, co.layout.workers[1].name, "not-the-secret");
+  w0 = start_worker(port, co.layout.workers[0].name, secret_text);
+  w1 = start_worker(port, co.layout.workers[1].name, secret_text);
+  rg_status_t st = rg_cluster_create(&co, &c);
+  RG_CHECK_OK(st);
+  int status = 0;
+  if (rogue > 0 && waitpid(rogue, &status, 0) == rogue)
+    RG_CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  rogue = 0;
+  if (st) goto out;
+
+  rg_engine_options_t eo = exact_options();
+  rg_engine_t *e = NULL;
+  RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
+  int32_t ids[24];
+  for (int k = 0; k < 24; k++) ids[k] = (k * 17 + 2) % 400;
+  size_t V = (size_t)a.vocab;
+  float *want = calloc(V, 4), *got = calloc(V, 4);
+  RG_REQUIRE(want && got);
+
+  RG_CHECK_OK(prefill(NULL, e, ids, 8, 0, want));
+  RG_CHECK_OK(prefill(c, NULL, ids, 8, 0, got));
+  RG_CHECK(!memcmp(want, got, V * 4));
+
+  // The FFN worker dies: the next step fails naming it, within its deadline.
+  reap(w1);
+  w1 = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  st = prefill(c, NULL, ids + 8, 8, 8, got);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  printf("    killed w1: %s (after %.2f s)\n", st ? rg_status_message(st) : "no error", took);
+  RG_CHECK(has(st, co.layout.workers[1].name));
+  RG_CHECK(took < 20);
+  rg_status_free(st);
+
+  // It comes back under the same name: it is assigned its stages again and
+  // the sequence carries on (the attention worker kept its KV).
+  w1 = start_worker(port, co.layout.workers[1].name, secret_text);
+  for (int tries = 0; tries < 400; tries++) {
+    st = prefill(c, NULL, ids + 8, 8, 8, got);
+    if (!st) break;
+    rg_status_free(st);
+    st = NULL;
+    struct timespec ns = {0, 50000000};
+    nanosleep(&ns, NULL);
+  }
+  RG_CHECK_OK(st);
+  RG_CHECK_OK(prefill(NULL, e, ids + 8, 8, 8, want));
+  RG_CHECK(!memcmp(want, got, V * 4));
+
+  // A worker that hangs (stopped, its sockets open) fails the step by its
+  // deadline or its heartbeats, named; started afresh, it serves again.
+  kill(w1, SIGSTOP);
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  st = prefill(c, NULL, ids + 16, 4, 16, got);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  printf("    stopped w1: %s (after %.2f s)\n", st ? rg_status_message(st) : "no error", took);
+  RG_CHECK(has(st, co.layout.workers[1].name));
+  RG_CHECK(took < 10);
+  rg_status_free(st);
+  reap(w1);
+  w1 = start_worker(port, co.layout.workers[1].name, secret_text);
+  for (int tries = 0; tries < 400; tries++) {
+    st = prefill(c, NULL, ids + 16, 4, 16, got);
+    if (!st) break;
+    rg_status_free(st);
+    st = NULL;
+    struct timespec ns = {0, 50000000};
+    nanosleep(&ns, NULL);
+  }
+  RG_CHECK_OK(st);
+  rg_engine_destroy(e);
+  free(want);
+  free(got);
+out:
+  rg_cluster_destroy(c);
+  reap(w0);
+  reap(w1);
+  reap(rogue);
+}
+
+// `ridge run --layout` end to end: the same tokens as without it, and the
+// per-link table in its JSON.
+RG_TEST(cluster_ridge_run_layout_matches_the_single_process_run) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  char *out[2] = {NULL, NULL};
+  const char *layouts[2] = {NULL, "attention-ffn"};
+  for (int k = 0; k < 2; k++) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "--quiet run --model %s --prompt-ids 4,8,15,16,23,42 -n 6 --temperature 0 "
+             "--threads 1 --isa avx512 --kv-dtype f32 --no-measure --json %s%s",
+             dense, layouts[k] ? "--micro-batches 2 --layout " : "", layouts[k] ? layouts[k] : "");
+    RG_CHECK(rg_test_run_ridge(t, cmd, &out[k]) == 0);
+  }
+  cJSON *j0 = cJSON_Parse(out[0]), *j1 = cJSON_Parse(out[1]);
+  RG_REQUIRE(j0 && j1);
+  char *t0 = cJSON_PrintUnformatted(cJSON_GetObjectItem(j0, "tokens"));
+  char *t1 = cJSON_PrintUnformatted(cJSON_GetObjectItem(j1, "tokens"));
+  RG_CHECK(t0 && t1 && !strcmp(t0, t1));
+  cJSON *links = cJSON_GetObjectItem(j1, "links");
+  RG_CHECK(cJSON_IsArray(links) && cJSON_GetArraySize(links) >= 3);
+  cJSON *stages = cJSON_GetObjectItem(j1, "stages");
+  RG_CHECK(cJSON_IsArray(stages) && cJSON_GetArraySize(stages) == 4);
+  free(t0);
+  free(t1);
+  cJSON_Delete(j0);
+  cJSON_Delete(j1);
+  free(out[0]);
+  free(out[1]);
+
+  // Bad combinations are refused before anything starts.
+  char cmd[2048];
+  char *o = NULL;
+  snprintf(cmd, sizeof cmd, "run --model %s --layout sideways", dense);
+  RG_CHECK(rg_test_run_ridge(t, cmd, &o) == 2);
+  RG_CHECK_CONTAINS(o, "expected colocated, attention-ffn, experts or pipeline");
+  free(o);
+  snprintf(cmd, sizeof cmd, "run --model %s --listen 127.0.0.1:1 --layout pipeline", dense);
+  RG_CHECK(rg_test_run_ridge(t, cmd, &o) == 2);
+  RG_CHECK_CONTAINS(o, "--listen needs --secret-file");
+  free(o);
+  RG_CHECK(rg_test_run_ridge(t, "worker", &o) == 2);
+  RG_CHECK_CONTAINS(o, "--coordinator");
+  free(o);
+}
