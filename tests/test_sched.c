@@ -928,6 +928,625 @@ RG_TEST(sched_check_finds_corruption) {
   rg_sched_destroy(s);
 }
 
+// --- imports (prefill-decode disaggregation) -----------------------------------
+
+static rg_status_t add_imported(rg_sched_t *s, uint64_t id, const int32_t *p, size_t n,
+                                int64_t max_tokens, double arrival, size_t n_computed,
+                                const int32_t *gen, size_t n_gen, int32_t *h) {
+  rg_sched_request_t q = {
+      .id = id, .prompt = p, .n_prompt = n, .max_tokens = max_tokens, .arrival = arrival};
+  return rg_sched_add_imported(s, &q, n_computed, gen, n_gen, h);
+}
+
+static const rg_sched_import_t *import_of(const rg_sched_batch_t *b, int32_t h) {
+  for (size_t i = 0; i < b->n_imports; i++)
+    if (b->imports[i].req == h) return &b->imports[i];
+  return NULL;
+}
+
+RG_TEST(sched_import_and_tier_refuse_bad_input) {
+  rg_sched_t *s = NULL;
+  rg_sched_config_t c = base_config();
+  c.n_tier_blocks = 8;
+  RG_CHECK_ERR(rg_sched_create(&c, &s),
+               "n_tier_blocks 8 needs prefix_cache on: the capacity tier holds only cached blocks");
+  c.prefix_cache = 1;
+  c.n_tier_blocks = -1;
+  RG_CHECK_ERR(rg_sched_create(&c, &s),
+               "n_tier_blocks -1 is out of range; use 0 (no capacity tier) to 2147483582");
+  c.n_tier_blocks = 0;
+  c.retention_s = 5;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "retention_s 5 s is set but n_tier_blocks is 0");
+  c.n_tier_blocks = 8;
+  c.retention_s = -1;
+  RG_CHECK_ERR(rg_sched_create(&c, &s),
+               "retention_s -1 must be a finite number of seconds >= 0 (0 = move idle blocks");
+  c.retention_s = INFINITY;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "retention_s inf must be a finite number");
+  RG_CHECK(s == NULL);
+  c.retention_s = 2;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  rg_sched_config_t got;
+  rg_sched_get_config(s, &got);
+  RG_CHECK(got.n_tier_blocks == 8 && got.retention_s == 2);
+
+  int32_t p[8], g[4] = {5, 6, 7, 8}, neg[2] = {5, -2}, h = 0;
+  fill(p, 8, 1);
+  RG_CHECK_ERR(rg_sched_add_imported(s, NULL, 8, g, 1, &h),
+               "rg_sched_add_imported: no request given");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 8, g, 0, &h),
+               "request 21: an imported request needs the tokens generated so far");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 8, NULL, 1, &h),
+               "request 21: n_generated is 1 but no generated tokens were given");
+  RG_CHECK_ERR(
+      add_imported(s, 21, p, 8, 4, 0, 8, g, 4, &h),
+      "request 21: 4 tokens generated already leave none of max_tokens 4 to generate here");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 8, neg, 2, &h),
+               "request 21: generated token 1 is -2; token ids must be >= 0");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 0, g, 1, &h),
+               "request 21: n_computed 0 is out of range; of its 9 known tokens (prompt 8 + "
+               "generated 1), positions 1 to 8 can have KV computed elsewhere");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 9, g, 1, &h), "n_computed 9 is out of range");
+  // The checks every request gets apply too.
+  RG_CHECK_ERR(add_imported(s, 22, p, 8, 250, 0, 8, g, 1, &h),
+               "request 22: prompt of 8 tokens plus 250 to generate exceeds max_context 256");
+  RG_CHECK_ERR(add_imported(s, 23, p, 0, 4, 0, 1, g, 1, &h), "request 23: the prompt is empty");
+  RG_CHECK(h == -1);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.n_state[RG_SCHED_WAITING] == 0 && st.tier_free == 8 && st.tier_used == 0);
+  rg_sched_block_info_t bi;
+  RG_CHECK_ERR(rg_sched_tier_block_info(s, 8, &bi),
+               "rg_sched_tier_block_info: block 8 is not in the capacity tier of 8 blocks");
+  RG_REQUIRE_OK(rg_sched_tier_block_info(s, 0, &bi));
+  RG_CHECK(bi.state == RG_SCHED_BLOCK_FREE && !bi.cached_key);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_import_is_admitted_as_a_decode_with_its_import) {
+  rg_sched_config_t c = base_config();
+  c.prefix_cache = 1;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t pa[80], p[10], g = 77, hA, hB, hC;
+  fill(pa, 80, 500);
+  fill(p, 10, 100);
+  // A long prefill already started, so the batch holds both kinds.
+  RG_REQUIRE_OK(add(s, 1, pa, 80, 4, 0, &hA));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_REQUIRE_OK(commit_all(s, &b, 0.05, 0));
+  RG_REQUIRE_OK(add_imported(s, 2, p, 10, 5, 0.05, 10, &g, 1, &hB));
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &info));
+  RG_CHECK(info.state == RG_SCHED_WAITING && info.n_output == 1 && info.output[0] == 77);
+  RG_CHECK(info.n_computed == 0 && info.n_blocks == 0);
+
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.1, &b));
+  RG_REQUIRE(b.n_entries == 2);
+  // Admitted straight into the decodes, ahead of the started prefill.
+  const rg_sched_entry_t *e = &b.entries[0];
+  RG_CHECK(e->req == hB && e->id == 2 && e->pos == 10 && e->n == 1 && !e->is_prefill);
+  RG_CHECK(e->want_logits && e->tokens[0] == 77 && e->n_blocks == 3);
+  RG_CHECK(b.entries[1].req == hA && b.entries[1].pos == 64 && b.entries[1].is_prefill);
+  RG_CHECK(b.n_decode_tokens == 1 && b.n_prefill_tokens == 16);
+  RG_CHECK(state_of(s, hB) == RG_SCHED_DECODING);
+  // Its whole prompt is imported into its own blocks, before the step.
+  RG_REQUIRE(b.n_imports == 1);
+  const rg_sched_import_t *im = &b.imports[0];
+  RG_CHECK(im->req == hB && im->id == 2 && im->pos_begin == 0 && im->pos_end == 10);
+  RG_REQUIRE(im->n_blocks == 3);
+  for (int i = 0; i < 3; i++) {
+    RG_CHECK(im->blocks[i] == e->blocks[i]);
+    RG_CHECK(refcount(s, im->blocks[i]) == 1);
+  }
+  int32_t blk[3] = {e->blocks[0], e->blocks[1], e->blocks[2]};
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 0.2, 0));
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &info));
+  RG_CHECK(info.n_output == 2 && info.output[1] == token_for(2, 11) && info.n_computed == 11);
+  RG_CHECK(info.n_import_tokens == 10 && info.n_cached_tokens == 0 && info.first_token == 0.2);
+  // Once imported its blocks are ordinary: the full ones joined the index.
+  rg_sched_block_info_t bi;
+  uint64_t k0 = key_of(p, 4, 0, UINT64_MAX);
+  RG_REQUIRE_OK(rg_sched_block_info(s, blk[0], &bi));
+  RG_CHECK(bi.cached_key && bi.key == k0);
+  RG_REQUIRE_OK(rg_sched_block_info(s, blk[1], &bi));
+  RG_CHECK(bi.cached_key && bi.key == key_of(p + 4, 4, k0, UINT64_MAX));
+  RG_REQUIRE_OK(rg_sched_block_info(s, blk[2], &bi));
+  RG_CHECK(!bi.cached_key);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.imports == 1 && st.import_tokens == 10 && st.import_blocks == 3);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.3, &b));
+  e = entry_of(&b, hB);
+  RG_REQUIRE(e);
+  RG_CHECK(e->pos == 11 && !e->is_prefill && b.n_imports == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.4, 0));
+
+  // Imported short of its last known token, it prefills the known tokens
+  // in between: the rest of the prompt and the tokens generated elsewhere.
+  int32_t pc[10], gc[3] = {7, 8, 9};
+  fill(pc, 10, 300);
+  RG_REQUIRE_OK(add_imported(s, 3, pc, 10, 6, 0.4, 6, gc, 3, &hC));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.5, &b));
+  e = entry_of(&b, hC);
+  RG_REQUIRE(e && e == &b.entries[b.n_entries - 1]);
+  RG_CHECK(e->pos == 6 && e->n == 7 && e->is_prefill && e->want_logits && e->n_blocks == 4);
+  RG_CHECK(e->tokens[3] == 309 && e->tokens[4] == 7 && e->tokens[6] == 9);
+  RG_CHECK(state_of(s, hC) == RG_SCHED_PREFILLING);
+  im = import_of(&b, hC);
+  RG_REQUIRE(im && b.n_imports == 1);
+  RG_CHECK(im->pos_begin == 0 && im->pos_end == 6 && im->n_blocks == 2);
+  RG_CHECK(im->blocks[0] == e->blocks[0] && im->blocks[1] == e->blocks[1]);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.6, 0));
+  RG_REQUIRE_OK(rg_sched_request_info(s, hC, &info));
+  RG_CHECK(info.state == RG_SCHED_DECODING && info.n_output == 4 &&
+           info.output[3] == token_for(3, 13));
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_import_prefix_hit_shrinks_the_import) {
+  rg_sched_t *s = cached_sched(t, 32, 0);
+  RG_REQUIRE(s);
+  int32_t x[12], y[12], g = 55, hy, hz;
+  fill(x, 12, 100);
+  memcpy(y, x, 8 * sizeof(int32_t));
+  fill(y + 8, 4, 900);
+  double now = 0;
+  run_alone(t, s, 1, x, 12, &now);
+  uint64_t k0 = key_of(x, 4, 0, UINT64_MAX), k1 = key_of(x + 4, 4, k0, UINT64_MAX);
+  // y's first 8 positions are cached here: only the rest is sent.
+  RG_REQUIRE_OK(add_imported(s, 2, y, 12, 3, now, 12, &g, 1, &hy));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.n_imports == 1);
+  const rg_sched_entry_t *e = &b.entries[0];
+  RG_CHECK(e->pos == 12 && !e->is_prefill && e->n_blocks == 4 && e->tokens[0] == 55);
+  const rg_sched_import_t *im = &b.imports[0];
+  RG_CHECK(im->pos_begin == 8 && im->pos_end == 12 && im->n_blocks == 1);
+  RG_CHECK(im->blocks[0] == e->blocks[2]);
+  rg_sched_block_info_t bi;
+  RG_REQUIRE_OK(rg_sched_block_info(s, e->blocks[0], &bi));
+  RG_CHECK(bi.key == k0 && bi.state == RG_SCHED_BLOCK_USED);
+  RG_REQUIRE_OK(rg_sched_block_info(s, e->blocks[1], &bi));
+  RG_CHECK(bi.key == k1);
+  int32_t x0 = e->blocks[0];
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hy, &info));
+  RG_CHECK(info.n_cached_tokens == 8 && info.n_import_tokens == 4 && info.n_computed == 12);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.import_tokens == 4 && st.import_blocks == 1 && st.prefix_hit_tokens == 8);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  // A prompt whose every full block is cached here imports nothing.
+  RG_REQUIRE_OK(add_imported(s, 3, x, 12, 3, now, 12, &g, 1, &hz));
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  e = entry_of(&b, hz);
+  RG_REQUIRE(e);
+  RG_CHECK(b.n_imports == 0 && e->pos == 12 && !e->is_prefill && e->blocks[0] == x0);
+  RG_CHECK(refcount(s, x0) == 2);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hz, &info));
+  RG_CHECK(info.n_cached_tokens == 12 && info.n_import_tokens == 0);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.imports == 2 && st.import_tokens == 4);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_import_waits_its_turn_within_caps_and_watermark) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 10;
+  c.watermark_blocks = 2;
+  c.max_seqs = 2;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t p[16], g = 3, hA, hI, hC, hJ;
+  fill(p, 16, 0);
+  RG_REQUIRE_OK(add(s, 1, p, 16, 8, 0, &hA));
+  // I needs 5 blocks; 4 of the 10 go to A, and 5 + the watermark's 2 > 6.
+  RG_REQUIRE_OK(add_imported(s, 2, p, 16, 8, 0, 16, &g, 1, &hI));
+  // C would fit, but waits behind I: first come, first served.
+  RG_REQUIRE_OK(add(s, 3, p, 2, 2, 0, &hC));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_CHECK(b.n_entries == 1 && b.entries[0].req == hA && b.n_imports == 0);
+  RG_CHECK(state_of(s, hI) == RG_SCHED_WAITING && state_of(s, hC) == RG_SCHED_WAITING);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  RG_REQUIRE_OK(rg_sched_abort(s, hA, 0.1));
+  // Not before its arrival either.
+  RG_REQUIRE_OK(add_imported(s, 4, p, 4, 4, 5.0, 4, &g, 1, &hJ));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.2, &b));
+  RG_REQUIRE(b.n_entries == 2 && b.n_imports == 1);
+  RG_CHECK(b.entries[0].req == hI && !b.entries[0].is_prefill && b.entries[0].pos == 16);
+  RG_CHECK(b.entries[1].req == hC && b.entries[1].is_prefill);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.3, 0));
+  // max_seqs 2: J, arrived now, waits for a sequence slot.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.0, &b));
+  RG_CHECK(b.n_entries == 2 && !entry_of(&b, hJ) && state_of(s, hJ) == RG_SCHED_WAITING);
+  RG_REQUIRE_OK(commit_all(s, &b, 5.1, 0));  // C finishes (max_tokens 2)
+  RG_CHECK(state_of(s, hC) == RG_SCHED_FINISHED);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.2, &b));
+  const rg_sched_entry_t *e = entry_of(&b, hJ);
+  RG_REQUIRE(e);
+  RG_CHECK(e->pos == 4 && !e->is_prefill && b.n_imports == 1 && b.imports[0].req == hJ);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 5.3, 0));
+  rg_sched_destroy(s);
+}
+
+// A (normal, 4-token prompt) and B (3-token prompt imported with its first
+// token) decode in step in a pool of 4 blocks of 4, until A's third block
+// preempts B, the newer.
+static void import_preempt_setup(rg_test_ctx_t *t, rg_sched_t *s, int32_t *hA, int32_t *hB,
+                                 double *now, rg_sched_batch_t *b) {
+  int32_t pa[4] = {1, 2, 3, 4}, pb[3] = {5, 6, 7}, g = 8;
+  RG_CHECK_OK(add(s, 1, pa, 4, 8, 0, hA));
+  RG_CHECK_OK(add_imported(s, 2, pb, 3, 8, 0, 3, &g, 1, hB));
+  for (;;) {
+    RG_CHECK_OK(rg_sched_schedule(s, *now, b));
+    RG_CHECK_OK(rg_sched_check(s));
+    if (b->n_preempted || b->n_entries == 0) return;
+    RG_CHECK_OK(commit_all(s, b, *now += 0.01, 0));
+    *now += 0.01;
+  }
+}
+
+RG_TEST(sched_import_preempted_by_recompute_recomputes_its_prompt) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 4;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t hA, hB;
+  double now = 0;
+  rg_sched_batch_t b;
+  import_preempt_setup(t, s, &hA, &hB, &now, &b);
+  RG_REQUIRE(b.n_preempted == 1 && b.preempted[0] == hB);
+  rg_sched_request_info_t ib;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  RG_CHECK(ib.state == RG_SCHED_WAITING && ib.n_computed == 0 && ib.n_output == 6);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  int readmitted = 0;
+  while (state_of(s, hB) != RG_SCHED_FINISHED) {
+    RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+    RG_CHECK_OK(rg_sched_check(s));
+    const rg_sched_entry_t *e = entry_of(&b, hB);
+    if (e && !readmitted) {
+      // Its prompt's KV is gone from here and elsewhere: it prefills the
+      // prompt and every token generated, its own first one included.
+      readmitted = 1;
+      RG_CHECK(b.n_imports == 0);
+      RG_CHECK(e->pos == 0 && e->n == 9 && e->is_prefill && e->want_logits);
+      RG_CHECK(e->tokens[0] == 5 && e->tokens[2] == 7 && e->tokens[3] == 8);
+    }
+    RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  }
+  RG_CHECK(readmitted);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  RG_CHECK(ib.n_output == 8 && ib.output[0] == 8 && ib.n_preemptions == 1);
+  for (int i = 1; i < 8; i++) RG_CHECK(ib.output[i] == token_for(2, 3 + i));
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_import_swapped_aborted_and_failed) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 4;
+  c.n_swap_blocks = 8;
+  c.preempt = RG_SCHED_PREEMPT_SWAP;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t hA, hB;
+  double now = 0;
+  rg_sched_batch_t b;
+  import_preempt_setup(t, s, &hA, &hB, &now, &b);
+  RG_REQUIRE(b.n_preempted == 1 && state_of(s, hB) == RG_SCHED_SWAPPED && b.n_swap_out == 2);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  int back = 0;
+  while (state_of(s, hB) != RG_SCHED_FINISHED) {
+    RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+    const rg_sched_entry_t *e = entry_of(&b, hB);
+    if (b.n_swap_in) {
+      back = 1;
+      RG_REQUIRE(e);
+      RG_CHECK(!e->is_prefill && e->pos == 8 && b.n_swap_in == 2 && b.n_imports == 0);
+    }
+    RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  }
+  RG_CHECK(back);
+  rg_sched_request_info_t ib;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  for (int i = 1; i < 8; i++) RG_CHECK(ib.output[i] == token_for(2, 3 + i));
+
+  // Aborted while waiting, and in the very batch that lists its import:
+  // its blocks return at once and its entry is skipped at commit.
+  int32_t p[6], g = 9, hW, hI, hD;
+  fill(p, 6, 60);
+  RG_REQUIRE_OK(add_imported(s, 3, p, 6, 4, now + 100, 6, &g, 1, &hW));
+  RG_REQUIRE_OK(rg_sched_abort(s, hW, now));
+  RG_CHECK(state_of(s, hW) == RG_SCHED_ABORTED);
+  RG_REQUIRE_OK(add_imported(s, 4, p, 6, 4, now, 6, &g, 1, &hI));
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  RG_REQUIRE(b.n_imports == 1 && b.imports[0].req == hI && entry_of(&b, hI));
+  RG_REQUIRE_OK(rg_sched_abort(s, hI, now));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_used == 0);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_result_t r = {hI, 1, 0};
+  RG_REQUIRE_OK(rg_sched_commit(s, now += 0.01, &r, 1));
+  RG_CHECK(state_of(s, hI) == RG_SCHED_ABORTED);
+  // Failed once decoding, e.g. when the KV it imported turned out bad.
+  RG_REQUIRE_OK(add_imported(s, 5, p, 6, 4, now, 6, &g, 1, &hD));
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  RG_REQUIRE(state_of(s, hD) == RG_SCHED_DECODING);
+  RG_REQUIRE_OK(rg_sched_fail(s, hD, now, "KV page from prefill worker 1 failed its checksum"));
+  RG_REQUIRE_OK(rg_sched_request_info(s, hD, &ib));
+  RG_CHECK(ib.state == RG_SCHED_FAILED && ib.n_blocks == 0 &&
+           strcmp(ib.reason, "KV page from prefill worker 1 failed its checksum") == 0);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_used == 0 && st.swap_used == 0 && st.imports == 3);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+// --- the capacity tier (golden-time retention) -------------------------------------
+
+static rg_sched_t *tier_sched(rg_test_ctx_t *t, int64_t n_blocks, int64_t n_tier, double keep) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = n_blocks;
+  c.prefix_cache = 1;
+  c.n_tier_blocks = n_tier;
+  c.retention_s = keep;
+  rg_sched_t *s = NULL;
+  RG_CHECK_OK(rg_sched_create(&c, &s));
+  return s;
+}
+
+// Schedules one batch, commits it, and returns it (its arrays stay valid
+// until the next schedule).
+static rg_status_t step(rg_sched_t *s, double at, double done, rg_sched_batch_t *b) {
+  RG_RETURN_IF_ERROR(rg_sched_schedule(s, at, b));
+  return commit_all(s, b, done, 0);
+}
+
+RG_TEST(sched_tier_offloads_idle_blocks_after_the_retention_window) {
+  rg_sched_t *s = tier_sched(t, 16, 8, 1.0);
+  RG_REQUIRE(s);
+  int32_t p[9], h;
+  fill(p, 9, 10);
+  RG_REQUIRE_OK(add(s, 1, p, 9, 1, 0, &h));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(step(s, 0, 0.25, &b));  // its two full blocks idle from 0.25 on
+  int32_t b0 = b.entries[0].blocks[0], b1 = b.entries[0].blocks[1];
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.0, &b));
+  RG_CHECK(b.n_offloads == 0);
+  // Exactly the window: not yet, only longer than it.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.25, &b));
+  RG_CHECK(b.n_offloads == 0 && block_state(s, b0) == RG_SCHED_BLOCK_CACHED);
+  // A hit inside the window restarts the clock.
+  RG_REQUIRE_OK(add(s, 2, p, 9, 1, 1.25, &h));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.25, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.entries[0].pos == 8 && b.entries[0].blocks[0] == b0);
+  RG_CHECK(b.n_offloads == 0 && b.n_reloads == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, 1.5, 0));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2.25, &b));
+  RG_CHECK(b.n_offloads == 0);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2.75, &b));
+  // Oldest first: the tail block was released before the head.
+  RG_REQUIRE(b.n_offloads == 2 && b.n_entries == 0);
+  RG_CHECK(b.offloads[0].src == b1 && b.offloads[0].dst == 0);
+  RG_CHECK(b.offloads[1].src == b0 && b.offloads[1].dst == 1);
+  RG_CHECK(block_state(s, b0) == RG_SCHED_BLOCK_FREE && block_state(s, b1) == RG_SCHED_BLOCK_FREE);
+  rg_sched_block_info_t bi;
+  uint64_t k0 = key_of(p, 4, 0, UINT64_MAX);
+  RG_REQUIRE_OK(rg_sched_tier_block_info(s, 1, &bi));
+  RG_CHECK(bi.state == RG_SCHED_BLOCK_CACHED && bi.cached_key && bi.key == k0);
+  RG_REQUIRE_OK(rg_sched_tier_block_info(s, 0, &bi));
+  RG_CHECK(bi.state == RG_SCHED_BLOCK_CACHED && bi.key == key_of(p + 4, 4, k0, UINT64_MAX));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_offloaded == 2 && st.tier_used == 2 && st.tier_free == 6);
+  RG_CHECK(st.blocks_cached == 0 && st.blocks_free == 16 && st.blocks_evicted == 0);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 10, &b));
+  RG_CHECK(b.n_offloads == 0);
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_tier_session_reloads_its_prefix_and_computes_the_rest) {
+  rg_sched_t *s = tier_sched(t, 16, 8, 1.0);
+  RG_REQUIRE(s);
+  int32_t p1[10], p2[18], h1, h2;
+  fill(p1, 10, 40);
+  RG_REQUIRE_OK(add(s, 1, p1, 10, 3, 0, &h1));
+  rg_sched_batch_t b;
+  double now = 0;
+  int32_t dev1[3];
+  for (int k = 0; state_of(s, h1) != RG_SCHED_FINISHED; k++) {
+    RG_REQUIRE_OK(step(s, now, now + 0.125, &b));
+    if (k == 0) memcpy(dev1, b.entries[0].blocks, sizeof dev1);
+    now += 0.25;
+  }
+  // The person thinks past the golden time: all 12 computed positions go.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.0, &b));
+  RG_REQUIRE(b.n_offloads == 3);
+  int32_t tier_of[3] = {-1, -1, -1};
+  for (size_t j = 0; j < 3; j++)
+    for (int i = 0; i < 3; i++)
+      if (b.offloads[j].src == dev1[i]) tier_of[i] = b.offloads[j].dst;
+  // The next turn re-reads everything so far and adds a question.
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, h1, &info));
+  memcpy(p2, p1, sizeof p1);
+  memcpy(p2 + 10, info.output, 3 * sizeof(int32_t));
+  fill(p2 + 13, 5, 900);
+  RG_REQUIRE_OK(add(s, 2, p2, 18, 2, 5.0, &h2));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.0, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.n_reloads == 3 && b.n_offloads == 0);
+  const rg_sched_entry_t *e = &b.entries[0];
+  RG_CHECK(e->pos == 12 && e->n == 6 && e->is_prefill && e->want_logits && e->n_blocks == 5);
+  uint64_t key = 0;
+  for (int i = 0; i < 3; i++) {
+    RG_CHECK(b.reloads[i].src == tier_of[i] && b.reloads[i].dst == e->blocks[i]);
+    rg_sched_block_info_t bi;
+    RG_REQUIRE_OK(rg_sched_block_info(s, e->blocks[i], &bi));
+    key = key_of(p2 + 4 * i, 4, key, UINT64_MAX);
+    RG_CHECK(bi.state == RG_SCHED_BLOCK_USED && bi.cached_key && bi.key == key);
+    RG_REQUIRE_OK(rg_sched_tier_block_info(s, tier_of[i], &bi));
+    RG_CHECK(bi.state == RG_SCHED_BLOCK_FREE && !bi.cached_key);
+  }
+  RG_REQUIRE_OK(rg_sched_request_info(s, h2, &info));
+  RG_CHECK(info.n_cached_tokens == 12 && info.n_tier_tokens == 12 && info.n_computed == 12);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_reloaded == 3 && st.tier_hit_tokens == 12 && st.tier_used == 0);
+  RG_CHECK(st.prefix_hit_tokens == 12 && st.tier_free == 8);
+  // The tier blocks it came from are free, but only for later batches: an
+  // offload in this one could overwrite them before the reload runs.
+  RG_CHECK(s->n_tier_free == 5 && s->n_tier_pending == 3);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 5.1, 0));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.2, &b));
+  RG_CHECK(s->n_tier_free == 8 && s->n_tier_pending == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, 5.3, 0));
+  RG_CHECK(state_of(s, h2) == RG_SCHED_FINISHED);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_cached == 4 && st.blocks_used == 0);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_tier_full_drops_the_least_recently_used) {
+  rg_sched_t *s = tier_sched(t, 16, 2, 1.0);
+  RG_REQUIRE(s);
+  int32_t pa[9], pb[9], h, hA, hB;
+  fill(pa, 9, 100);
+  fill(pb, 9, 200);
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(add(s, 1, pa, 9, 1, 0, &h));
+  RG_REQUIRE_OK(step(s, 0, 0.25, &b));
+  RG_REQUIRE_OK(add(s, 2, pb, 9, 1, 0.5, &h));
+  RG_REQUIRE_OK(step(s, 0.5, 0.75, &b));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.5, &b));  // A's two blocks fill the tier
+  RG_CHECK(b.n_offloads == 2);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2.0, &b));  // B's push them out
+  RG_REQUIRE(b.n_offloads == 2);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_dropped == 2 && st.tier_used == 2 && st.blocks_cached == 0);
+  uint64_t kb0 = key_of(pb, 4, 0, UINT64_MAX);
+  rg_sched_block_info_t bi;
+  int found = 0;
+  for (int32_t i = 0; i < 2; i++) {
+    RG_REQUIRE_OK(rg_sched_tier_block_info(s, i, &bi));
+    found += bi.key == kb0;
+  }
+  RG_CHECK(found == 1);
+  RG_CHECK(rg__index_find(s, key_of(pa, 4, 0, UINT64_MAX)) < 0);
+  // Both sessions return: A's prefix is gone and recomputed, B's reloaded.
+  RG_REQUIRE_OK(add(s, 3, pa, 9, 1, 2.0, &hA));
+  RG_REQUIRE_OK(add(s, 4, pb, 9, 1, 2.0, &hB));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2.0, &b));
+  const rg_sched_entry_t *ea = entry_of(&b, hA), *eb = entry_of(&b, hB);
+  RG_REQUIRE(ea && eb);
+  RG_CHECK(ea->pos == 0 && ea->n == 9 && eb->pos == 8 && eb->n == 1 && b.n_reloads == 2);
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hA, &info));
+  RG_CHECK(info.n_cached_tokens == 0);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &info));
+  RG_CHECK(info.n_cached_tokens == 8 && info.n_tier_tokens == 8);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 2.1, 0));
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_reloaded == 2 && st.tier_hit_tokens == 8 && st.tier_used == 0);
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_tier_retention_zero_moves_blocks_only_under_pressure) {
+  rg_sched_t *s = tier_sched(t, 6, 8, 0);
+  RG_REQUIRE(s);
+  int32_t pa[9], px[21], h, hA;
+  fill(pa, 9, 100);
+  fill(px, 21, 700);
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(add(s, 1, pa, 9, 1, 0, &h));
+  RG_REQUIRE_OK(step(s, 0, 0.25, &b));  // A: blocks 0 and 1 cached, 2 free
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1000, &b));
+  RG_CHECK(b.n_offloads == 0);
+  // X needs the whole pool: the 4 free blocks, then A's two, moved down
+  // (tail first) rather than lost.
+  RG_REQUIRE_OK(add(s, 2, px, 21, 1, 1000, &h));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1000, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.n_offloads == 2 && b.entries[0].n_blocks == 6);
+  const rg_sched_entry_t *e = &b.entries[0];
+  RG_CHECK(b.offloads[0].src == 1 && b.offloads[0].dst == 0);
+  RG_CHECK(b.offloads[1].src == 0 && b.offloads[1].dst == 1);
+  // The emptied blocks are written by this very step, after the copies.
+  RG_CHECK(e->blocks[4] == 1 && e->blocks[5] == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, 1000.25, 0));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_offloaded == 2 && st.blocks_evicted == 2 && st.tier_used == 2);
+  RG_CHECK(st.blocks_cached == 5 && st.blocks_free == 1);
+  // A returns: its prefix comes back up while X's oldest blocks go down,
+  // in one batch; block 1 is emptied by an offload and refilled by a
+  // reload, which is why offloads run first.
+  RG_REQUIRE_OK(add(s, 3, pa, 9, 1, 1000.25, &hA));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1000.5, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.n_reloads == 2 && b.n_offloads == 2);
+  e = &b.entries[0];
+  RG_CHECK(e->pos == 8 && e->blocks[0] == 0 && e->blocks[1] == 1 && e->blocks[2] == 5);
+  RG_CHECK(b.reloads[0].src == 1 && b.reloads[0].dst == 0);
+  RG_CHECK(b.reloads[1].src == 0 && b.reloads[1].dst == 1);
+  RG_CHECK(b.offloads[0].src == 1 && b.offloads[1].src == 5);
+  RG_CHECK(b.offloads[0].dst == 2 && b.offloads[1].dst == 3);  // not the tier blocks being read
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 1000.75, 0));
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_offloaded == 4 && st.blocks_reloaded == 2 && st.blocks_evicted == 4);
+  RG_CHECK(st.tier_hit_tokens == 8 && st.tier_used == 2 && st.blocks_dropped == 0);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_check_finds_tier_corruption) {
+  rg_sched_t *s = tier_sched(t, 16, 4, 1.0);
+  RG_REQUIRE(s);
+  int32_t p[9], h;
+  fill(p, 9, 3);
+  RG_REQUIRE_OK(add(s, 1, p, 9, 1, 0, &h));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(step(s, 0, 0.25, &b));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2, &b));
+  RG_REQUIRE(b.n_offloads == 2);
+  RG_REQUIRE_OK(rg_sched_check(s));
+  int32_t t0 = s->n_blocks + b.offloads[0].dst;
+  s->blocks[t0].indexed = 0;
+  RG_CHECK_ERR(rg_sched_check(s), "is on the tier's LRU list but holds no cached block");
+  s->blocks[t0].indexed = 1;
+  s->tier_free[s->n_tier_free++] = t0;
+  RG_CHECK_ERR(rg_sched_check(s), "is on a free list but holds a cached block");
+  s->n_tier_free--;
+  s->tier_pending[s->n_tier_pending++] = s->tier_free[0];
+  RG_CHECK_ERR(rg_sched_check(s), "is free twice");
+  s->n_tier_pending--;
+  s->n_tier_cached++;
+  RG_CHECK_ERR(rg_sched_check(s), "2 tier blocks hold cached blocks but the count says 3");
+  s->n_tier_cached--;
+  // One key in two places: the device block it left still indexed.
+  int32_t d = b.offloads[0].src;
+  s->blocks[d].indexed = 1;
+  RG_CHECK_ERR(rg_sched_check(s), "is referenced, indexed or off the free list");
+  s->blocks[d].indexed = 0;
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
 // --- random request streams ----------------------------------------------------
 //
 // A fake model stands in for the engine: the "KV" it writes at a position is
