@@ -9,9 +9,10 @@
 // the same calls in the same order always give the same decisions.
 //
 // The caller owns the KV memory; sched owns which block holds what. Block
-// ids (0 .. n_blocks-1 on the device, 0 .. n_swap_blocks-1 in the swap tier)
-// are the only thing that crosses: a runtime whose workers each keep the KV
-// of their own layers indexes every pool by the same ids.
+// ids (0 .. n_blocks-1 on the device, 0 .. n_swap_blocks-1 in the swap tier,
+// 0 .. n_tier_blocks-1 in the capacity tier) are the only thing that
+// crosses: a runtime whose workers each keep the KV of their own layers
+// indexes every pool by the same ids.
 //
 // One iteration, as the caller runs it:
 //
@@ -33,10 +34,11 @@
 //     4. sample a token for each entry with want_logits;
 //   rg_sched_commit(s, now, results, n)
 //
-// Entries come in this order: running decodes (1 token each), then the next
-// chunks of prefills already started, then new prefills from the waiting
-// queue (first come, first served), within max_batch_tokens tokens and
-// max_seqs sequences. A block table always covers pos + n, which is also the
+// Entries come in this order: running decodes (1 token each; swapped-in and
+// newly admitted imported decodes among them), then the next chunks of
+// prefills already started, then new prefills from the waiting queue (first
+// come, first served), within max_batch_tokens tokens and max_seqs
+// sequences. A block table always covers pos + n, which is also the
 // entry's context length (what a simulator needs to cost it). Blocks shared
 // through the prefix cache lie wholly below pos, so no entry ever writes a
 // block another request reads.
@@ -109,11 +111,13 @@
 // rg_sched_check() verifies all of this.
 //
 // Ownership: rg_sched_create returns a scheduler the caller destroys.
-// rg_sched_add copies the prompt. Everything a batch, an info or a stats
-// call hands out is borrowed: a batch's arrays and the pointers in its
-// entries until the next rg_sched_schedule (or the release of that entry's
-// request, if sooner); an info's pointers until that request is released.
-// Status messages belong to the caller. Not thread-safe: one caller drives a scheduler.
+// rg_sched_add copies the prompt, rg_sched_add_imported the prompt and the
+// generated tokens. Everything a batch, an info or a stats call hands out
+// is borrowed: a batch's arrays and the pointers in its entries and imports
+// until the next rg_sched_schedule (or the release of that request, if
+// sooner); an info's pointers until that request is released. Status
+// messages belong to the caller. Not thread-safe: one caller drives a
+// scheduler.
 #ifndef RG_SCHED_SCHED_H
 #define RG_SCHED_SCHED_H
 
