@@ -168,6 +168,27 @@ static rg_status_t resolve_config(const rg_sched_config_t *in, rg_sched_config_t
                           "scheduler config: watermark_blocks %" PRId64
                           " must be -1 (none), 0 (1%% of the pool) or fewer than n_blocks %" PRId64,
                           c->watermark_blocks, c->n_blocks);
+  if (c->n_tier_blocks < 0 || c->n_tier_blocks >= INT32_MAX - c->n_blocks)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "scheduler config: n_tier_blocks %" PRId64
+                          " is out of range; use 0 (no capacity tier) to %" PRId64,
+                          c->n_tier_blocks, (int64_t)INT32_MAX - 1 - c->n_blocks);
+  if (c->n_tier_blocks > 0 && !c->prefix_cache)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "scheduler config: n_tier_blocks %" PRId64
+                          " needs prefix_cache on: the capacity tier holds only cached blocks",
+                          c->n_tier_blocks);
+  if (!isfinite(c->retention_s) || c->retention_s < 0)
+    return rg_status_make(
+        RG_INVALID_ARGUMENT,
+        "scheduler config: retention_s %g must be a finite number of seconds >= 0 "
+        "(0 = move idle blocks to the tier only when the device needs the room)",
+        c->retention_s);
+  if (c->retention_s > 0 && c->n_tier_blocks == 0)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "scheduler config: retention_s %g s is set but n_tier_blocks is 0; give "
+                          "the capacity tier's size in blocks, or leave retention_s at 0",
+                          c->retention_s);
   if (c->hash_bits < 0 || c->hash_bits > 64)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "scheduler config: hash_bits %d is out of range; use 1 to 64 (0 = 64)",
@@ -186,6 +207,7 @@ rg_status_t rg_sched_create(const rg_sched_config_t *config, rg_sched_t **out) {
   s->bs = c.block_size;
   s->n_blocks = (int32_t)c.n_blocks;
   s->n_swap = (int32_t)c.n_swap_blocks;
+  s->n_tier = (int32_t)c.n_tier_blocks;
   s->watermark = c.watermark_blocks < 0 ? 0
                  : c.watermark_blocks   ? c.watermark_blocks
                                         : c.n_blocks / 100;
@@ -201,13 +223,18 @@ rg_status_t rg_sched_create(const rg_sched_config_t *config, rg_sched_t **out) {
   s->slot_stamp = calloc(m, sizeof(*s->slot_stamp));
   s->slot_result = calloc(m, sizeof(*s->slot_result));
   s->preempted = malloc(m * sizeof(*s->preempted));
+  s->imports = malloc(m * sizeof(*s->imports));
   // A swap-out or swap-in moves each swap block at most once per batch.
   size_t ns = s->n_swap ? (size_t)s->n_swap : 1;
   s->swap_free = malloc(ns * sizeof(*s->swap_free));
   s->swap_out = malloc(ns * sizeof(*s->swap_out));
   s->swap_in = malloc(ns * sizeof(*s->swap_in));
+  size_t nt = s->n_tier ? (size_t)s->n_tier : 1;
+  s->offloads = malloc(nt * sizeof(*s->offloads));
+  s->reloads = malloc(nt * sizeof(*s->reloads));
   if (!s->entries || !s->seg[0] || !s->seg[1] || !s->seg[2] || !s->slot_gone || !s->slot_stamp ||
-      !s->slot_result || !s->preempted || !s->swap_free || !s->swap_out || !s->swap_in) {
+      !s->slot_result || !s->preempted || !s->imports || !s->swap_free || !s->swap_out ||
+      !s->swap_in || !s->offloads || !s->reloads) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory for batches of %d sequences", c.max_seqs);
     goto fail_buffers;
   }
@@ -217,9 +244,12 @@ rg_status_t rg_sched_create(const rg_sched_config_t *config, rg_sched_t **out) {
   return NULL;
 
 fail_buffers:
+  free(s->reloads);
+  free(s->offloads);
   free(s->swap_in);
   free(s->swap_out);
   free(s->swap_free);
+  free(s->imports);
   free(s->preempted);
   free(s->slot_result);
   free(s->slot_stamp);
@@ -244,9 +274,12 @@ void rg_sched_destroy(rg_sched_t *s) {
     if (s->reqs[h].in_use) free_req(&s->reqs[h]);
   free(s->free_handles);
   free(s->reqs);
+  free(s->reloads);
+  free(s->offloads);
   free(s->swap_in);
   free(s->swap_out);
   free(s->swap_free);
+  free(s->imports);
   free(s->preempted);
   free(s->slot_result);
   free(s->slot_stamp);
@@ -290,9 +323,9 @@ static rg_status_t grow_handles(rg_sched_t *s) {
   return NULL;
 }
 
-rg_status_t rg_sched_add(rg_sched_t *s, const rg_sched_request_t *q, int32_t *out_handle) {
-  *out_handle = -1;
-  if (!q) return rg_status_make(RG_INVALID_ARGUMENT, "rg_sched_add: no request given");
+// The checks rg_sched_add and rg_sched_add_imported share: a request that
+// could never run is refused here, naming the numbers.
+static rg_status_t check_request(const rg_sched_t *s, const rg_sched_request_t *q) {
   uint64_t id = q->id;
   if (q->n_prompt == 0)
     return rg_status_make(RG_INVALID_ARGUMENT,
@@ -333,10 +366,19 @@ rg_status_t rg_sched_add(rg_sched_t *s, const rg_sched_request_t *q, int32_t *ou
                             "request %" PRIu64 ": prompt token %zu is %" PRId32
                             "; token ids must be >= 0",
                             id, i, q->prompt[i]);
+  return NULL;
+}
 
+// Records a checked request: the prompt, then `generated` (n_generated
+// tokens) as its output so far; n_remote positions have KV elsewhere.
+static rg_status_t insert_request(rg_sched_t *s, const rg_sched_request_t *q,
+                                  const int32_t *generated, size_t n_generated, int64_t n_remote,
+                                  int32_t *out_handle) {
+  uint64_t id = q->id;
+  int64_t n_total = (int64_t)q->n_prompt + q->max_tokens;
   int32_t cap = (int32_t)rg__sched_blocks_for(s, n_total);
   // One allocation for every per-request array, 8-byte members first.
-  size_t bytes = (size_t)cap * (2 * sizeof(uint64_t) + 3 * sizeof(int32_t)) +
+  size_t bytes = (size_t)cap * (2 * sizeof(uint64_t) + 2 * sizeof(int32_t)) +
                  (size_t)n_total * sizeof(int32_t);
   uint64_t *mem = malloc(bytes);
   if (!mem)
@@ -360,15 +402,16 @@ rg_status_t rg_sched_add(rg_sched_t *s, const rg_sched_request_t *q, int32_t *ou
   r->id = id;
   r->n_prompt = (int64_t)q->n_prompt;
   r->max_tokens = q->max_tokens;
-  r->n_known = r->n_prompt;
+  r->n_known = r->n_prompt + (int64_t)n_generated;
+  r->n_remote = n_remote;
   r->cap_blocks = cap;
   r->keys = mem;
-  r->canon_gen = r->keys + cap;
-  r->table = (int32_t *)(r->canon_gen + cap);
+  r->canon = r->keys + cap;
+  r->table = (int32_t *)(r->canon + cap);
   r->swap = r->table + cap;
-  r->canon = r->swap + cap;
-  r->tokens = r->canon + cap;
+  r->tokens = r->swap + cap;
   memcpy(r->tokens, q->prompt, q->n_prompt * sizeof(int32_t));
+  if (n_generated) memcpy(r->tokens + r->n_prompt, generated, n_generated * sizeof(int32_t));
   r->batch_iter = -1;
   r->arrival = q->arrival;
   r->first_scheduled = r->first_token = r->last_token = r->finished = NAN;
@@ -376,6 +419,55 @@ rg_status_t rg_sched_add(rg_sched_t *s, const rg_sched_request_t *q, int32_t *ou
   rg__list_push_back(s, &s->waiting, h);
   *out_handle = h;
   return NULL;
+}
+
+rg_status_t rg_sched_add(rg_sched_t *s, const rg_sched_request_t *q, int32_t *out_handle) {
+  *out_handle = -1;
+  if (!q) return rg_status_make(RG_INVALID_ARGUMENT, "rg_sched_add: no request given");
+  RG_RETURN_IF_ERROR(check_request(s, q));
+  return insert_request(s, q, NULL, 0, 0, out_handle);
+}
+
+rg_status_t rg_sched_add_imported(rg_sched_t *s, const rg_sched_request_t *q, size_t n_computed,
+                                  const int32_t *generated, size_t n_generated,
+                                  int32_t *out_handle) {
+  *out_handle = -1;
+  if (!q) return rg_status_make(RG_INVALID_ARGUMENT, "rg_sched_add_imported: no request given");
+  RG_RETURN_IF_ERROR(check_request(s, q));
+  uint64_t id = q->id;
+  if (n_generated == 0)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "request %" PRIu64
+                          ": an imported request needs the tokens generated so "
+                          "far (at least the first, sampled where its prompt ran); none were given",
+                          id);
+  if (!generated)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "request %" PRIu64
+                          ": n_generated is %zu but no generated tokens were given",
+                          id, n_generated);
+  if (n_generated >= (uint64_t)q->max_tokens)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "request %" PRIu64
+                          ": %zu tokens generated already leave none of "
+                          "max_tokens %" PRId64 " to generate here",
+                          id, n_generated, q->max_tokens);
+  for (size_t i = 0; i < n_generated; i++)
+    if (generated[i] < 0)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "request %" PRIu64 ": generated token %zu is %" PRId32
+                            "; token ids must be >= 0",
+                            id, i, generated[i]);
+  // No overflow: check_request bounds n_prompt + max_tokens by max_context.
+  size_t n_known = q->n_prompt + n_generated;
+  if (n_computed == 0 || n_computed > n_known - 1)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "request %" PRIu64
+                          ": n_computed %zu is out of range; of its %zu known "
+                          "tokens (prompt %zu + generated %zu), positions 1 to %zu can have KV "
+                          "computed elsewhere (the last known token's is computed here)",
+                          id, n_computed, n_known, q->n_prompt, n_generated, n_known - 1);
+  return insert_request(s, q, generated, n_generated, (int64_t)n_computed, out_handle);
 }
 
 void rg__set_state(rg_sched_t *s, rg__req_t *r, rg_sched_state_t to) {
@@ -398,6 +490,7 @@ void rg__sched_end(rg_sched_t *s, int32_t h, rg_sched_state_t to, const char *re
   }
   // Its entry in the outstanding batch, if any, is skipped at commit.
   if (s->outstanding && r->batch_iter == s->iter) s->slot_gone[r->batch_slot] = 1;
+  r->n_remote = 0;  // an ended request imports nothing
   rg__set_state(s, r, to);
   r->reason = reason;
   r->finished = now;
@@ -473,6 +566,8 @@ rg_status_t rg_sched_request_info(const rg_sched_t *s, int32_t h, rg_sched_reque
       .n_output = r->n_known - r->n_prompt,
       .output = r->tokens + r->n_prompt,
       .n_cached_tokens = r->n_cached_tokens,
+      .n_tier_tokens = r->n_tier_tokens,
+      .n_import_tokens = r->n_import_tokens,
       .n_preemptions = r->n_preemptions,
       .n_blocks = r->n_table,
       .n_swap_blocks = r->n_swap,
@@ -494,6 +589,8 @@ void rg_sched_stats(const rg_sched_t *s, rg_sched_stats_t *out) {
   out->blocks_free = s->n_free;
   out->swap_free = s->n_swap_free;
   out->swap_used = s->n_swap - s->n_swap_free;
+  out->tier_used = s->n_tier_cached;
+  out->tier_free = s->n_tier - s->n_tier_cached;
 }
 
 rg_status_t rg_sched_block_info(const rg_sched_t *s, int32_t b, rg_sched_block_info_t *out) {
@@ -503,6 +600,20 @@ rg_status_t rg_sched_block_info(const rg_sched_t *s, int32_t b, rg_sched_block_i
                           " blocks",
                           b, s->n_blocks);
   const rg__block_t *k = &s->blocks[b];
+  *out = (rg_sched_block_info_t){.state = (rg_sched_block_state_t)k->state,
+                                 .refcount = k->ref,
+                                 .cached_key = k->indexed,
+                                 .key = k->key};
+  return NULL;
+}
+
+rg_status_t rg_sched_tier_block_info(const rg_sched_t *s, int32_t t, rg_sched_block_info_t *out) {
+  if (t < 0 || t >= s->n_tier)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "rg_sched_tier_block_info: block %" PRId32
+                          " is not in the capacity tier of %" PRId32 " blocks",
+                          t, s->n_tier);
+  const rg__block_t *k = &s->blocks[s->n_blocks + t];
   *out = (rg_sched_block_info_t){.state = (rg_sched_block_state_t)k->state,
                                  .refcount = k->ref,
                                  .cached_key = k->indexed,

@@ -9,53 +9,65 @@
 // the same calls in the same order always give the same decisions.
 //
 // The caller owns the KV memory; sched owns which block holds what. Block
-// ids (0 .. n_blocks-1 on the device, 0 .. n_swap_blocks-1 in the swap tier)
-// are the only thing that crosses: a runtime whose workers each keep the KV
-// of their own layers indexes every pool by the same ids.
+// ids (0 .. n_blocks-1 on the device, 0 .. n_swap_blocks-1 in the swap tier,
+// 0 .. n_tier_blocks-1 in the capacity tier) are the only thing that
+// crosses: a runtime whose workers each keep the KV of their own layers
+// indexes every pool by the same ids.
 //
 // One iteration, as the caller runs it:
 //
 //   rg_sched_schedule(s, now, &batch)
-//     1. copy every batch.swap_out block (device -> swap tier), then every
-//        batch.swap_in block (swap tier -> device); in that order, since a
-//        device block emptied by a swap-out may be refilled in this batch;
-//     2. run one forward step over batch.entries: entry e writes the KV of
-//        positions [e.pos, e.pos + e.n) into its blocks (block b of the table
-//        holds positions [b*block_size, (b+1)*block_size)), attends over
-//        [0, e.pos + e.n), and yields logits when e.want_logits;
-//     3. sample a token for each entry with want_logits;
+//     1. the copies that read device blocks: every batch.swap_out (device ->
+//        swap tier) and every batch.offloads (device -> capacity tier);
+//     2. then the copies that write device blocks: every batch.swap_in (swap
+//        tier -> device), batch.reloads (capacity tier -> device) and
+//        batch.imports (KV computed elsewhere, e.g. written by RMA from the
+//        prefill worker). 1 before 2, since a device block emptied in 1 may
+//        be refilled in 2 and a capacity-tier block filled in 1 may be
+//        reloaded in 2. Within a group every copy has its own destination,
+//        so they may run concurrently;
+//     3. once every copy is complete, run one forward step over
+//        batch.entries: entry e writes the KV of positions [e.pos, e.pos +
+//        e.n) into its blocks (block b of the table holds positions
+//        [b*block_size, (b+1)*block_size)), attends over [0, e.pos + e.n),
+//        and yields logits when e.want_logits;
+//     4. sample a token for each entry with want_logits;
 //   rg_sched_commit(s, now, results, n)
 //
-// Entries come in this order: running decodes (1 token each), then the next
-// chunks of prefills already started, then new prefills from the waiting
-// queue (first come, first served), within max_batch_tokens tokens and
-// max_seqs sequences. A block table always covers pos + n, which is also the
+// Entries come in this order: running decodes (1 token each; swapped-in and
+// newly admitted imported decodes among them), then the next chunks of
+// prefills already started, then new prefills from the waiting queue (first
+// come, first served), within max_batch_tokens tokens and max_seqs
+// sequences. A block table always covers pos + n, which is also the
 // entry's context length (what a simulator needs to cost it). Blocks shared
 // through the prefix cache lie wholly below pos, so no entry ever writes a
 // block another request reads.
 //
 // Request lifecycle (the call that makes each move):
 //
-//   rg_sched_add
+//   rg_sched_add, rg_sched_add_imported
 //        |
 //        v
 //    WAITING <----------------------------------------------------+
 //        |  rg_sched_schedule: admitted (arrived, at the head of    |
 //        |  the queue, the blocks for its first chunk free)         |
-//        v                                                         |
-//    PREFILLING --rg_sched_commit: the chunk that reaches the end  |
-//        |        of its tokens yields a token --+                 |
-//        |                                       v                 |
-//        |                                   DECODING              |
-//        |                                       |                 |
-//        +------------------+--------------------+                 |
+//        +------------------------------------+                    |
+//        v                                    | imported, with     |
+//    PREFILLING --rg_sched_commit: the chunk  | only its last      |
+//        |        that reaches the end of its | known token left   |
+//        |        tokens yields a token --+   |                    |
+//        |                                v   v                    |
+//        |                               DECODING                  |
+//        |                                   |                     |
+//        +------------------+----------------+                     |
 //                           | rg_sched_schedule: preempted when a  |
 //                           | running request needs a block and    |
 //                           | none is free: the newest running one |
 //                           | goes (vLLM's policy), maybe itself   |
 //           recompute: its  |                                      |
 //           blocks dropped, its generated tokens kept, to the -----+
-//           front of the queue (re-prefilled after the prompt)
+//           front of the queue (re-prefilled after the prompt, also
+//           the prompt of an imported request)
 //                           |
 //           swap (policy swap, room in the swap tier): its blocks
 //           copied down     v
@@ -81,16 +93,31 @@
 //           is evicted (oldest first) when the free list is empty.
 // A full block is keyed by XXH3_64bits_withSeed(its block_size tokens as
 // int32, block_size*4 bytes, the parent block's key), the first block with
-// seed 0; its tokens and its parent block are stored, and a hit must match
-// both, so a hash collision can never hand a request someone else's KV.
+// seed 0; its tokens and the identity of its parent's content are stored,
+// and a hit must match both, so a hash collision can never hand a request
+// someone else's KV.
+//
+// The capacity tier (n_tier_blocks > 0): a larger, slower pool the runtime
+// holds (host DRAM, SSD) for cached blocks only, numbered 0 ..
+// n_tier_blocks-1 apart from the device and swap pools. Each tier block is
+// free or holds exactly one cached block (its KV, key, tokens and history).
+// A cached device block idle (unreferenced and unhit) for longer than
+// retention_s moves down at a schedule (batch.offloads), oldest first, and
+// an eviction moves the block down instead of dropping it; a full tier
+// drops its own least recently used block to make room. A prefix lookup
+// that continues into the tier brings those blocks back into fresh device
+// blocks (batch.reloads) and counts them as hits. Every key in the prefix
+// index names exactly one place, a device block or a tier block.
 // rg_sched_check() verifies all of this.
 //
 // Ownership: rg_sched_create returns a scheduler the caller destroys.
-// rg_sched_add copies the prompt. Everything a batch, an info or a stats
-// call hands out is borrowed: a batch's arrays and the pointers in its
-// entries until the next rg_sched_schedule (or the release of that entry's
-// request, if sooner); an info's pointers until that request is released. Status messages belong to
-// the caller. Not thread-safe: one caller drives a scheduler.
+// rg_sched_add copies the prompt, rg_sched_add_imported the prompt and the
+// generated tokens. Everything a batch, an info or a stats call hands out
+// is borrowed: a batch's arrays and the pointers in its entries and imports
+// until the next rg_sched_schedule (or the release of that request, if
+// sooner); an info's pointers until that request is released. Status
+// messages belong to the caller. Not thread-safe: one caller drives a
+// scheduler.
 #ifndef RG_SCHED_SCHED_H
 #define RG_SCHED_SCHED_H
 
@@ -158,6 +185,15 @@ typedef struct {
   int64_t max_context;         // per request, prompt + output (> 0, required)
   rg_sched_preempt_t preempt;  // RECOMPUTE (the zero value) or SWAP (needs n_swap_blocks)
   int prefix_cache;            // 0 off, 1 on
+  // The capacity tier for idle cached blocks, in blocks; 0 = none (an
+  // evicted block's KV is lost). Needs prefix_cache on: only cached blocks
+  // go there.
+  int64_t n_tier_blocks;
+  // Seconds a cached device block may stay idle (unreferenced and unhit)
+  // before it moves to the tier: the "golden time" within which a returning
+  // session finds its prefix on the device. 0 = move a block only when the
+  // device pool needs its room. Needs n_tier_blocks.
+  double retention_s;
   // Blocks a new admission or a swap-in must leave free, so the running
   // decodes do not need a preemption as soon as they cross a block
   // boundary: 0 = n_blocks / 100 (vLLM's 1%), -1 = none. Ignored while
@@ -191,6 +227,28 @@ typedef struct {
 RG_MUST_USE rg_status_t rg_sched_add(rg_sched_t *s, const rg_sched_request_t *r,
                                      int32_t *out_handle);
 
+// Queues a request whose first n_computed positions already have KV
+// somewhere else (prefill-decode disaggregation: a prefill worker ran the
+// prompt and sampled the first token), with the tokens generated so far
+// (>= 1, fewer than max_tokens; copied, and counted in max_tokens). Its
+// known tokens are prompt + generated; 1 <= n_computed <= n_prompt +
+// n_generated - 1, since the last known token's KV is never computed before
+// it is decoded. The usual case: n_computed == n_prompt, n_generated == 1.
+//
+// It waits in arrival order with everyone else and is admitted within the
+// same caps and watermark. At admission it takes prefix-cache hits like any
+// request (a prefix already cached here is not sent again), fresh blocks
+// for the rest of its computed positions, listed in batch.imports for the
+// caller to fill before the step, and continues from position n_computed
+// (or past a longer hit): as a decode (DECODING) when only the last known
+// token is left, else as a prefill chunk of the known tokens in between.
+// After that it is an ordinary request: imported full blocks join the
+// prefix index at commit, and a preemption by recompute recomputes its
+// prompt here.
+RG_MUST_USE rg_status_t rg_sched_add_imported(rg_sched_t *s, const rg_sched_request_t *r,
+                                              size_t n_computed, const int32_t *generated,
+                                              size_t n_generated, int32_t *out_handle);
+
 typedef struct {
   int32_t req;            // handle
   uint64_t id;            // the request's tag
@@ -204,16 +262,40 @@ typedef struct {
 } rg_sched_entry_t;
 
 typedef struct {
-  int32_t src, dst;  // block ids; swap_out: device -> swap tier, swap_in: the reverse
+  // Block ids; swap_out: device -> swap tier, swap_in: the reverse;
+  // offloads: device -> capacity tier, reloads: the reverse.
+  int32_t src, dst;
 } rg_sched_copy_t;
+
+// KV an admitted imported request needs written before the step: positions
+// [pos_begin, pos_end) into the device blocks that hold them (blocks[0]
+// holds positions from pos_begin, a multiple of block_size). Positions
+// below pos_begin were prefix-cache hits and are not sent.
+typedef struct {
+  int32_t req;  // handle
+  uint64_t id;  // the request's tag
+  int64_t pos_begin, pos_end;
+  const int32_t *blocks;  // in position order
+  int32_t n_blocks;       // = ceil(pos_end / block_size) - pos_begin / block_size
+} rg_sched_import_t;
 
 typedef struct {
   const rg_sched_entry_t *entries;  // decodes, then started prefills, then new
   size_t n_entries;
-  const rg_sched_copy_t *swap_out;  // run before swap_in, both before the step
+  // The copies, in the order the top of this header gives: swap_out and
+  // offloads read device blocks; then swap_in, reloads and imports write
+  // them; all complete before the step. The copies of a request ended since
+  // the schedule must still run, except its imports, which may be skipped.
+  const rg_sched_copy_t *swap_out;
   size_t n_swap_out;
+  const rg_sched_copy_t *offloads;
+  size_t n_offloads;
   const rg_sched_copy_t *swap_in;
   size_t n_swap_in;
+  const rg_sched_copy_t *reloads;
+  size_t n_reloads;
+  const rg_sched_import_t *imports;  // one per admitted imported request
+  size_t n_imports;
   const int32_t *preempted;  // handles preempted while building this batch
   size_t n_preempted;
   int64_t n_decode_tokens, n_prefill_tokens;
@@ -260,6 +342,8 @@ typedef struct {
   int64_t n_output;         // tokens generated so far
   const int32_t *output;    // those tokens
   int64_t n_cached_tokens;  // prefix-cache hit at its latest admission
+  int64_t n_tier_tokens;    // of those, reloaded from the capacity tier
+  int64_t n_import_tokens;  // positions imported at its admission (0 if not imported)
   int32_t n_preemptions;
   int32_t n_blocks, n_swap_blocks;  // blocks held on the device and in the swap tier
   // Seconds on the caller's clock; NAN until it happens.
@@ -281,12 +365,21 @@ typedef struct {
   int64_t swap_used, swap_free;
   int64_t preempt_recompute, preempt_swap;
   int64_t blocks_swapped_out, blocks_swapped_in;
-  int64_t blocks_evicted;  // cached blocks reclaimed for new content
+  int64_t blocks_evicted;  // cached device blocks reclaimed for new content
   // Prefix cache, counted at each admission while it is on: tokens and
   // full blocks looked up, and those found. Hit rate = hit / lookup tokens.
   int64_t prefix_lookup_tokens, prefix_hit_tokens;
   int64_t prefix_lookup_blocks, prefix_hit_blocks;
   int64_t decode_tokens, prefill_tokens;  // scheduled, summed over batches
+  // Imported requests admitted, and the positions and blocks their imports
+  // wrote (prefix hits are not imported, so these shrink as hits grow).
+  int64_t imports, import_tokens, import_blocks;
+  // The capacity tier: blocks now holding a cached block and free; blocks
+  // moved down (idle past retention_s, or evicted), brought back by a hit,
+  // and dropped from a full tier; of prefix_hit_tokens, those reloaded.
+  int64_t tier_used, tier_free;
+  int64_t blocks_offloaded, blocks_reloaded, blocks_dropped;
+  int64_t tier_hit_tokens;
 } rg_sched_stats_t;
 void rg_sched_stats(const rg_sched_t *s, rg_sched_stats_t *out);
 
@@ -298,9 +391,12 @@ typedef struct {
 } rg_sched_block_info_t;
 RG_MUST_USE rg_status_t rg_sched_block_info(const rg_sched_t *s, int32_t block,
                                             rg_sched_block_info_t *out);
+// The same for a capacity-tier block: free, or cached with its key.
+RG_MUST_USE rg_status_t rg_sched_tier_block_info(const rg_sched_t *s, int32_t tier_block,
+                                                 rg_sched_block_info_t *out);
 
-// Verifies every invariant of the block pool, the swap tier, the prefix
-// index and the request queues (see the top of this header); returns
+// Verifies every invariant of the block pool, the swap tier, the capacity
+// tier, the prefix index and the request queues (see the top of this header); returns
 // RG_INTERNAL describing the first violation. O(blocks + requests): for
 // tests and debug builds, not for every iteration of a production run.
 RG_MUST_USE rg_status_t rg_sched_check(const rg_sched_t *s);

@@ -7,7 +7,9 @@
 // the started prefills), and the segments are joined at the end so the
 // batch keeps the order the header promises. An iteration that preempted
 // anyone admits no one: the blocks just won back are for the requests that
-// were running, and admitting would only preempt again.
+// were running, and admitting would only preempt again. Cached blocks idle
+// past the retention window move to the capacity tier last, so that a
+// request admitted in this very batch still finds its prefix on the device.
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -185,7 +187,11 @@ static void schedule_swap_ins(rg_sched_t *s, double now) {
 // New prefills, first come first served: the head of the waiting queue is
 // admitted when it has arrived and the blocks for its first chunk (past any
 // prefix-cache hit) are free beyond the watermark; the queue stops at the
-// first one that is not.
+// first one that is not. Hits in the capacity tier come back into device
+// blocks of their own, so they count against the room like fresh ones. An
+// imported request is admitted the same way, its imported positions taking
+// fresh blocks where the cache has none; with only its last known token
+// left it joins the decodes.
 static void schedule_new(rg_sched_t *s, double now) {
   while (s->waiting.head >= 0 && s->running.n < s->cfg.max_seqs && s->budget > 0) {
     int32_t h = s->waiting.head;
@@ -195,33 +201,71 @@ static void schedule_new(rg_sched_t *s, double now) {
     int32_t cap = (int32_t)((r->n_known - 1) / s->bs);
     int32_t hits = s->cfg.prefix_cache ? rg__prefix_lookup(s, r, cap) : 0;
     int64_t hit_tokens = (int64_t)hits * s->bs;
-    int64_t chunk = r->n_known - hit_tokens;
+    int64_t start = hit_tokens > r->n_remote ? hit_tokens : r->n_remote;
+    int64_t chunk = r->n_known - start;
     if (chunk > s->budget) chunk = s->budget;
-    int64_t fresh = rg__sched_blocks_for(s, hit_tokens + chunk) - hits;
+    int64_t fresh = rg__sched_blocks_for(s, start + chunk) - hits;
     // Cached hit blocks stop being evictable once shared.
-    int64_t reclaimable = 0;
-    for (int32_t i = 0; i < hits; i++)
-      reclaimable += s->blocks[r->table[i]].state == RG_SCHED_BLOCK_CACHED;
-    int64_t avail = (int64_t)s->n_free + s->n_cached - reclaimable;
-    if (fresh + watermark(s) > avail) break;
+    int64_t reclaimable = 0, from_tier = 0;
     for (int32_t i = 0; i < hits; i++) {
-      rg__block_ref(s, r->table[i]);
-      r->canon[i] = r->table[i];
-      r->canon_gen[i] = s->blocks[r->table[i]].gen;
+      int32_t b = r->table[i];
+      if (b >= s->n_blocks)
+        from_tier++;
+      else
+        reclaimable += s->blocks[b].state == RG_SCHED_BLOCK_CACHED;
     }
+    int64_t avail = (int64_t)s->n_free + s->n_cached - reclaimable;
+    if (fresh + from_tier + watermark(s) > avail) break;
+    for (int32_t i = 0; i < hits; i++) {
+      if (r->table[i] < s->n_blocks)
+        rg__block_ref(s, r->table[i]);
+      else
+        rg__tier_hold(s, r->table[i]);
+    }
+    // Only now, with every hit held, may allocations evict or drop.
+    if (from_tier)
+      for (int32_t i = 0; i < hits; i++)
+        if (r->table[i] >= s->n_blocks) r->table[i] = rg__tier_reload(s, r->table[i]);
+    for (int32_t i = 0; i < hits; i++) r->canon[i] = s->blocks[r->table[i]].serial;
     r->n_table = r->n_canon = hits;
     for (int64_t i = 0; i < fresh; i++) r->table[r->n_table++] = rg__block_alloc(s);
     rg__list_remove(s, &s->waiting, h);
-    rg__set_state(s, r, RG_SCHED_PREFILLING);
     rg__list_push_back(s, &s->running, h);
-    r->n_computed = r->n_cached_tokens = hit_tokens;
+    r->n_computed = start;
+    r->n_cached_tokens = hit_tokens;
+    r->n_tier_tokens = from_tier * s->bs;
+    r->n_import_tokens = start - hit_tokens;
+    if (r->n_import_tokens > 0) {
+      int32_t n_imp = (int32_t)(rg__sched_blocks_for(s, start) - hits);
+      s->imports[s->n_imports++] = (rg_sched_import_t){.req = h,
+                                                       .id = r->id,
+                                                       .pos_begin = hit_tokens,
+                                                       .pos_end = start,
+                                                       .blocks = r->table + hits,
+                                                       .n_blocks = n_imp};
+      s->st.import_tokens += r->n_import_tokens;
+      s->st.import_blocks += n_imp;
+    }
     if (s->cfg.prefix_cache) {
       s->st.prefix_lookup_tokens += r->n_known;
       s->st.prefix_hit_tokens += hit_tokens;
       s->st.prefix_lookup_blocks += cap;
       s->st.prefix_hit_blocks += hits;
+      s->st.tier_hit_tokens += r->n_tier_tokens;
     }
-    emit(s, SEG_NEW, h, r, chunk, now);
+    // An imported request's KV up to its last known token exists (here or
+    // elsewhere): that token is its next decode, as if it had never moved.
+    int imported = r->n_remote > 0;
+    if (imported) s->st.imports++;
+    r->n_remote = 0;
+    if (imported && start == r->n_known - 1) {
+      r->decoding = 1;
+      rg__set_state(s, r, RG_SCHED_DECODING);
+      emit(s, SEG_DECODE, h, r, 1, now);
+    } else {
+      rg__set_state(s, r, RG_SCHED_PREFILLING);
+      emit(s, SEG_NEW, h, r, chunk, now);
+    }
   }
 }
 
@@ -237,6 +281,9 @@ rg_status_t rg_sched_schedule(rg_sched_t *s, double now, rg_sched_batch_t *out) 
   s->outstanding = 1;
   s->n_seg[0] = s->n_seg[1] = s->n_seg[2] = 0;
   s->n_swap_out = s->n_swap_in = s->n_preempted = 0;
+  s->n_offloads = s->n_reloads = s->n_imports = 0;
+  // The previous batch's copies have all run by now.
+  if (s->n_tier_pending) rg__tier_settle(s);
   s->n_decode_tokens = s->n_prefill_tokens = 0;
   s->budget = s->cfg.max_batch_tokens;
 
@@ -248,6 +295,7 @@ rg_status_t rg_sched_schedule(rg_sched_t *s, double now, rg_sched_batch_t *out) 
     // (or re-admitted): none is admitted ahead of them.
     if (s->swapped.n == 0) schedule_new(s, now);
   }
+  if (s->n_tier && s->cfg.retention_s > 0) rg__tier_offload_idle(s, now);
 
   size_t n = 0;
   for (int g = 0; g < 3; g++) {
@@ -268,6 +316,12 @@ rg_status_t rg_sched_schedule(rg_sched_t *s, double now, rg_sched_batch_t *out) 
   out->n_swap_out = s->n_swap_out;
   out->swap_in = s->swap_in;
   out->n_swap_in = s->n_swap_in;
+  out->offloads = s->offloads;
+  out->n_offloads = s->n_offloads;
+  out->reloads = s->reloads;
+  out->n_reloads = s->n_reloads;
+  out->imports = s->imports;
+  out->n_imports = s->n_imports;
   out->preempted = s->preempted;
   out->n_preempted = s->n_preempted;
   out->n_decode_tokens = s->n_decode_tokens;

@@ -1,5 +1,6 @@
-// The device block pool: free list, reference counts, the LRU list of cached
-// blocks and the prefix index (open addressing by block key).
+// The device block pool: free list, reference counts, the LRU lists of
+// cached blocks and the prefix index (open addressing by block key), which
+// also covers the capacity tier's blocks.
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -7,31 +8,39 @@
 #include "sched/sched_impl.h"
 
 rg_status_t rg__blocks_init(rg_sched_t *s) {
-  s->blocks = calloc((size_t)s->n_blocks, sizeof(*s->blocks));
+  size_t total = (size_t)s->n_blocks + (size_t)s->n_tier;
+  s->blocks = calloc(total, sizeof(*s->blocks));
   s->free_list = malloc((size_t)s->n_blocks * sizeof(*s->free_list));
-  if (!s->blocks || !s->free_list)
-    return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a pool of %d KV blocks",
-                          s->n_blocks);
-  // The stack hands out the lowest ids first, which keeps traces readable.
-  for (int32_t i = 0; i < s->n_blocks; i++) {
-    s->free_list[i] = s->n_blocks - 1 - i;
-    s->blocks[i] =
-        (rg__block_t){.state = RG_SCHED_BLOCK_FREE, .lru_prev = -1, .lru_next = -1, .parent = -1};
-  }
+  // The tier's lists are never empty arrays, so a failed malloc(0) cannot
+  // be mistaken for a missing tier.
+  size_t nt = s->n_tier ? (size_t)s->n_tier : 1;
+  s->tier_free = malloc(nt * sizeof(*s->tier_free));
+  s->tier_pending = malloc(nt * sizeof(*s->tier_pending));
+  if (!s->blocks || !s->free_list || !s->tier_free || !s->tier_pending)
+    return rg_status_make(RG_OUT_OF_MEMORY,
+                          "out of memory for a pool of %d KV blocks and a tier of %d", s->n_blocks,
+                          s->n_tier);
+  for (size_t i = 0; i < total; i++)
+    s->blocks[i] = (rg__block_t){.state = RG_SCHED_BLOCK_FREE, .lru_prev = -1, .lru_next = -1};
+  // The stacks hand out the lowest ids first, which keeps traces readable.
+  for (int32_t i = 0; i < s->n_blocks; i++) s->free_list[i] = s->n_blocks - 1 - i;
   s->n_free = s->n_blocks;
-  s->lru_head = s->lru_tail = -1;
+  for (int32_t i = 0; i < s->n_tier; i++) s->tier_free[i] = s->n_blocks + s->n_tier - 1 - i;
+  s->n_tier_free = s->n_tier;
+  s->lru = s->tier_lru = (rg__lru_t){-1, -1};
+  s->next_serial = 1;
   if (s->cfg.prefix_cache) {
-    // At most one index entry per block; a load of at most 1/2 keeps linear
-    // probing short.
+    // At most one index entry per block of either pool; a load of at most
+    // 1/2 keeps linear probing short.
     uint64_t cap = 2;
-    while (cap < 2 * (uint64_t)s->n_blocks) cap <<= 1;
+    while (cap < 2 * (uint64_t)total) cap <<= 1;
     s->index_mask = cap - 1;
     s->index = malloc(cap * sizeof(*s->index));
-    s->block_tokens = malloc((size_t)s->n_blocks * (size_t)s->bs * sizeof(*s->block_tokens));
+    s->block_tokens = malloc(total * (size_t)s->bs * sizeof(*s->block_tokens));
     if (!s->index || !s->block_tokens)
       return rg_status_make(RG_OUT_OF_MEMORY,
-                            "out of memory for the prefix index of %d blocks of %d tokens",
-                            s->n_blocks, s->bs);
+                            "out of memory for the prefix index of %zu blocks of %d tokens", total,
+                            s->bs);
     memset(s->index, 0xff, cap * sizeof(*s->index));
   }
   return NULL;
@@ -40,6 +49,8 @@ rg_status_t rg__blocks_init(rg_sched_t *s) {
 void rg__blocks_deinit(rg_sched_t *s) {
   free(s->block_tokens);
   free(s->index);
+  free(s->tier_pending);
+  free(s->tier_free);
   free(s->free_list);
   free(s->blocks);
 }
@@ -68,7 +79,7 @@ static void index_insert(rg_sched_t *s, int32_t b) {
 
 // Backward-shift deletion: no tombstones, so probes stay as short as the
 // live entries make them however long the cache churns.
-static void index_remove(rg_sched_t *s, int32_t b) {
+void rg__index_remove(rg_sched_t *s, int32_t b) {
   uint64_t m = s->index_mask, i = slot_of(s, s->blocks[b].key);
   while (s->index[i] != b) i = (i + 1) & m;
   for (uint64_t j = (i + 1) & m; s->index[j] >= 0; j = (j + 1) & m) {
@@ -85,38 +96,54 @@ static void index_remove(rg_sched_t *s, int32_t b) {
   s->n_indexed--;
 }
 
-static void lru_remove(rg_sched_t *s, int32_t b) {
+void rg__block_move(rg_sched_t *s, int32_t from, int32_t to) {
+  rg__block_t *f = &s->blocks[from], *t = &s->blocks[to];
+  t->key = f->key;
+  t->serial = f->serial;
+  t->parent_serial = f->parent_serial;
+  memcpy(s->block_tokens + (int64_t)to * s->bs, s->block_tokens + (int64_t)from * s->bs,
+         (size_t)s->bs * sizeof(int32_t));
+  // The key stays, so its slot does: only the block it names changes.
+  uint64_t i = slot_of(s, f->key);
+  while (s->index[i] != from) i = (i + 1) & s->index_mask;
+  s->index[i] = to;
+  f->indexed = 0;
+  t->indexed = 1;
+}
+
+void rg__lru_remove(rg_sched_t *s, rg__lru_t *l, int32_t b) {
   rg__block_t *k = &s->blocks[b];
   if (k->lru_prev >= 0)
     s->blocks[k->lru_prev].lru_next = k->lru_next;
   else
-    s->lru_head = k->lru_next;
+    l->head = k->lru_next;
   if (k->lru_next >= 0)
     s->blocks[k->lru_next].lru_prev = k->lru_prev;
   else
-    s->lru_tail = k->lru_prev;
+    l->tail = k->lru_prev;
   k->lru_prev = k->lru_next = -1;
 }
 
-static void lru_append(rg_sched_t *s, int32_t b) {
+void rg__lru_append(rg_sched_t *s, rg__lru_t *l, int32_t b) {
   rg__block_t *k = &s->blocks[b];
-  k->lru_prev = s->lru_tail;
+  k->lru_prev = l->tail;
   k->lru_next = -1;
-  if (s->lru_tail >= 0)
-    s->blocks[s->lru_tail].lru_next = b;
+  if (l->tail >= 0)
+    s->blocks[l->tail].lru_next = b;
   else
-    s->lru_head = b;
-  s->lru_tail = b;
+    l->head = b;
+  l->tail = b;
 }
 
 int32_t rg__block_alloc(rg_sched_t *s) {
   int32_t b;
   if (s->n_free > 0) {
     b = s->free_list[--s->n_free];
-  } else if (s->lru_head >= 0) {
-    b = s->lru_head;
-    lru_remove(s, b);
-    index_remove(s, b);
+  } else if (s->lru.head >= 0) {
+    b = s->lru.head;
+    rg__lru_remove(s, &s->lru, b);
+    // With a capacity tier the content moves down instead of being lost.
+    if (!s->n_tier || !rg__tier_offload(s, b)) rg__index_remove(s, b);
     s->n_cached--;
     s->st.blocks_evicted++;
   } else {
@@ -125,8 +152,8 @@ int32_t rg__block_alloc(rg_sched_t *s) {
   rg__block_t *k = &s->blocks[b];
   k->state = RG_SCHED_BLOCK_USED;
   k->ref = 1;
-  k->gen++;
-  k->parent = -1;
+  k->serial = s->next_serial++;
+  k->parent_serial = 0;
   s->n_used++;
   return b;
 }
@@ -134,7 +161,7 @@ int32_t rg__block_alloc(rg_sched_t *s) {
 void rg__block_ref(rg_sched_t *s, int32_t b) {
   rg__block_t *k = &s->blocks[b];
   if (k->state == RG_SCHED_BLOCK_CACHED) {
-    lru_remove(s, b);
+    rg__lru_remove(s, &s->lru, b);
     k->state = RG_SCHED_BLOCK_USED;
     s->n_cached--;
     s->n_used++;
@@ -147,8 +174,12 @@ void rg__block_unref(rg_sched_t *s, int32_t b) {
   if (--k->ref > 0) return;
   s->n_used--;
   if (k->indexed) {
+    // Every unref happens at the latest time the caller gave, which never
+    // decreases, so the LRU list is also ordered by idle_since: the
+    // retention sweep stops at the first block not yet due.
     k->state = RG_SCHED_BLOCK_CACHED;
-    lru_append(s, b);
+    k->idle_since = s->last_now;
+    rg__lru_append(s, &s->lru, b);
     s->n_cached++;
   } else {
     k->state = RG_SCHED_BLOCK_FREE;
@@ -173,25 +204,21 @@ static void ensure_keys(rg_sched_t *s, rg__req_t *r, int32_t n) {
 }
 
 // Whether indexed block b holds the KV of `tokens` computed right after the
-// indexed block `parent` (generation parent_gen); -1 for the first block.
-static int block_matches(const rg_sched_t *s, int32_t b, int32_t parent, uint64_t parent_gen,
-                         const int32_t *tokens) {
-  const rg__block_t *k = &s->blocks[b];
-  if (k->parent != parent || (parent >= 0 && k->parent_gen != parent_gen)) return 0;
+// content with serial parent (0 for the first block).
+static int block_matches(const rg_sched_t *s, int32_t b, uint64_t parent, const int32_t *tokens) {
+  if (s->blocks[b].parent_serial != parent) return 0;
   return memcmp(s->block_tokens + (int64_t)b * s->bs, tokens, (size_t)s->bs * sizeof(int32_t)) == 0;
 }
 
 int32_t rg__prefix_lookup(rg_sched_t *s, rg__req_t *r, int32_t max_blocks) {
-  int32_t parent = -1;
-  uint64_t parent_gen = 0;
+  uint64_t parent = 0;
   int32_t n = 0;
   while (n < max_blocks) {
     ensure_keys(s, r, n + 1);
     int32_t b = rg__index_find(s, r->keys[n]);
-    if (b < 0 || !block_matches(s, b, parent, parent_gen, r->tokens + (int64_t)n * s->bs)) break;
+    if (b < 0 || !block_matches(s, b, parent, r->tokens + (int64_t)n * s->bs)) break;
     r->table[n++] = b;
-    parent = b;
-    parent_gen = s->blocks[b].gen;
+    parent = s->blocks[b].serial;
   }
   return n;
 }
@@ -201,15 +228,16 @@ void rg__prefix_commit(rg_sched_t *s, rg__req_t *r) {
   if (full <= r->n_canon) return;
   ensure_keys(s, r, full);
   for (int32_t i = r->n_canon; i < full; i++) {
-    int32_t parent = -1;
-    uint64_t parent_gen = 0;
-    r->canon[i] = -1;
+    uint64_t parent = 0;
+    r->canon[i] = 0;
     if (i > 0) {
       parent = r->canon[i - 1];
-      parent_gen = r->canon_gen[i - 1];
-      // A parent evicted since leaves nothing to chain to: a block entered
-      // under it could never be reached by a lookup.
-      if (parent < 0 || !s->blocks[parent].indexed || s->blocks[parent].gen != parent_gen) continue;
+      // A parent dropped since leaves nothing to chain to: a block entered
+      // under it could never be reached by a lookup. The parent's content
+      // may have moved between the device and the tier, so it is found by
+      // its key, not by where it was.
+      int32_t p = parent ? rg__index_find(s, r->keys[i - 1]) : -1;
+      if (p < 0 || s->blocks[p].serial != parent) continue;
     }
     const int32_t *tokens = r->tokens + (int64_t)i * s->bs;
     int32_t q = rg__index_find(s, r->keys[i]);
@@ -217,21 +245,16 @@ void rg__prefix_commit(rg_sched_t *s, rg__req_t *r) {
       // Someone computed the same block first (keep theirs, ours stays
       // private), or the key collides with different content (keep theirs,
       // and this chain stops being cached here).
-      if (block_matches(s, q, parent, parent_gen, tokens)) {
-        r->canon[i] = q;
-        r->canon_gen[i] = s->blocks[q].gen;
-      }
+      if (block_matches(s, q, parent, tokens)) r->canon[i] = s->blocks[q].serial;
       continue;
     }
     int32_t b = r->table[i];
     rg__block_t *k = &s->blocks[b];
     k->key = r->keys[i];
-    k->parent = parent;
-    k->parent_gen = parent_gen;
+    k->parent_serial = parent;
     memcpy(s->block_tokens + (int64_t)b * s->bs, tokens, (size_t)s->bs * sizeof(int32_t));
     index_insert(s, b);
-    r->canon[i] = b;
-    r->canon_gen[i] = k->gen;
+    r->canon[i] = k->serial;
   }
   r->n_canon = full;
 }

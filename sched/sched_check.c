@@ -1,5 +1,5 @@
-// rg_sched_check: every invariant of the pool, the swap tier, the prefix
-// index and the queues, recounted from scratch rather than trusted from the
+// rg_sched_check: every invariant of the pool, the swap tier, the capacity
+// tier, the prefix index and the queues, recounted from scratch rather than trusted from the
 // counters it checks.
 #include <inttypes.h>
 #include <stdlib.h>
@@ -55,11 +55,12 @@ static rg_status_t check_list(const rg_sched_t *s, const rg__list_t *l, const ch
 
 rg_status_t rg_sched_check(const rg_sched_t *s) {
   rg_status_t st = NULL;
-  int32_t nb = s->n_blocks;
+  int32_t nb = s->n_blocks, nt = s->n_tier;
   int32_t *refs = calloc((size_t)nb, sizeof(*refs));
   uint8_t *seen = calloc((size_t)nb + (size_t)s->n_swap + 1, 1);
+  uint8_t *tseen = calloc((size_t)nt + 1, 1);  // by tier block: on a list already
   uint8_t *mark = calloc((size_t)s->n_reqs + 1, 1);
-  if (!refs || !seen || !mark) {
+  if (!refs || !seen || !tseen || !mark) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "sched check: out of memory");
     goto done;
   }
@@ -75,6 +76,13 @@ rg_status_t rg_sched_check(const rg_sched_t *s) {
       FAIL("request %" PRIu64 " (handle %" PRId32 ") has %" PRId64 " positions computed of %" PRId64
            " known (prompt %" PRId64 ", max_tokens %" PRId64 ")",
            r->id, h, r->n_computed, r->n_known, r->n_prompt, r->max_tokens);
+    // KV held elsewhere is imported at admission, so only a waiting request
+    // has any, and never its last known token's.
+    if (r->n_remote < 0 || r->n_remote > r->n_known - 1 ||
+        (r->n_remote && r->state != RG_SCHED_WAITING))
+      FAIL("request %" PRIu64 " (handle %" PRId32 ", %s) has %" PRId64
+           " positions to import of %" PRId64 " known",
+           r->id, h, rg_sched_state_name(r->state), r->n_remote, r->n_known);
     int64_t want = 0, want_swap = 0;
     if (is_running(r->state)) {
       want = rg__sched_blocks_for(s, r->n_computed);
@@ -146,18 +154,21 @@ rg_status_t rg_sched_check(const rg_sched_t *s) {
   }
   // The LRU list: distinct cached blocks, oldest first.
   int32_t n_lru = 0, prev = -1;
-  for (int32_t b = s->lru_head; b >= 0; b = s->blocks[b].lru_next) {
+  for (int32_t b = s->lru.head; b >= 0; b = s->blocks[b].lru_next) {
     if (b >= nb) FAIL("the LRU list holds block id %" PRId32 ", outside the pool", b);
     if (seen[b]++) FAIL("block %" PRId32 " is on the LRU list twice, or also on the free list", b);
     if (s->blocks[b].state != RG_SCHED_BLOCK_CACHED)
       FAIL("block %" PRId32 " is on the LRU list but %s", b,
            rg_sched_block_state_name((rg_sched_block_state_t)s->blocks[b].state));
     if (s->blocks[b].lru_prev != prev) FAIL("the LRU list's links are broken at block %" PRId32, b);
+    // The retention sweep stops at the first block not yet due.
+    if (prev >= 0 && s->blocks[b].idle_since < s->blocks[prev].idle_since)
+      FAIL("the LRU list is out of idle order at block %" PRId32, b);
     prev = b;
-    n_lru++;
+    if (++n_lru > nb) break;
   }
-  if (prev != s->lru_tail)
-    FAIL("the LRU list's tail is %" PRId32 ", not %" PRId32, s->lru_tail, prev);
+  if (prev != s->lru.tail)
+    FAIL("the LRU list's tail is %" PRId32 ", not %" PRId32, s->lru.tail, prev);
 
   // Each block in exactly one place, its refcount the tables holding it.
   int32_t n_used = 0, n_cached = 0, n_free = 0, n_indexed = 0;
@@ -167,7 +178,6 @@ rg_status_t rg_sched_check(const rg_sched_t *s) {
     if (k->ref != refs[b])
       FAIL("block %" PRId32 " (%s) has refcount %" PRId32 " but %" PRId32 " block tables hold it",
            b, name, k->ref, refs[b]);
-    if (k->indexed) n_indexed++;
     switch (k->state) {
       case RG_SCHED_BLOCK_FREE:
         n_free++;
@@ -196,15 +206,51 @@ rg_status_t rg_sched_check(const rg_sched_t *s) {
          " on the LRU list) do not make the pool's %" PRId32,
          n_used, n_cached, n_free, s->n_used, s->n_cached, s->n_free, n_lru, nb);
 
-  // The prefix index: every indexed block once, reachable by its key, and
-  // keys unique.
+  // The capacity tier: every block free (on the free stack, or held back
+  // after a reload) or cached (indexed, on the tier's LRU list), once.
+  int32_t n_tier_cached = 0;
+  if (s->n_tier_free < 0 || s->n_tier_pending < 0 || s->n_tier_free + s->n_tier_pending > nt)
+    FAIL("the tier's free lists count %" PRId32 " + %" PRId32 " of %" PRId32 " blocks",
+         s->n_tier_free, s->n_tier_pending, nt);
+  for (int32_t i = 0; i < s->n_tier_free + s->n_tier_pending; i++) {
+    int32_t b = i < s->n_tier_free ? s->tier_free[i] : s->tier_pending[i - s->n_tier_free];
+    if (b < nb || b >= nb + nt) FAIL("the tier's free lists hold internal id %" PRId32, b);
+    if (tseen[b - nb]++) FAIL("tier block %" PRId32 " is free twice", b - nb);
+    if (s->blocks[b].state != RG_SCHED_BLOCK_FREE || s->blocks[b].indexed)
+      FAIL("tier block %" PRId32 " is on a free list but holds a cached block", b - nb);
+  }
+  prev = -1;
+  for (int32_t b = s->tier_lru.head; b >= 0; b = s->blocks[b].lru_next) {
+    if (b < nb || b >= nb + nt) FAIL("the tier's LRU list holds internal id %" PRId32, b);
+    if (tseen[b - nb]++)
+      FAIL("tier block %" PRId32 " is on the tier's LRU list twice, or also free", b - nb);
+    if (s->blocks[b].state != RG_SCHED_BLOCK_CACHED || !s->blocks[b].indexed)
+      FAIL("tier block %" PRId32 " is on the tier's LRU list but holds no cached block", b - nb);
+    if (s->blocks[b].lru_prev != prev)
+      FAIL("the tier's LRU list's links are broken at tier block %" PRId32, b - nb);
+    prev = b;
+    if (++n_tier_cached > nt) break;
+  }
+  if (prev != s->tier_lru.tail) FAIL("the tier's LRU list's tail is wrong");
+  for (int32_t t = 0; t < nt; t++) {
+    const rg__block_t *k = &s->blocks[nb + t];
+    if (!tseen[t]) FAIL("tier block %" PRId32 " is neither free nor on the tier's LRU list", t);
+    if (k->ref != 0) FAIL("tier block %" PRId32 " has refcount %" PRId32, t, k->ref);
+  }
+  if (n_tier_cached != s->n_tier_cached)
+    FAIL("%" PRId32 " tier blocks hold cached blocks but the count says %" PRId32, n_tier_cached,
+         s->n_tier_cached);
+
+  // The prefix index: every indexed block of either pool once, reachable
+  // by its key, and keys unique, so each cached key names one place.
+  for (int32_t b = 0; b < nb + nt; b++) n_indexed += s->blocks[b].indexed;
   if (s->index) {
     int32_t slots = 0;
     for (uint64_t i = 0; i <= s->index_mask; i++) {
       int32_t b = s->index[i];
       if (b < 0) continue;
       slots++;
-      if (b >= nb || !s->blocks[b].indexed)
+      if (b >= nb + nt || !s->blocks[b].indexed)
         FAIL("prefix index slot %" PRIu64 " names block %" PRId32 ", which is not indexed", i, b);
       if (rg__index_find(s, s->blocks[b].key) != b)
         FAIL("block %" PRId32 " is in the prefix index but its key 0x%016" PRIx64
@@ -232,6 +278,7 @@ rg_status_t rg_sched_check(const rg_sched_t *s) {
 
 done:
   free(mark);
+  free(tseen);
   free(seen);
   free(refs);
   return st;

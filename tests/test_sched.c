@@ -928,6 +928,625 @@ RG_TEST(sched_check_finds_corruption) {
   rg_sched_destroy(s);
 }
 
+// --- imports (prefill-decode disaggregation) -----------------------------------
+
+static rg_status_t add_imported(rg_sched_t *s, uint64_t id, const int32_t *p, size_t n,
+                                int64_t max_tokens, double arrival, size_t n_computed,
+                                const int32_t *gen, size_t n_gen, int32_t *h) {
+  rg_sched_request_t q = {
+      .id = id, .prompt = p, .n_prompt = n, .max_tokens = max_tokens, .arrival = arrival};
+  return rg_sched_add_imported(s, &q, n_computed, gen, n_gen, h);
+}
+
+static const rg_sched_import_t *import_of(const rg_sched_batch_t *b, int32_t h) {
+  for (size_t i = 0; i < b->n_imports; i++)
+    if (b->imports[i].req == h) return &b->imports[i];
+  return NULL;
+}
+
+RG_TEST(sched_import_and_tier_refuse_bad_input) {
+  rg_sched_t *s = NULL;
+  rg_sched_config_t c = base_config();
+  c.n_tier_blocks = 8;
+  RG_CHECK_ERR(rg_sched_create(&c, &s),
+               "n_tier_blocks 8 needs prefix_cache on: the capacity tier holds only cached blocks");
+  c.prefix_cache = 1;
+  c.n_tier_blocks = -1;
+  RG_CHECK_ERR(rg_sched_create(&c, &s),
+               "n_tier_blocks -1 is out of range; use 0 (no capacity tier) to 2147483582");
+  c.n_tier_blocks = 0;
+  c.retention_s = 5;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "retention_s 5 s is set but n_tier_blocks is 0");
+  c.n_tier_blocks = 8;
+  c.retention_s = -1;
+  RG_CHECK_ERR(rg_sched_create(&c, &s),
+               "retention_s -1 must be a finite number of seconds >= 0 (0 = move idle blocks");
+  c.retention_s = INFINITY;
+  RG_CHECK_ERR(rg_sched_create(&c, &s), "retention_s inf must be a finite number");
+  RG_CHECK(s == NULL);
+  c.retention_s = 2;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  rg_sched_config_t got;
+  rg_sched_get_config(s, &got);
+  RG_CHECK(got.n_tier_blocks == 8 && got.retention_s == 2);
+
+  int32_t p[8], g[4] = {5, 6, 7, 8}, neg[2] = {5, -2}, h = 0;
+  fill(p, 8, 1);
+  RG_CHECK_ERR(rg_sched_add_imported(s, NULL, 8, g, 1, &h),
+               "rg_sched_add_imported: no request given");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 8, g, 0, &h),
+               "request 21: an imported request needs the tokens generated so far");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 8, NULL, 1, &h),
+               "request 21: n_generated is 1 but no generated tokens were given");
+  RG_CHECK_ERR(
+      add_imported(s, 21, p, 8, 4, 0, 8, g, 4, &h),
+      "request 21: 4 tokens generated already leave none of max_tokens 4 to generate here");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 8, neg, 2, &h),
+               "request 21: generated token 1 is -2; token ids must be >= 0");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 0, g, 1, &h),
+               "request 21: n_computed 0 is out of range; of its 9 known tokens (prompt 8 + "
+               "generated 1), positions 1 to 8 can have KV computed elsewhere");
+  RG_CHECK_ERR(add_imported(s, 21, p, 8, 4, 0, 9, g, 1, &h), "n_computed 9 is out of range");
+  // The checks every request gets apply too.
+  RG_CHECK_ERR(add_imported(s, 22, p, 8, 250, 0, 8, g, 1, &h),
+               "request 22: prompt of 8 tokens plus 250 to generate exceeds max_context 256");
+  RG_CHECK_ERR(add_imported(s, 23, p, 0, 4, 0, 1, g, 1, &h), "request 23: the prompt is empty");
+  RG_CHECK(h == -1);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.n_state[RG_SCHED_WAITING] == 0 && st.tier_free == 8 && st.tier_used == 0);
+  rg_sched_block_info_t bi;
+  RG_CHECK_ERR(rg_sched_tier_block_info(s, 8, &bi),
+               "rg_sched_tier_block_info: block 8 is not in the capacity tier of 8 blocks");
+  RG_REQUIRE_OK(rg_sched_tier_block_info(s, 0, &bi));
+  RG_CHECK(bi.state == RG_SCHED_BLOCK_FREE && !bi.cached_key);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_import_is_admitted_as_a_decode_with_its_import) {
+  rg_sched_config_t c = base_config();
+  c.prefix_cache = 1;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t pa[80], p[10], g = 77, hA, hB, hC;
+  fill(pa, 80, 500);
+  fill(p, 10, 100);
+  // A long prefill already started, so the batch holds both kinds.
+  RG_REQUIRE_OK(add(s, 1, pa, 80, 4, 0, &hA));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_REQUIRE_OK(commit_all(s, &b, 0.05, 0));
+  RG_REQUIRE_OK(add_imported(s, 2, p, 10, 5, 0.05, 10, &g, 1, &hB));
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &info));
+  RG_CHECK(info.state == RG_SCHED_WAITING && info.n_output == 1 && info.output[0] == 77);
+  RG_CHECK(info.n_computed == 0 && info.n_blocks == 0);
+
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.1, &b));
+  RG_REQUIRE(b.n_entries == 2);
+  // Admitted straight into the decodes, ahead of the started prefill.
+  const rg_sched_entry_t *e = &b.entries[0];
+  RG_CHECK(e->req == hB && e->id == 2 && e->pos == 10 && e->n == 1 && !e->is_prefill);
+  RG_CHECK(e->want_logits && e->tokens[0] == 77 && e->n_blocks == 3);
+  RG_CHECK(b.entries[1].req == hA && b.entries[1].pos == 64 && b.entries[1].is_prefill);
+  RG_CHECK(b.n_decode_tokens == 1 && b.n_prefill_tokens == 16);
+  RG_CHECK(state_of(s, hB) == RG_SCHED_DECODING);
+  // Its whole prompt is imported into its own blocks, before the step.
+  RG_REQUIRE(b.n_imports == 1);
+  const rg_sched_import_t *im = &b.imports[0];
+  RG_CHECK(im->req == hB && im->id == 2 && im->pos_begin == 0 && im->pos_end == 10);
+  RG_REQUIRE(im->n_blocks == 3);
+  for (int i = 0; i < 3; i++) {
+    RG_CHECK(im->blocks[i] == e->blocks[i]);
+    RG_CHECK(refcount(s, im->blocks[i]) == 1);
+  }
+  int32_t blk[3] = {e->blocks[0], e->blocks[1], e->blocks[2]};
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 0.2, 0));
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &info));
+  RG_CHECK(info.n_output == 2 && info.output[1] == token_for(2, 11) && info.n_computed == 11);
+  RG_CHECK(info.n_import_tokens == 10 && info.n_cached_tokens == 0 && info.first_token == 0.2);
+  // Once imported its blocks are ordinary: the full ones joined the index.
+  rg_sched_block_info_t bi;
+  uint64_t k0 = key_of(p, 4, 0, UINT64_MAX);
+  RG_REQUIRE_OK(rg_sched_block_info(s, blk[0], &bi));
+  RG_CHECK(bi.cached_key && bi.key == k0);
+  RG_REQUIRE_OK(rg_sched_block_info(s, blk[1], &bi));
+  RG_CHECK(bi.cached_key && bi.key == key_of(p + 4, 4, k0, UINT64_MAX));
+  RG_REQUIRE_OK(rg_sched_block_info(s, blk[2], &bi));
+  RG_CHECK(!bi.cached_key);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.imports == 1 && st.import_tokens == 10 && st.import_blocks == 3);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.3, &b));
+  e = entry_of(&b, hB);
+  RG_REQUIRE(e);
+  RG_CHECK(e->pos == 11 && !e->is_prefill && b.n_imports == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.4, 0));
+
+  // Imported short of its last known token, it prefills the known tokens
+  // in between: the rest of the prompt and the tokens generated elsewhere.
+  int32_t pc[10], gc[3] = {7, 8, 9};
+  fill(pc, 10, 300);
+  RG_REQUIRE_OK(add_imported(s, 3, pc, 10, 6, 0.4, 6, gc, 3, &hC));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.5, &b));
+  e = entry_of(&b, hC);
+  RG_REQUIRE(e && e == &b.entries[b.n_entries - 1]);
+  RG_CHECK(e->pos == 6 && e->n == 7 && e->is_prefill && e->want_logits && e->n_blocks == 4);
+  RG_CHECK(e->tokens[3] == 309 && e->tokens[4] == 7 && e->tokens[6] == 9);
+  RG_CHECK(state_of(s, hC) == RG_SCHED_PREFILLING);
+  im = import_of(&b, hC);
+  RG_REQUIRE(im && b.n_imports == 1);
+  RG_CHECK(im->pos_begin == 0 && im->pos_end == 6 && im->n_blocks == 2);
+  RG_CHECK(im->blocks[0] == e->blocks[0] && im->blocks[1] == e->blocks[1]);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.6, 0));
+  RG_REQUIRE_OK(rg_sched_request_info(s, hC, &info));
+  RG_CHECK(info.state == RG_SCHED_DECODING && info.n_output == 4 &&
+           info.output[3] == token_for(3, 13));
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_import_prefix_hit_shrinks_the_import) {
+  rg_sched_t *s = cached_sched(t, 32, 0);
+  RG_REQUIRE(s);
+  int32_t x[12], y[12], g = 55, hy, hz;
+  fill(x, 12, 100);
+  memcpy(y, x, 8 * sizeof(int32_t));
+  fill(y + 8, 4, 900);
+  double now = 0;
+  run_alone(t, s, 1, x, 12, &now);
+  uint64_t k0 = key_of(x, 4, 0, UINT64_MAX), k1 = key_of(x + 4, 4, k0, UINT64_MAX);
+  // y's first 8 positions are cached here: only the rest is sent.
+  RG_REQUIRE_OK(add_imported(s, 2, y, 12, 3, now, 12, &g, 1, &hy));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.n_imports == 1);
+  const rg_sched_entry_t *e = &b.entries[0];
+  RG_CHECK(e->pos == 12 && !e->is_prefill && e->n_blocks == 4 && e->tokens[0] == 55);
+  const rg_sched_import_t *im = &b.imports[0];
+  RG_CHECK(im->pos_begin == 8 && im->pos_end == 12 && im->n_blocks == 1);
+  RG_CHECK(im->blocks[0] == e->blocks[2]);
+  rg_sched_block_info_t bi;
+  RG_REQUIRE_OK(rg_sched_block_info(s, e->blocks[0], &bi));
+  RG_CHECK(bi.key == k0 && bi.state == RG_SCHED_BLOCK_USED);
+  RG_REQUIRE_OK(rg_sched_block_info(s, e->blocks[1], &bi));
+  RG_CHECK(bi.key == k1);
+  int32_t x0 = e->blocks[0];
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hy, &info));
+  RG_CHECK(info.n_cached_tokens == 8 && info.n_import_tokens == 4 && info.n_computed == 12);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.import_tokens == 4 && st.import_blocks == 1 && st.prefix_hit_tokens == 8);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  // A prompt whose every full block is cached here imports nothing.
+  RG_REQUIRE_OK(add_imported(s, 3, x, 12, 3, now, 12, &g, 1, &hz));
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  e = entry_of(&b, hz);
+  RG_REQUIRE(e);
+  RG_CHECK(b.n_imports == 0 && e->pos == 12 && !e->is_prefill && e->blocks[0] == x0);
+  RG_CHECK(refcount(s, x0) == 2);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hz, &info));
+  RG_CHECK(info.n_cached_tokens == 12 && info.n_import_tokens == 0);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.imports == 2 && st.import_tokens == 4);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_import_waits_its_turn_within_caps_and_watermark) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 10;
+  c.watermark_blocks = 2;
+  c.max_seqs = 2;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t p[16], g = 3, hA, hI, hC, hJ;
+  fill(p, 16, 0);
+  RG_REQUIRE_OK(add(s, 1, p, 16, 8, 0, &hA));
+  // I needs 5 blocks; 4 of the 10 go to A, and 5 + the watermark's 2 > 6.
+  RG_REQUIRE_OK(add_imported(s, 2, p, 16, 8, 0, 16, &g, 1, &hI));
+  // C would fit, but waits behind I: first come, first served.
+  RG_REQUIRE_OK(add(s, 3, p, 2, 2, 0, &hC));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_CHECK(b.n_entries == 1 && b.entries[0].req == hA && b.n_imports == 0);
+  RG_CHECK(state_of(s, hI) == RG_SCHED_WAITING && state_of(s, hC) == RG_SCHED_WAITING);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  RG_REQUIRE_OK(rg_sched_abort(s, hA, 0.1));
+  // Not before its arrival either.
+  RG_REQUIRE_OK(add_imported(s, 4, p, 4, 4, 5.0, 4, &g, 1, &hJ));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.2, &b));
+  RG_REQUIRE(b.n_entries == 2 && b.n_imports == 1);
+  RG_CHECK(b.entries[0].req == hI && !b.entries[0].is_prefill && b.entries[0].pos == 16);
+  RG_CHECK(b.entries[1].req == hC && b.entries[1].is_prefill);
+  RG_REQUIRE_OK(commit_all(s, &b, 0.3, 0));
+  // max_seqs 2: J, arrived now, waits for a sequence slot.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.0, &b));
+  RG_CHECK(b.n_entries == 2 && !entry_of(&b, hJ) && state_of(s, hJ) == RG_SCHED_WAITING);
+  RG_REQUIRE_OK(commit_all(s, &b, 5.1, 0));  // C finishes (max_tokens 2)
+  RG_CHECK(state_of(s, hC) == RG_SCHED_FINISHED);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.2, &b));
+  const rg_sched_entry_t *e = entry_of(&b, hJ);
+  RG_REQUIRE(e);
+  RG_CHECK(e->pos == 4 && !e->is_prefill && b.n_imports == 1 && b.imports[0].req == hJ);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 5.3, 0));
+  rg_sched_destroy(s);
+}
+
+// A (normal, 4-token prompt) and B (3-token prompt imported with its first
+// token) decode in step in a pool of 4 blocks of 4, until A's third block
+// preempts B, the newer.
+static void import_preempt_setup(rg_test_ctx_t *t, rg_sched_t *s, int32_t *hA, int32_t *hB,
+                                 double *now, rg_sched_batch_t *b) {
+  int32_t pa[4] = {1, 2, 3, 4}, pb[3] = {5, 6, 7}, g = 8;
+  RG_CHECK_OK(add(s, 1, pa, 4, 8, 0, hA));
+  RG_CHECK_OK(add_imported(s, 2, pb, 3, 8, 0, 3, &g, 1, hB));
+  for (;;) {
+    RG_CHECK_OK(rg_sched_schedule(s, *now, b));
+    RG_CHECK_OK(rg_sched_check(s));
+    if (b->n_preempted || b->n_entries == 0) return;
+    RG_CHECK_OK(commit_all(s, b, *now += 0.01, 0));
+    *now += 0.01;
+  }
+}
+
+RG_TEST(sched_import_preempted_by_recompute_recomputes_its_prompt) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 4;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t hA, hB;
+  double now = 0;
+  rg_sched_batch_t b;
+  import_preempt_setup(t, s, &hA, &hB, &now, &b);
+  RG_REQUIRE(b.n_preempted == 1 && b.preempted[0] == hB);
+  rg_sched_request_info_t ib;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  RG_CHECK(ib.state == RG_SCHED_WAITING && ib.n_computed == 0 && ib.n_output == 6);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  int readmitted = 0;
+  while (state_of(s, hB) != RG_SCHED_FINISHED) {
+    RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+    RG_CHECK_OK(rg_sched_check(s));
+    const rg_sched_entry_t *e = entry_of(&b, hB);
+    if (e && !readmitted) {
+      // Its prompt's KV is gone from here and elsewhere: it prefills the
+      // prompt and every token generated, its own first one included.
+      readmitted = 1;
+      RG_CHECK(b.n_imports == 0);
+      RG_CHECK(e->pos == 0 && e->n == 9 && e->is_prefill && e->want_logits);
+      RG_CHECK(e->tokens[0] == 5 && e->tokens[2] == 7 && e->tokens[3] == 8);
+    }
+    RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  }
+  RG_CHECK(readmitted);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  RG_CHECK(ib.n_output == 8 && ib.output[0] == 8 && ib.n_preemptions == 1);
+  for (int i = 1; i < 8; i++) RG_CHECK(ib.output[i] == token_for(2, 3 + i));
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_import_swapped_aborted_and_failed) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = 4;
+  c.n_swap_blocks = 8;
+  c.preempt = RG_SCHED_PREEMPT_SWAP;
+  rg_sched_t *s;
+  RG_REQUIRE_OK(rg_sched_create(&c, &s));
+  int32_t hA, hB;
+  double now = 0;
+  rg_sched_batch_t b;
+  import_preempt_setup(t, s, &hA, &hB, &now, &b);
+  RG_REQUIRE(b.n_preempted == 1 && state_of(s, hB) == RG_SCHED_SWAPPED && b.n_swap_out == 2);
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  int back = 0;
+  while (state_of(s, hB) != RG_SCHED_FINISHED) {
+    RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+    const rg_sched_entry_t *e = entry_of(&b, hB);
+    if (b.n_swap_in) {
+      back = 1;
+      RG_REQUIRE(e);
+      RG_CHECK(!e->is_prefill && e->pos == 8 && b.n_swap_in == 2 && b.n_imports == 0);
+    }
+    RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  }
+  RG_CHECK(back);
+  rg_sched_request_info_t ib;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &ib));
+  for (int i = 1; i < 8; i++) RG_CHECK(ib.output[i] == token_for(2, 3 + i));
+
+  // Aborted while waiting, and in the very batch that lists its import:
+  // its blocks return at once and its entry is skipped at commit.
+  int32_t p[6], g = 9, hW, hI, hD;
+  fill(p, 6, 60);
+  RG_REQUIRE_OK(add_imported(s, 3, p, 6, 4, now + 100, 6, &g, 1, &hW));
+  RG_REQUIRE_OK(rg_sched_abort(s, hW, now));
+  RG_CHECK(state_of(s, hW) == RG_SCHED_ABORTED);
+  RG_REQUIRE_OK(add_imported(s, 4, p, 6, 4, now, 6, &g, 1, &hI));
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  RG_REQUIRE(b.n_imports == 1 && b.imports[0].req == hI && entry_of(&b, hI));
+  RG_REQUIRE_OK(rg_sched_abort(s, hI, now));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_used == 0);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_result_t r = {hI, 1, 0};
+  RG_REQUIRE_OK(rg_sched_commit(s, now += 0.01, &r, 1));
+  RG_CHECK(state_of(s, hI) == RG_SCHED_ABORTED);
+  // Failed once decoding, e.g. when the KV it imported turned out bad.
+  RG_REQUIRE_OK(add_imported(s, 5, p, 6, 4, now, 6, &g, 1, &hD));
+  RG_REQUIRE_OK(rg_sched_schedule(s, now += 0.01, &b));
+  RG_REQUIRE_OK(commit_all(s, &b, now += 0.01, 0));
+  RG_REQUIRE(state_of(s, hD) == RG_SCHED_DECODING);
+  RG_REQUIRE_OK(rg_sched_fail(s, hD, now, "KV page from prefill worker 1 failed its checksum"));
+  RG_REQUIRE_OK(rg_sched_request_info(s, hD, &ib));
+  RG_CHECK(ib.state == RG_SCHED_FAILED && ib.n_blocks == 0 &&
+           strcmp(ib.reason, "KV page from prefill worker 1 failed its checksum") == 0);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_used == 0 && st.swap_used == 0 && st.imports == 3);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+// --- the capacity tier (golden-time retention) -------------------------------------
+
+static rg_sched_t *tier_sched(rg_test_ctx_t *t, int64_t n_blocks, int64_t n_tier, double keep) {
+  rg_sched_config_t c = base_config();
+  c.n_blocks = n_blocks;
+  c.prefix_cache = 1;
+  c.n_tier_blocks = n_tier;
+  c.retention_s = keep;
+  rg_sched_t *s = NULL;
+  RG_CHECK_OK(rg_sched_create(&c, &s));
+  return s;
+}
+
+// Schedules one batch, commits it, and returns it (its arrays stay valid
+// until the next schedule).
+static rg_status_t step(rg_sched_t *s, double at, double done, rg_sched_batch_t *b) {
+  RG_RETURN_IF_ERROR(rg_sched_schedule(s, at, b));
+  return commit_all(s, b, done, 0);
+}
+
+RG_TEST(sched_tier_offloads_idle_blocks_after_the_retention_window) {
+  rg_sched_t *s = tier_sched(t, 16, 8, 1.0);
+  RG_REQUIRE(s);
+  int32_t p[9], h;
+  fill(p, 9, 10);
+  RG_REQUIRE_OK(add(s, 1, p, 9, 1, 0, &h));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(step(s, 0, 0.25, &b));  // its two full blocks idle from 0.25 on
+  int32_t b0 = b.entries[0].blocks[0], b1 = b.entries[0].blocks[1];
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.0, &b));
+  RG_CHECK(b.n_offloads == 0);
+  // Exactly the window: not yet, only longer than it.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.25, &b));
+  RG_CHECK(b.n_offloads == 0 && block_state(s, b0) == RG_SCHED_BLOCK_CACHED);
+  // A hit inside the window restarts the clock.
+  RG_REQUIRE_OK(add(s, 2, p, 9, 1, 1.25, &h));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.25, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.entries[0].pos == 8 && b.entries[0].blocks[0] == b0);
+  RG_CHECK(b.n_offloads == 0 && b.n_reloads == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, 1.5, 0));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2.25, &b));
+  RG_CHECK(b.n_offloads == 0);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2.75, &b));
+  // Oldest first: the tail block was released before the head.
+  RG_REQUIRE(b.n_offloads == 2 && b.n_entries == 0);
+  RG_CHECK(b.offloads[0].src == b1 && b.offloads[0].dst == 0);
+  RG_CHECK(b.offloads[1].src == b0 && b.offloads[1].dst == 1);
+  RG_CHECK(block_state(s, b0) == RG_SCHED_BLOCK_FREE && block_state(s, b1) == RG_SCHED_BLOCK_FREE);
+  rg_sched_block_info_t bi;
+  uint64_t k0 = key_of(p, 4, 0, UINT64_MAX);
+  RG_REQUIRE_OK(rg_sched_tier_block_info(s, 1, &bi));
+  RG_CHECK(bi.state == RG_SCHED_BLOCK_CACHED && bi.cached_key && bi.key == k0);
+  RG_REQUIRE_OK(rg_sched_tier_block_info(s, 0, &bi));
+  RG_CHECK(bi.state == RG_SCHED_BLOCK_CACHED && bi.key == key_of(p + 4, 4, k0, UINT64_MAX));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_offloaded == 2 && st.tier_used == 2 && st.tier_free == 6);
+  RG_CHECK(st.blocks_cached == 0 && st.blocks_free == 16 && st.blocks_evicted == 0);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 10, &b));
+  RG_CHECK(b.n_offloads == 0);
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_tier_session_reloads_its_prefix_and_computes_the_rest) {
+  rg_sched_t *s = tier_sched(t, 16, 8, 1.0);
+  RG_REQUIRE(s);
+  int32_t p1[10], p2[18], h1, h2;
+  fill(p1, 10, 40);
+  RG_REQUIRE_OK(add(s, 1, p1, 10, 3, 0, &h1));
+  rg_sched_batch_t b;
+  double now = 0;
+  int32_t dev1[3];
+  for (int k = 0; state_of(s, h1) != RG_SCHED_FINISHED; k++) {
+    RG_REQUIRE_OK(step(s, now, now + 0.125, &b));
+    if (k == 0) memcpy(dev1, b.entries[0].blocks, sizeof dev1);
+    now += 0.25;
+  }
+  // The person thinks past the golden time: all 12 computed positions go.
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.0, &b));
+  RG_REQUIRE(b.n_offloads == 3);
+  int32_t tier_of[3] = {-1, -1, -1};
+  for (size_t j = 0; j < 3; j++)
+    for (int i = 0; i < 3; i++)
+      if (b.offloads[j].src == dev1[i]) tier_of[i] = b.offloads[j].dst;
+  // The next turn re-reads everything so far and adds a question.
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, h1, &info));
+  memcpy(p2, p1, sizeof p1);
+  memcpy(p2 + 10, info.output, 3 * sizeof(int32_t));
+  fill(p2 + 13, 5, 900);
+  RG_REQUIRE_OK(add(s, 2, p2, 18, 2, 5.0, &h2));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.0, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.n_reloads == 3 && b.n_offloads == 0);
+  const rg_sched_entry_t *e = &b.entries[0];
+  RG_CHECK(e->pos == 12 && e->n == 6 && e->is_prefill && e->want_logits && e->n_blocks == 5);
+  uint64_t key = 0;
+  for (int i = 0; i < 3; i++) {
+    RG_CHECK(b.reloads[i].src == tier_of[i] && b.reloads[i].dst == e->blocks[i]);
+    rg_sched_block_info_t bi;
+    RG_REQUIRE_OK(rg_sched_block_info(s, e->blocks[i], &bi));
+    key = key_of(p2 + 4 * i, 4, key, UINT64_MAX);
+    RG_CHECK(bi.state == RG_SCHED_BLOCK_USED && bi.cached_key && bi.key == key);
+    RG_REQUIRE_OK(rg_sched_tier_block_info(s, tier_of[i], &bi));
+    RG_CHECK(bi.state == RG_SCHED_BLOCK_FREE && !bi.cached_key);
+  }
+  RG_REQUIRE_OK(rg_sched_request_info(s, h2, &info));
+  RG_CHECK(info.n_cached_tokens == 12 && info.n_tier_tokens == 12 && info.n_computed == 12);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_reloaded == 3 && st.tier_hit_tokens == 12 && st.tier_used == 0);
+  RG_CHECK(st.prefix_hit_tokens == 12 && st.tier_free == 8);
+  // The tier blocks it came from are free, but only for later batches: an
+  // offload in this one could overwrite them before the reload runs.
+  RG_CHECK(s->n_tier_free == 5 && s->n_tier_pending == 3);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 5.1, 0));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 5.2, &b));
+  RG_CHECK(s->n_tier_free == 8 && s->n_tier_pending == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, 5.3, 0));
+  RG_CHECK(state_of(s, h2) == RG_SCHED_FINISHED);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_cached == 4 && st.blocks_used == 0);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_tier_full_drops_the_least_recently_used) {
+  rg_sched_t *s = tier_sched(t, 16, 2, 1.0);
+  RG_REQUIRE(s);
+  int32_t pa[9], pb[9], h, hA, hB;
+  fill(pa, 9, 100);
+  fill(pb, 9, 200);
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(add(s, 1, pa, 9, 1, 0, &h));
+  RG_REQUIRE_OK(step(s, 0, 0.25, &b));
+  RG_REQUIRE_OK(add(s, 2, pb, 9, 1, 0.5, &h));
+  RG_REQUIRE_OK(step(s, 0.5, 0.75, &b));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.5, &b));  // A's two blocks fill the tier
+  RG_CHECK(b.n_offloads == 2);
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2.0, &b));  // B's push them out
+  RG_REQUIRE(b.n_offloads == 2);
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_dropped == 2 && st.tier_used == 2 && st.blocks_cached == 0);
+  uint64_t kb0 = key_of(pb, 4, 0, UINT64_MAX);
+  rg_sched_block_info_t bi;
+  int found = 0;
+  for (int32_t i = 0; i < 2; i++) {
+    RG_REQUIRE_OK(rg_sched_tier_block_info(s, i, &bi));
+    found += bi.key == kb0;
+  }
+  RG_CHECK(found == 1);
+  RG_CHECK(rg__index_find(s, key_of(pa, 4, 0, UINT64_MAX)) < 0);
+  // Both sessions return: A's prefix is gone and recomputed, B's reloaded.
+  RG_REQUIRE_OK(add(s, 3, pa, 9, 1, 2.0, &hA));
+  RG_REQUIRE_OK(add(s, 4, pb, 9, 1, 2.0, &hB));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2.0, &b));
+  const rg_sched_entry_t *ea = entry_of(&b, hA), *eb = entry_of(&b, hB);
+  RG_REQUIRE(ea && eb);
+  RG_CHECK(ea->pos == 0 && ea->n == 9 && eb->pos == 8 && eb->n == 1 && b.n_reloads == 2);
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hA, &info));
+  RG_CHECK(info.n_cached_tokens == 0);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hB, &info));
+  RG_CHECK(info.n_cached_tokens == 8 && info.n_tier_tokens == 8);
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 2.1, 0));
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_reloaded == 2 && st.tier_hit_tokens == 8 && st.tier_used == 0);
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_tier_retention_zero_moves_blocks_only_under_pressure) {
+  rg_sched_t *s = tier_sched(t, 6, 8, 0);
+  RG_REQUIRE(s);
+  int32_t pa[9], px[21], h, hA;
+  fill(pa, 9, 100);
+  fill(px, 21, 700);
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(add(s, 1, pa, 9, 1, 0, &h));
+  RG_REQUIRE_OK(step(s, 0, 0.25, &b));  // A: blocks 0 and 1 cached, 2 free
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1000, &b));
+  RG_CHECK(b.n_offloads == 0);
+  // X needs the whole pool: the 4 free blocks, then A's two, moved down
+  // (tail first) rather than lost.
+  RG_REQUIRE_OK(add(s, 2, px, 21, 1, 1000, &h));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1000, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.n_offloads == 2 && b.entries[0].n_blocks == 6);
+  const rg_sched_entry_t *e = &b.entries[0];
+  RG_CHECK(b.offloads[0].src == 1 && b.offloads[0].dst == 0);
+  RG_CHECK(b.offloads[1].src == 0 && b.offloads[1].dst == 1);
+  // The emptied blocks are written by this very step, after the copies.
+  RG_CHECK(e->blocks[4] == 1 && e->blocks[5] == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, 1000.25, 0));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_offloaded == 2 && st.blocks_evicted == 2 && st.tier_used == 2);
+  RG_CHECK(st.blocks_cached == 5 && st.blocks_free == 1);
+  // A returns: its prefix comes back up while X's oldest blocks go down,
+  // in one batch; block 1 is emptied by an offload and refilled by a
+  // reload, which is why offloads run first.
+  RG_REQUIRE_OK(add(s, 3, pa, 9, 1, 1000.25, &hA));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1000.5, &b));
+  RG_REQUIRE(b.n_entries == 1 && b.n_reloads == 2 && b.n_offloads == 2);
+  e = &b.entries[0];
+  RG_CHECK(e->pos == 8 && e->blocks[0] == 0 && e->blocks[1] == 1 && e->blocks[2] == 5);
+  RG_CHECK(b.reloads[0].src == 1 && b.reloads[0].dst == 0);
+  RG_CHECK(b.reloads[1].src == 0 && b.reloads[1].dst == 1);
+  RG_CHECK(b.offloads[0].src == 1 && b.offloads[1].src == 5);
+  RG_CHECK(b.offloads[0].dst == 2 && b.offloads[1].dst == 3);  // not the tier blocks being read
+  RG_CHECK_OK(rg_sched_check(s));
+  RG_REQUIRE_OK(commit_all(s, &b, 1000.75, 0));
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_offloaded == 4 && st.blocks_reloaded == 2 && st.blocks_evicted == 4);
+  RG_CHECK(st.tier_hit_tokens == 8 && st.tier_used == 2 && st.blocks_dropped == 0);
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
+RG_TEST(sched_check_finds_tier_corruption) {
+  rg_sched_t *s = tier_sched(t, 16, 4, 1.0);
+  RG_REQUIRE(s);
+  int32_t p[9], h;
+  fill(p, 9, 3);
+  RG_REQUIRE_OK(add(s, 1, p, 9, 1, 0, &h));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(step(s, 0, 0.25, &b));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 2, &b));
+  RG_REQUIRE(b.n_offloads == 2);
+  RG_REQUIRE_OK(rg_sched_check(s));
+  int32_t t0 = s->n_blocks + b.offloads[0].dst;
+  s->blocks[t0].indexed = 0;
+  RG_CHECK_ERR(rg_sched_check(s), "is on the tier's LRU list but holds no cached block");
+  s->blocks[t0].indexed = 1;
+  s->tier_free[s->n_tier_free++] = t0;
+  RG_CHECK_ERR(rg_sched_check(s), "is on a free list but holds a cached block");
+  s->n_tier_free--;
+  s->tier_pending[s->n_tier_pending++] = s->tier_free[0];
+  RG_CHECK_ERR(rg_sched_check(s), "is free twice");
+  s->n_tier_pending--;
+  s->n_tier_cached++;
+  RG_CHECK_ERR(rg_sched_check(s), "2 tier blocks hold cached blocks but the count says 3");
+  s->n_tier_cached--;
+  // One key in two places: the device block it left still indexed.
+  int32_t d = b.offloads[0].src;
+  s->blocks[d].indexed = 1;
+  RG_CHECK_ERR(rg_sched_check(s), "is referenced, indexed or off the free list");
+  s->blocks[d].indexed = 0;
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
 // --- random request streams ----------------------------------------------------
 //
 // A fake model stands in for the engine: the "KV" it writes at a position is
@@ -980,11 +1599,20 @@ typedef struct {
   int n_requests;
   int prefix_max, suffix_max, out_max;  // lengths drawn up to these
   int vocab;  // prompt tokens drawn below this (0 = the fake model's 1000)
+  // The capacity tier (blocks, retention window), the percentage of
+  // requests imported from a fake remote prefill, and the percentage of
+  // finished requests whose session comes back for another turn after a
+  // think time drawn around the window; 0 = off.
+  int64_t n_tier;
+  double retention;
+  int import_pct, session_pct;
 } stream_cfg_t;
 
 typedef struct {
   int64_t requests, refused, iterations, finished, aborted, failed;
   int64_t preempt_recompute, preempt_swap, hit_tokens, lookup_tokens, evicted;
+  int64_t imported, sessions, imports, import_tokens;
+  int64_t offloaded, reloaded, dropped, tier_hit_tokens;
   uint64_t digest;
 } stream_out_t;
 
@@ -992,9 +1620,17 @@ typedef struct {
   int live, started, decoding;
   uint64_t id;
   int64_t n_prompt, max_tokens, n_known, computed;
+  int64_t n_remote;  // positions imported at its admission, until the test has seen it
   double arrival;
   int32_t *tokens;
 } track_t;
+
+// A session's next turn: everything so far plus a new question, due at `at`.
+typedef struct {
+  double at;
+  int32_t *tokens;
+  int64_t n, max_tokens;
+} followup_t;
 
 // Rolling hash after positions [0, upto) of tokens.
 static uint64_t rolling(const int32_t *tokens, int64_t upto) {
@@ -1056,18 +1692,100 @@ static void hash_batch(XXH3_state_t *x, const rg_sched_batch_t *b) {
   }
   XXH3_64bits_update(x, b->swap_out, b->n_swap_out * sizeof(rg_sched_copy_t));
   XXH3_64bits_update(x, b->swap_in, b->n_swap_in * sizeof(rg_sched_copy_t));
+  XXH3_64bits_update(x, b->offloads, b->n_offloads * sizeof(rg_sched_copy_t));
+  XXH3_64bits_update(x, b->reloads, b->n_reloads * sizeof(rg_sched_copy_t));
+  for (size_t i = 0; i < b->n_imports; i++) {
+    const rg_sched_import_t *m = &b->imports[i];
+    int64_t f[3] = {m->req, m->pos_begin, m->pos_end};
+    XXH3_64bits_update(x, f, sizeof f);
+    XXH3_64bits_update(x, m->blocks, (size_t)m->n_blocks * sizeof(int32_t));
+  }
   XXH3_64bits_update(x, b->preempted, b->n_preempted * sizeof(int32_t));
+}
+
+// The fake KV memories and the marks that catch two writers of one place.
+typedef struct {
+  uint64_t *dev, *swp, *tier;  // (blocks, bs) each
+  uint64_t stamp;
+  uint64_t *write_mark;  // (n_blocks) batch stamp of the entry that wrote it
+  uint64_t *copy_mark;   // (n_blocks) batch stamp of the copy or import that wrote it
+  // (n_blocks) the request whose import wrote it; -1 for a reload (a hit:
+  // never written by an entry), -2 for a swap-in (its own request's block).
+  int32_t *copy_req;
+  uint64_t *tier_mark;    // (n_tier) batch stamp of the offload that wrote it
+  uint64_t *reload_mark;  // (n_tier) batch stamp of the reload that read it
+} fake_mem_t;
+
+static void copy_block(uint64_t *dst_pool, int32_t dst, const uint64_t *src_pool, int32_t src,
+                       int32_t bs) {
+  memcpy(dst_pool + (int64_t)dst * bs, src_pool + (int64_t)src * bs, (size_t)bs * sizeof(uint64_t));
+}
+
+// Runs a batch's copies in the order sched.h gives, after checking that the
+// copies of each group have distinct destinations (so they could run at
+// once) and land where they may: imports only into their own blocks.
+static void run_copies(rg_test_ctx_t *t, rg_sched_t *s, const stream_cfg_t *c,
+                       const rg_sched_batch_t *b, track_t *tr, fake_mem_t *m) {
+  int32_t bs = c->bs;
+  uint64_t st = m->stamp;
+  for (size_t i = 0; i < b->n_offloads; i++) {
+    const rg_sched_copy_t *q = &b->offloads[i];
+    RG_CHECK(q->src >= 0 && q->src < c->n_blocks && q->dst >= 0 && q->dst < c->n_tier);
+    RG_CHECK(m->tier_mark[q->dst] != st);
+    m->tier_mark[q->dst] = st;
+  }
+  for (size_t i = 0; i < b->n_swap_out; i++)
+    copy_block(m->swp, b->swap_out[i].dst, m->dev, b->swap_out[i].src, bs);
+  for (size_t i = 0; i < b->n_offloads; i++)
+    copy_block(m->tier, b->offloads[i].dst, m->dev, b->offloads[i].src, bs);
+  // Group 2 writes device blocks: each once.
+  for (size_t i = 0; i < b->n_swap_in; i++) {
+    int32_t d = b->swap_in[i].dst;
+    RG_CHECK(m->copy_mark[d] != st);
+    m->copy_mark[d] = st;
+    m->copy_req[d] = -2;
+    copy_block(m->dev, d, m->swp, b->swap_in[i].src, bs);
+  }
+  for (size_t i = 0; i < b->n_reloads; i++) {
+    const rg_sched_copy_t *q = &b->reloads[i];
+    RG_CHECK(q->src >= 0 && q->src < c->n_tier && q->dst >= 0 && q->dst < c->n_blocks);
+    RG_CHECK(m->copy_mark[q->dst] != st && m->reload_mark[q->src] != st);
+    m->copy_mark[q->dst] = st;
+    m->copy_req[q->dst] = -1;
+    m->reload_mark[q->src] = st;
+    copy_block(m->dev, q->dst, m->tier, q->src, bs);
+  }
+  // The fake remote prefill: it writes the KV the request's own tokens give.
+  for (size_t i = 0; i < b->n_imports; i++) {
+    const rg_sched_import_t *im = &b->imports[i];
+    track_t *k = &tr[im->req];
+    RG_CHECK(k->live && im->id == k->id && k->n_remote > 0);
+    RG_CHECK(im->pos_begin % bs == 0 && im->pos_begin < im->pos_end && im->pos_end == k->n_remote);
+    RG_CHECK(im->n_blocks == (im->pos_end + bs - 1) / bs - im->pos_begin / bs);
+    for (int32_t j = 0; j < im->n_blocks; j++) {
+      int32_t d = im->blocks[j];
+      RG_CHECK(d >= 0 && d < c->n_blocks && refcount(s, d) == 1 && m->copy_mark[d] != st);
+      m->copy_mark[d] = st;
+      m->copy_req[d] = im->req;
+    }
+    uint64_t h = rolling(k->tokens, im->pos_begin);
+    for (int64_t p = im->pos_begin; p < im->pos_end; p++) {
+      h = fake_mix(h, k->tokens[p]);
+      m->dev[(int64_t)im->blocks[(p - im->pos_begin) / bs] * bs + p % bs] = h;
+    }
+  }
 }
 
 // Checks a batch against what the test knows of every request, then runs
 // the fake model over it and fills one result per entry with want_logits.
 static size_t check_and_step(rg_test_ctx_t *t, rg_sched_t *s, const stream_cfg_t *c,
-                             const rg_sched_batch_t *b, track_t *tr, uint64_t *dev, uint64_t *swp,
-                             uint64_t *stamp, int32_t *write_mark, rg_sched_result_t *res) {
+                             const rg_sched_batch_t *b, track_t *tr, fake_mem_t *m,
+                             rg_sched_result_t *res) {
   int32_t bs = c->bs;
   int64_t tokens = 0;
   int last_class = 0;
-  ++*stamp;
+  uint64_t *dev = m->dev;
+  uint64_t stamp = ++m->stamp;
   RG_CHECK(b->n_entries <= (size_t)c->max_seqs);
   for (size_t i = 0; i < b->n_entries; i++) {
     const rg_sched_entry_t *e = &b->entries[i];
@@ -1076,8 +1794,24 @@ static size_t check_and_step(rg_test_ctx_t *t, rg_sched_t *s, const stream_cfg_t
     int cls = !e->is_prefill ? 0 : k->started ? 1 : 2;
     RG_CHECK(cls >= last_class);  // decodes, started prefills, new prefills
     last_class = cls;
+    const rg_sched_import_t *im = import_of(b, e->req);
+    if (k->n_remote) {
+      // Admitted from afar: it continues after its imported positions (or
+      // past a longer hit), as a decode when only its last token is left.
+      RG_CHECK(!k->started);
+      k->decoding = e->pos == k->n_known - 1;
+      if (im)
+        RG_CHECK(e->pos == k->n_remote && im->pos_end == e->pos);
+      else
+        RG_CHECK(e->pos >= k->n_remote && e->pos % bs == 0);
+      RG_CHECK(e->pos <= k->n_known - 1);
+    } else {
+      RG_CHECK(!im);
+    }
     RG_CHECK(e->is_prefill == !k->decoding);
-    if (cls < 2)
+    if (k->n_remote)
+      ;
+    else if (cls < 2)
       RG_CHECK(e->pos == k->computed);
     else
       RG_CHECK(e->pos % bs == 0 && e->pos <= (k->n_known - 1) / bs * bs);
@@ -1086,13 +1820,14 @@ static size_t check_and_step(rg_test_ctx_t *t, rg_sched_t *s, const stream_cfg_t
     RG_CHECK(e->n_blocks == (e->pos + e->n + bs - 1) / bs);
     RG_CHECK(memcmp(e->tokens, k->tokens + e->pos, (size_t)e->n * sizeof(int32_t)) == 0);
     tokens += e->n;
-    // The blocks it writes are its own and no other entry's.
+    // The blocks it writes are its own and no other entry's, and no copy
+    // of this batch lands in them but its own import.
     for (int64_t q = e->pos / bs; q <= (e->pos + e->n - 1) / bs; q++) {
       int32_t blk = e->blocks[q];
       RG_CHECK(blk >= 0 && blk < c->n_blocks);
       RG_CHECK(refcount(s, blk) == 1);
-      RG_CHECK(write_mark[blk] != (int32_t)*stamp);
-      write_mark[blk] = (int32_t)*stamp;
+      RG_CHECK(m->write_mark[blk] != stamp);
+      m->write_mark[blk] = stamp;
     }
   }
   RG_CHECK(tokens == b->n_decode_tokens + b->n_prefill_tokens && tokens <= c->max_batch_tokens);
@@ -1102,13 +1837,16 @@ static size_t check_and_step(rg_test_ctx_t *t, rg_sched_t *s, const stream_cfg_t
     RG_CHECK(st == RG_SCHED_WAITING || st == RG_SCHED_SWAPPED);
     if (st == RG_SCHED_WAITING) k->started = k->decoding = 0, k->computed = 0;
   }
-  // The step: copies first (out, then in), then every entry.
-  for (size_t i = 0; i < b->n_swap_out; i++)
-    memcpy(swp + (int64_t)b->swap_out[i].dst * bs, dev + (int64_t)b->swap_out[i].src * bs,
-           (size_t)bs * sizeof(uint64_t));
-  for (size_t i = 0; i < b->n_swap_in; i++)
-    memcpy(dev + (int64_t)b->swap_in[i].dst * bs, swp + (int64_t)b->swap_in[i].src * bs,
-           (size_t)bs * sizeof(uint64_t));
+  // The step: the copies first, then every entry.
+  run_copies(t, s, c, b, tr, m);
+  for (size_t i = 0; i < b->n_entries; i++) {
+    const rg_sched_entry_t *e = &b->entries[i];
+    for (int64_t q = e->pos / bs; q <= (e->pos + e->n - 1) / bs; q++) {
+      int32_t blk = e->blocks[q];
+      RG_CHECK(m->copy_mark[blk] != stamp || m->copy_req[blk] == e->req || m->copy_req[blk] == -2);
+    }
+    tr[e->req].n_remote = 0;
+  }
   size_t n_res = 0;
   for (size_t i = 0; i < b->n_entries; i++) {
     const rg_sched_entry_t *e = &b->entries[i];
@@ -1137,6 +1875,76 @@ static size_t check_and_step(rg_test_ctx_t *t, rg_sched_t *s, const stream_cfg_t
   return n_res;
 }
 
+// Adds one request and starts tracking it. With the config's odds it is
+// imported: the fake prefill side has run its prompt and sampled its first
+// tokens (the fake model's own, so the outputs stay predictable), and it
+// hands over 1 to all but the last of the known positions.
+static void add_tracked(rg_test_ctx_t *t, rg_sched_t *s, const stream_cfg_t *c, rng_t *rng,
+                        track_t *tr, int32_t cap_tr, const int32_t *prompt, int64_t n,
+                        int64_t max_tokens, double arrival, uint64_t id, stream_out_t *o,
+                        int32_t *n_handles, int *live) {
+  int32_t gen[3];
+  int64_t n_gen = 0, n_remote = 0;
+  if (c->import_pct && rng_range(rng, 0, 99) < c->import_pct) {
+    uint64_t hh = rolling(prompt, n);
+    // The prefill side would have ended the request at a stop token or at
+    // max_tokens: it hands over only a request with tokens left to make.
+    while (n_gen < 3 && n_gen < max_tokens - 1) {
+      int32_t tok = fake_sample(hh);
+      if (fake_stop(tok)) break;
+      gen[n_gen++] = tok;
+      hh = fake_mix(hh, tok);
+    }
+    if (n_gen > 0) {
+      n_gen = rng_range(rng, 1, n_gen);
+      int64_t known = n + n_gen;
+      n_remote = rng_range(rng, 0, 3) ? known - 1 : rng_range(rng, 1, known - 1);
+    }
+  }
+  int32_t h;
+  rg_status_t st;
+  if (n_gen) {
+    rg_sched_request_t q = {.id = id,
+                            .prompt = prompt,
+                            .n_prompt = (size_t)n,
+                            .max_tokens = max_tokens,
+                            .arrival = arrival};
+    st = rg_sched_add_imported(s, &q, (size_t)n_remote, gen, (size_t)n_gen, &h);
+  } else {
+    st = add(s, id, prompt, (size_t)n, max_tokens, arrival, &h);
+  }
+  if (st) {
+    const char *msg = rg_status_message(st);
+    RG_CHECK(n + max_tokens > c->max_context || n + max_tokens - 1 > c->n_blocks * c->bs);
+    RG_CHECK(strstr(msg, "exceeds max_context") || strstr(msg, "KV blocks of"));
+    rg_status_free(st);
+    o->refused++;
+    return;
+  }
+  RG_CHECK(h >= 0 && h < cap_tr);
+  if (h < 0 || h >= cap_tr) return;
+  if (h >= *n_handles) *n_handles = h + 1;
+  track_t *k = &tr[h];
+  free(k->tokens);
+  *k = (track_t){.live = 1,
+                 .id = id,
+                 .n_prompt = n,
+                 .max_tokens = max_tokens,
+                 .n_known = n + n_gen,
+                 .n_remote = n_remote,
+                 .arrival = arrival};
+  k->tokens = malloc((size_t)(n + max_tokens) * sizeof(int32_t));
+  if (!k->tokens) {
+    RG_CHECK(!"out of memory");
+    return;
+  }
+  memcpy(k->tokens, prompt, (size_t)n * sizeof(int32_t));
+  memcpy(k->tokens + n, gen, (size_t)n_gen * sizeof(int32_t));
+  o->requests++;
+  o->imported += n_gen > 0;
+  (*live)++;
+}
+
 static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, stream_out_t *o) {
   memset(o, 0, sizeof(*o));
   rg_sched_config_t sc = {.block_size = c->bs,
@@ -1147,20 +1955,35 @@ static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, s
                           .max_context = c->max_context,
                           .preempt = c->preempt,
                           .prefix_cache = c->prefix,
+                          .n_tier_blocks = c->n_tier,
+                          .retention_s = c->retention,
                           .watermark_blocks = c->watermark,
                           .hash_bits = c->hash_bits};
   rg_sched_t *s = NULL;
   RG_CHECK_OK(rg_sched_create(&sc, &s));
-  uint64_t *dev = calloc((size_t)(c->n_blocks * c->bs), sizeof(uint64_t));
-  uint64_t *swp = calloc((size_t)((c->n_swap + 1) * c->bs), sizeof(uint64_t));
-  int32_t *write_mark = calloc((size_t)c->n_blocks, sizeof(int32_t));
-  track_t *tr = calloc((size_t)c->n_requests, sizeof(track_t));
+  // Sessions add up to as many follow-ups as fresh requests, each a handle.
+  int32_t cap_tr = c->session_pct ? 2 * c->n_requests : c->n_requests;
+  size_t nb = (size_t)c->n_blocks, nt = (size_t)c->n_tier;
+  fake_mem_t m = {
+      .dev = calloc(nb * (size_t)c->bs, sizeof(uint64_t)),
+      .swp = calloc((size_t)(c->n_swap + 1) * (size_t)c->bs, sizeof(uint64_t)),
+      .tier = calloc((nt + 1) * (size_t)c->bs, sizeof(uint64_t)),
+      .write_mark = calloc(nb, sizeof(uint64_t)),
+      .copy_mark = calloc(nb, sizeof(uint64_t)),
+      .copy_req = calloc(nb, sizeof(int32_t)),
+      .tier_mark = calloc(nt + 1, sizeof(uint64_t)),
+      .reload_mark = calloc(nt + 1, sizeof(uint64_t)),
+  };
+  track_t *tr = calloc((size_t)cap_tr, sizeof(track_t));
+  followup_t *fu = calloc((size_t)c->n_requests, sizeof(followup_t));
+  int n_fu = 0, fu_total = 0;
   int32_t *ref = malloc((size_t)(c->max_context + 1) * sizeof(int32_t));
   rg_sched_result_t *res = malloc((size_t)c->max_seqs * sizeof(*res));
   int32_t *prompt =
       malloc((size_t)(c->prefix_max + c->suffix_max + c->max_context + 1) * sizeof(int32_t));
   XXH3_state_t *x = XXH3_createState();
-  if (!s || !dev || !swp || !write_mark || !tr || !ref || !res || !prompt || !x) {
+  if (!s || !m.dev || !m.swp || !m.tier || !m.write_mark || !m.copy_mark || !m.copy_req ||
+      !m.tier_mark || !m.reload_mark || !tr || !fu || !ref || !res || !prompt || !x) {
     RG_CHECK(!"out of memory");
     goto done;
   }
@@ -1174,14 +1997,30 @@ static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, s
     family_len[f] = (int)rng_range(&rng, 0, c->prefix_max);
     for (int i = 0; i < family_len[f]; i++) family[f][i] = (int32_t)rng_range(&rng, 0, vocab - 1);
   }
-  double now = 0, next_arrival = 0;
+  double now = 0, next_arrival = 0, last_arrival = 0;
   int32_t n_handles = 0;
   int added = 0, live = 0;
-  uint64_t stamp = 0;
-  while (added < c->n_requests || live > 0) {
+  while (added < c->n_requests || live > 0 || n_fu > 0) {
     // Arrivals up to a little ahead of now: some are added before they
-    // arrive, as a simulator does.
-    while (added < c->n_requests && next_arrival <= now + 0.002) {
+    // arrive, as a simulator does. Fresh requests and sessions' next turns
+    // are added in the order they arrive.
+    for (;;) {
+      int fi = -1;
+      for (int i = 0; i < n_fu; i++)
+        if (fi < 0 || fu[i].at < fu[fi].at) fi = i;
+      double t_fresh = added < c->n_requests ? next_arrival : INFINITY;
+      double t_fu = fi >= 0 ? fu[fi].at : INFINITY;
+      if ((t_fu < t_fresh ? t_fu : t_fresh) > now + 0.002) break;
+      if (t_fu < t_fresh) {
+        double at = t_fu > last_arrival ? t_fu : last_arrival;
+        add_tracked(t, s, c, &rng, tr, cap_tr, fu[fi].tokens, fu[fi].n, fu[fi].max_tokens, at,
+                    1000000 + (uint64_t)o->sessions, o, &n_handles, &live);
+        last_arrival = at;
+        o->sessions++;
+        free(fu[fi].tokens);
+        fu[fi] = fu[--n_fu];
+        continue;
+      }
       int f = (int)rng_range(&rng, 0, 3);
       int64_t n = family_len[f];
       memcpy(prompt, family[f], (size_t)n * sizeof(int32_t));
@@ -1191,38 +2030,12 @@ static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, s
       if (rng_range(&rng, 0, 39) == 0) suffix += c->max_context;  // can never run
       for (int64_t i = 0; i < suffix; i++) prompt[n + i] = (int32_t)rng_range(&rng, 0, vocab - 1);
       n += suffix;
-      uint64_t id = (uint64_t)added + 1;
-      int32_t h;
-      rg_status_t st = add(s, id, prompt, (size_t)n, max_tokens, next_arrival, &h);
+      add_tracked(t, s, c, &rng, tr, cap_tr, prompt, n, max_tokens, next_arrival,
+                  (uint64_t)added + 1, o, &n_handles, &live);
+      last_arrival = next_arrival;
       added++;
       // Bursts: now and then several requests arrive at once.
       if (rng_range(&rng, 0, 29) != 0) next_arrival += -0.0015 * log(1 - rng_unit(&rng));
-      if (st) {
-        const char *m = rg_status_message(st);
-        RG_CHECK(n + max_tokens > c->max_context || n + max_tokens - 1 > c->n_blocks * c->bs);
-        RG_CHECK(strstr(m, "exceeds max_context") || strstr(m, "KV blocks of"));
-        rg_status_free(st);
-        o->refused++;
-        continue;
-      }
-      RG_CHECK(h >= 0 && h < c->n_requests);
-      if (h >= n_handles) n_handles = h + 1;
-      track_t *k = &tr[h];
-      free(k->tokens);
-      *k = (track_t){.live = 1,
-                     .id = id,
-                     .n_prompt = n,
-                     .max_tokens = max_tokens,
-                     .n_known = n,
-                     .arrival = next_arrival};
-      k->tokens = malloc((size_t)(n + max_tokens) * sizeof(int32_t));
-      if (!k->tokens) {
-        RG_CHECK(!"out of memory");
-        goto done;
-      }
-      memcpy(k->tokens, prompt, (size_t)n * sizeof(int32_t));
-      o->requests++;
-      live++;
     }
     if (rng_range(&rng, 0, 33) == 0) random_end(t, s, &rng, tr, n_handles, now, o);
 
@@ -1240,7 +2053,14 @@ static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, s
       rg_status_free(st);
       goto done;
     }
-    size_t n_res = check_and_step(t, s, c, &b, tr, dev, swp, &stamp, write_mark, res);
+    // The retention sweep left no cached device block idle past the window
+    // unless the tier had no room for it in this batch.
+    if (c->n_tier && c->retention > 0 && s->lru.head >= 0 &&
+        now - s->blocks[s->lru.head].idle_since > c->retention) {
+      int32_t th = s->tier_lru.head;
+      RG_CHECK(s->n_tier_free == 0 && (th < 0 || s->blocks[th].filled_iter == s->iter));
+    }
+    size_t n_res = check_and_step(t, s, c, &b, tr, &m, res);
     if (b.n_entries == 0 && b.n_preempted == 0) {
       // Nothing ran: only allowed when nothing that has arrived is left.
       for (int32_t h = 0; h < n_handles; h++)
@@ -1295,10 +2115,36 @@ static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, s
       end_track(k);
       o->finished++;
       if (rng_next(&rng) & 1) rg_sched_release(s, e->req);
+      // The session comes back after a think time around the retention
+      // window, re-reading everything so far and asking something new.
+      if (c->session_pct && fu_total < c->n_requests && rng_range(&rng, 0, 99) < c->session_pct) {
+        int64_t more = rng_range(&rng, 1, c->suffix_max),
+                max_tokens = rng_range(&rng, 1, c->out_max);
+        int64_t n = k->n_known + more;
+        double think =
+            c->retention > 0 ? c->retention * (0.25 + 1.5 * rng_unit(&rng)) : 0.05 * rng_unit(&rng);
+        if (n + max_tokens > c->max_context) continue;
+        int32_t *toks = malloc((size_t)n * sizeof(int32_t));
+        if (!toks) {
+          RG_CHECK(!"out of memory");
+          goto done;
+        }
+        memcpy(toks, k->tokens, (size_t)k->n_known * sizeof(int32_t));
+        for (int64_t j = k->n_known; j < n; j++) toks[j] = (int32_t)rng_range(&rng, 0, vocab - 1);
+        fu[n_fu++] =
+            (followup_t){.at = now + think, .tokens = toks, .n = n, .max_tokens = max_tokens};
+        fu_total++;
+      }
     }
     live = 0;
     for (int32_t h = 0; h < n_handles; h++) live += tr[h].live;
-    if (b.n_entries == 0 && b.n_preempted == 0 && next_arrival > now) now = next_arrival;
+    if (b.n_entries == 0 && b.n_preempted == 0) {
+      // Idle: on to the next arrival, a fresh request's or a session's.
+      double next = added < c->n_requests || n_fu == 0 ? next_arrival : INFINITY;
+      for (int i = 0; i < n_fu; i++)
+        if (fu[i].at < next) next = fu[i].at;
+      if (next > now) now = next;
+    }
     if (o->iterations > 200000) {
       RG_CHECK(!"the stream did not drain in 200000 iterations");
       goto done;
@@ -1309,7 +2155,7 @@ static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, s
   // Nothing leaked: every block free or cached, the swap tier empty, no
   // request left in a live state.
   RG_CHECK(st.blocks_used == 0 && st.blocks_free + st.blocks_cached == c->n_blocks);
-  RG_CHECK(st.swap_used == 0);
+  RG_CHECK(st.swap_used == 0 && st.tier_used + st.tier_free == c->n_tier);
   RG_CHECK(st.n_state[RG_SCHED_WAITING] + st.n_state[RG_SCHED_PREFILLING] +
                st.n_state[RG_SCHED_DECODING] + st.n_state[RG_SCHED_SWAPPED] ==
            0);
@@ -1317,24 +2163,41 @@ static void run_stream(rg_test_ctx_t *t, const stream_cfg_t *c, uint64_t seed, s
            st.total_aborted + st.total_failed == o->aborted + o->failed);
   RG_CHECK(o->finished + o->aborted + o->failed == o->requests);
   if (!c->prefix) RG_CHECK(st.blocks_cached == 0 && st.prefix_lookup_tokens == 0);
+  if (!c->n_tier)
+    RG_CHECK(st.blocks_offloaded == 0 && st.blocks_reloaded == 0 && st.tier_used == 0);
+  RG_CHECK(st.imports <= o->imported && st.tier_hit_tokens <= st.prefix_hit_tokens);
   o->preempt_recompute = st.preempt_recompute;
   o->preempt_swap = st.preempt_swap;
   o->hit_tokens = st.prefix_hit_tokens;
   o->lookup_tokens = st.prefix_lookup_tokens;
   o->evicted = st.blocks_evicted;
+  o->imports = st.imports;
+  o->import_tokens = st.import_tokens;
+  o->offloaded = st.blocks_offloaded;
+  o->reloaded = st.blocks_reloaded;
+  o->dropped = st.blocks_dropped;
+  o->tier_hit_tokens = st.tier_hit_tokens;
   o->digest = XXH3_64bits_digest(x);
   RG_CHECK_OK(rg_sched_check(s));
 done:
   if (tr)
-    for (int i = 0; i < c->n_requests; i++) free(tr[i].tokens);
+    for (int i = 0; i < cap_tr; i++) free(tr[i].tokens);
+  if (fu)
+    for (int i = 0; i < n_fu; i++) free(fu[i].tokens);
   XXH3_freeState(x);
   free(prompt);
   free(res);
   free(ref);
+  free(fu);
   free(tr);
-  free(write_mark);
-  free(swp);
-  free(dev);
+  free(m.reload_mark);
+  free(m.tier_mark);
+  free(m.copy_req);
+  free(m.copy_mark);
+  free(m.write_mark);
+  free(m.tier);
+  free(m.swp);
+  free(m.dev);
   rg_sched_destroy(s);
 }
 
@@ -1342,25 +2205,253 @@ RG_TEST(sched_random_streams_keep_every_invariant) {
   // Small pools, so preemption is frequent; both policies; cache on and
   // off; a 2-bit key so collisions are everywhere; block sizes 1 to 16.
   static const stream_cfg_t cfgs[] = {
-      {"recompute", 4, 24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 0, 0, -1, 500, 14, 12, 24, 0},
-      {"recompute+cache", 4, 24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 1, 0, -1, 500, 14, 12,
-       24, 0},
-      {"swap", 4, 24, 16, 6, 24, 96, RG_SCHED_PREEMPT_SWAP, 0, 0, -1, 500, 14, 12, 24, 0},
-      {"swap+cache+watermark", 4, 28, 12, 6, 32, 96, RG_SCHED_PREEMPT_SWAP, 1, 0, 2, 500, 14, 12,
-       24, 0},
-      {"cache, 2-bit keys", 4, 24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 1, 2, -1, 500, 14, 12,
-       24, 0},
+      {"recompute", 4,  24, 0, 6, 24, 96, RG_SCHED_PREEMPT_RECOMPUTE, 0, 0, -1, 500, 14,
+       12,          24, 0,  0, 0, 0,  0},
+      {"recompute+cache",
+       4,
+       24,
+       0,
+       6,
+       24,
+       96,
+       RG_SCHED_PREEMPT_RECOMPUTE,
+       1,
+       0,
+       -1,
+       500,
+       14,
+       12,
+       24,
+       0,
+       0,
+       0,
+       0,
+       0},
+      {"swap", 4,  24, 16, 6, 24, 96, RG_SCHED_PREEMPT_SWAP, 0, 0, -1, 500, 14,
+       12,     24, 0,  0,  0, 0,  0},
+      {"swap+cache+watermark",
+       4,
+       28,
+       12,
+       6,
+       32,
+       96,
+       RG_SCHED_PREEMPT_SWAP,
+       1,
+       0,
+       2,
+       500,
+       14,
+       12,
+       24,
+       0,
+       0,
+       0,
+       0,
+       0},
+      {"cache, 2-bit keys",
+       4,
+       24,
+       0,
+       6,
+       24,
+       96,
+       RG_SCHED_PREEMPT_RECOMPUTE,
+       1,
+       2,
+       -1,
+       500,
+       14,
+       12,
+       24,
+       0,
+       0,
+       0,
+       0,
+       0},
       // Two token ids and 2-token blocks: equal blocks after different
       // prefixes everywhere, so only the parent check tells them apart.
-      {"2-bit keys, 2 tokens", 2, 24, 0, 6, 24, 48, RG_SCHED_PREEMPT_RECOMPUTE, 1, 2, -1, 500, 8, 6,
-       12, 2},
-      {"4-bit keys, 3 tokens", 2, 30, 8, 6, 24, 48, RG_SCHED_PREEMPT_SWAP, 1, 4, -1, 500, 8, 6, 12,
-       3},
-      {"swap, tier too small", 4, 20, 4, 5, 20, 80, RG_SCHED_PREEMPT_SWAP, 1, 0, -1, 400, 10, 10,
-       20, 0},
-      {"block size 1", 1, 20, 10, 5, 12, 20, RG_SCHED_PREEMPT_SWAP, 1, 0, -1, 400, 6, 4, 8, 0},
-      {"block size 16", 16, 10, 6, 4, 32, 160, RG_SCHED_PREEMPT_RECOMPUTE, 1, 0, -1, 300, 40, 40,
-       40, 0},
+      {"2-bit keys, 2 tokens",
+       2,
+       24,
+       0,
+       6,
+       24,
+       48,
+       RG_SCHED_PREEMPT_RECOMPUTE,
+       1,
+       2,
+       -1,
+       500,
+       8,
+       6,
+       12,
+       2,
+       0,
+       0,
+       0,
+       0},
+      {"4-bit keys, 3 tokens",
+       2,
+       30,
+       8,
+       6,
+       24,
+       48,
+       RG_SCHED_PREEMPT_SWAP,
+       1,
+       4,
+       -1,
+       500,
+       8,
+       6,
+       12,
+       3,
+       0,
+       0,
+       0,
+       0},
+      {"swap, tier too small",
+       4,
+       20,
+       4,
+       5,
+       20,
+       80,
+       RG_SCHED_PREEMPT_SWAP,
+       1,
+       0,
+       -1,
+       400,
+       10,
+       10,
+       20,
+       0,
+       0,
+       0,
+       0,
+       0},
+      {"block size 1",
+       1,
+       20,
+       10,
+       5,
+       12,
+       20,
+       RG_SCHED_PREEMPT_SWAP,
+       1,
+       0,
+       -1,
+       400,
+       6,
+       4,
+       8,
+       0,
+       0,
+       0,
+       0,
+       0},
+      {"block size 16",
+       16,
+       10,
+       6,
+       4,
+       32,
+       160,
+       RG_SCHED_PREEMPT_RECOMPUTE,
+       1,
+       0,
+       -1,
+       300,
+       40,
+       40,
+       40,
+       0,
+       0,
+       0,
+       0,
+       0},
+      // Imported requests (a fake remote prefill writes their KV), alone and
+      // among cached prefixes, swaps and a watermark.
+      {.name = "imports",
+       .bs = 4,
+       .n_blocks = 24,
+       .max_seqs = 6,
+       .max_batch_tokens = 24,
+       .max_context = 96,
+       .watermark = -1,
+       .n_requests = 300,
+       .prefix_max = 14,
+       .suffix_max = 12,
+       .out_max = 24,
+       .import_pct = 40},
+      {.name = "imports+cache+swap",
+       .bs = 4,
+       .n_blocks = 28,
+       .n_swap = 12,
+       .max_seqs = 6,
+       .max_batch_tokens = 32,
+       .max_context = 96,
+       .preempt = RG_SCHED_PREEMPT_SWAP,
+       .prefix = 1,
+       .watermark = 2,
+       .n_requests = 300,
+       .prefix_max = 14,
+       .suffix_max = 12,
+       .out_max = 24,
+       .import_pct = 40},
+      // Sessions coming back after think times around the retention window,
+      // with a tier that holds their prefixes; then evict-to-tier only; then
+      // a tier too small (drops), 4-bit keys and imports all at once.
+      {.name = "sessions+tier",
+       .bs = 4,
+       .n_blocks = 32,
+       .max_seqs = 6,
+       .max_batch_tokens = 32,
+       .max_context = 96,
+       .prefix = 1,
+       .watermark = -1,
+       .n_requests = 250,
+       .prefix_max = 14,
+       .suffix_max = 12,
+       .out_max = 16,
+       .n_tier = 48,
+       .retention = 0.02,
+       .session_pct = 60},
+      {.name = "sessions, pressure",
+       .bs = 4,
+       .n_blocks = 24,
+       .n_swap = 8,
+       .max_seqs = 6,
+       .max_batch_tokens = 32,
+       .max_context = 96,
+       .preempt = RG_SCHED_PREEMPT_SWAP,
+       .prefix = 1,
+       .watermark = -1,
+       .n_requests = 250,
+       .prefix_max = 14,
+       .suffix_max = 12,
+       .out_max = 16,
+       .n_tier = 48,
+       .session_pct = 60},
+      {.name = "sessions, small tier",
+       .bs = 2,
+       .n_blocks = 30,
+       .max_seqs = 6,
+       .max_batch_tokens = 24,
+       .max_context = 64,
+       .prefix = 1,
+       .hash_bits = 4,
+       .watermark = -1,
+       .n_requests = 250,
+       .prefix_max = 8,
+       .suffix_max = 6,
+       .out_max = 12,
+       .vocab = 3,
+       .n_tier = 4,
+       .retention = 0.01,
+       .import_pct = 30,
+       .session_pct = 60},
   };
   stream_out_t sum = {0};
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
@@ -1386,9 +2477,19 @@ RG_TEST(sched_random_streams_keep_every_invariant) {
     sum.preempt_recompute += a.preempt_recompute;
     sum.preempt_swap += a.preempt_swap;
     sum.hit_tokens += a.hit_tokens;
+    if (cfgs[i].import_pct || cfgs[i].n_tier)
+      printf(
+          "    %-22s %4lld imported (%lld admitted, %lld positions sent), %lld session turns, "
+          "tier: %lld offloaded, %lld reloaded, %lld dropped, %lld hit tokens\n",
+          "", (long long)a.imported, (long long)a.imports, (long long)a.import_tokens,
+          (long long)a.sessions, (long long)a.offloaded, (long long)a.reloaded,
+          (long long)a.dropped, (long long)a.tier_hit_tokens);
     if (cfgs[i].preempt == RG_SCHED_PREEMPT_SWAP && cfgs[i].n_swap >= 10)
       RG_CHECK(a.preempt_swap > 0);
     if (cfgs[i].prefix) RG_CHECK(a.hit_tokens > 0);
+    if (cfgs[i].import_pct) RG_CHECK(a.imports > 0 && a.import_tokens > 0);
+    if (cfgs[i].n_tier) RG_CHECK(a.offloaded > 0 && a.reloaded > 0 && a.tier_hit_tokens > 0);
+    if (cfgs[i].n_tier && cfgs[i].n_tier < 8) RG_CHECK(a.dropped > 0);
   }
   printf(
       "    total: %lld requests, %lld iterations, %lld preemptions (%lld recompute, %lld swap), "
