@@ -13,9 +13,9 @@
 // avx512-bf16 up, trade x's rounding to bf16 for 2-16 times the
 // multiply-adds per instruction (NMSE ~1e-6 per matmul):
 //   - bf16 weights at m >= 8 with vdpbf16ps (avx512-bf16);
-//   - the AMX tiles (amx level, m from about 8): bf16 weights exact, f16 as
-//     two exact bf16 terms, q8_0/q4_K/q6_K/f32 weights rounded to bf16 too
-//     (their names say "x, w in bf16": NMSE ~3e-6).
+//   - the AMX tiles (amx level, m from 4): bf16 weights exact, f16, q8_0,
+//     q4_K and q6_K weights rounded to bf16 too (their names say "x, w in
+//     bf16": NMSE ~3e-6); f32 weights never take the tiles.
 // Cap the level at RG_CPU_ISA_AVX512 to keep x in f32 everywhere. The
 // k-quant GEMV at avx512-bf16 splits x into two bf16 terms (16 bits of
 // mantissa, NMSE ~1e-11), which is why it does not say "x in bf16".

@@ -61,7 +61,6 @@ typedef struct rg__mm_job_s {
   float *scratch;    // per thread: kp floats
   size_t panel_elems;
   int64_t amx_rows;  // weight rows per work item
-  int amx_terms;     // 1: one bf16 tile per weight; 2: f16 as bf16 hi + lo
   // Work split (see claim() in matmul.c): items are GEMV groups of NR rows,
   // GEMM tiles or AMX row blocks; shares[t] packs thread t's unclaimed
   // range, front | back << 32.

@@ -791,8 +791,6 @@ static void names_init(void) {
         snprintf(gemm, 64, "openblas sgemm on %s %s->f32 tiles", in, tn);
       if (t == RG_BF16)
         snprintf(tiles, 64, "amx bf16 tiles (x in bf16)");
-      else if (t == RG_F16)
-        snprintf(tiles, 64, "amx f16->bf16 hi+lo tiles (x in bf16)");
       else
         snprintf(tiles, 64, "amx %s->bf16 tiles (x, w in bf16)", tn);
     }
@@ -923,17 +921,17 @@ static rg_status_t run_tiles(rg_pool_t *pool, job_t *j) {
   const size_t threads = (size_t)rg_pool_threads(pool);
   j->kp = (j->k + 31) / 32 * 32;
   j->mp = j->m <= 16 ? 16 : (j->m + 31) / 32 * 32;
-  j->amx_terms = j->type == RG_F16 ? 2 : 1;
   // Rows of weights per item. Decode batches (m <= 16) reuse nothing, so 32
   // rows balance best. Larger m reuse each block of weights for every row
-  // of x while one pass of x's tiles is reused by every block: up to 128
-  // rows, as long as a panel stays near 512 KiB (L2 beside x's tiles), and
-  // at least 4 items per thread so they rebalance.
+  // of x, and all of x streams from L3 once per item, which at 128 rows was
+  // as slow as the tiles themselves (L3 gives a core ~25 GB/s): so up to 256
+  // rows, as long as the panel stays near 1 MiB (half of L2), and at least 2
+  // items per thread so they rebalance.
   int64_t rows = 32;
   if (j->m > 16) {
-    rows = ((int64_t)512 << 10) / (2 * j->kp * j->amx_terms) / 32 * 32;
-    rows = rows < 32 ? 32 : rows > 128 ? 128 : rows;
-    while (rows > 32 && (j->n + rows - 1) / rows < 4 * (int64_t)threads) rows -= 32;
+    rows = ((int64_t)1 << 20) / (2 * j->kp) / 32 * 32;
+    rows = rows < 32 ? 32 : rows > 256 ? 256 : rows;  // 256: matmul_amx.c's MAX_NSUB blocks
+    while (rows > 32 && (j->n + rows - 1) / rows < 2 * (int64_t)threads) rows -= 32;
   }
   j->amx_rows = rows;
   j->panel_elems = rg__amx_panel_elems(j);

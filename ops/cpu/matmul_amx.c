@@ -19,11 +19,13 @@
 // the next block's lines are prefetched, spread over the current block's
 // steps, in the order they will be used.
 //
-// Types: bf16 weights are exact; f16 weights go in as two bf16 terms, hi =
-// bf16(w) and lo = bf16(w - hi), whose sum is w exactly (f16 has 11
-// significant bits, hi 8, and w - hi at most 3), at twice the tile work;
-// q8_0 and the k-quants are dequantized to f32 and rounded to bf16 (their
-// own quantization error is hundreds of times larger). x is rounded to
+// Types: bf16 weights are exact; f16, q8_0 and the k-quants are widened to
+// f32 and rounded to bf16 (for the quantized types their own quantization
+// error is hundreds of times larger). f16 weights could be exact as two
+// bf16 terms, hi = bf16(w) and lo = bf16(w - hi) (11 significant bits = 8
+// + 3), but that doubles the tile work: measured at m = 512, n = k = 2048,
+// one thread, 0.6 of the one-term speed (550-630 against 950-990 GFLOP/s),
+// and the rounding costs what rounding x does (NMSE ~1e-6). x is rounded to
 // bf16, as the vdpbf16ps kernels do, and sums are f32.
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +63,7 @@ typedef struct {
 enum { NSUB = 32 };  // weight rows per register block (2 A tiles)
 
 size_t rg__amx_panel_elems(const job_t *j) {
-  return (size_t)j->amx_rows * (size_t)j->kp * (size_t)j->amx_terms;
+  return (size_t)j->amx_rows * (size_t)j->kp;
 }
 
 // Transposes a 16 × 16 matrix of 32-bit elements held as 16 rows.
@@ -138,17 +140,24 @@ void rg__amx_pack_x(rg_pool_t *pool, job_t *j) {
 
 // ---- Weights into A panels ------------------------------------------------------
 
-// Row `r` of the weights into panel row `pr`: kp bf16 values (zero past k)
-// per term, terms interleaved per 32 values of k.
-__attribute__((target(T_AMX))) static void panel_row(const job_t *j, int64_t r, uint16_t *dst,
-                                                     float *scratch) {
-  const int64_t k = j->k, ks = j->kp / 32;
+// Panels hold their weights tile by tile: tile (rb, s) is 16 rows × 32
+// values of k, 1 KiB, contiguous, at (rb * ks + s) * 512 elements. So each A load reads one
+// sequential KiB, as the B loads do, instead of 16 lines a row apart: with rows 4 KiB apart (k =
+// 2048 bf16) those all fall in one L1 set, and the tiles ran at 0.3 of their peak.
+static uint16_t *ptile(const job_t *j, uint16_t *panel, int64_t rb, int64_t s) {
+  return panel + (size_t)(rb * (j->kp / 32) + s) * 512;
+}
+
+// Weight row `r` into row `pr` of the panel: kp bf16 values, zero past k.
+__attribute__((target(T_AMX))) static void panel_row(const job_t *j, int64_t r, uint16_t *panel,
+                                                     int64_t pr, float *scratch) {
+  const int64_t k = j->k, ks = j->kp / 32, rb = pr / 16;
+  const size_t rr = (size_t)(pr % 16) * 32;
   const unsigned char *src = j->w + (size_t)r * j->row_bytes;
-  const int terms = j->amx_terms;
   if (j->type == RG_BF16) {
     for (int64_t s = 0; s < ks; s++) {
       __mmask32 m = k - 32 * s >= 32 ? 0xffffffffu : (__mmask32)((1u << (k - 32 * s)) - 1);
-      _mm512_store_si512(dst + s * 32 * terms, _mm512_maskz_loadu_epi16(m, src + 64 * s));
+      _mm512_store_si512(ptile(j, panel, rb, s) + rr, _mm512_maskz_loadu_epi16(m, src + 64 * s));
     }
     return;
   }
@@ -173,18 +182,7 @@ __attribute__((target(T_AMX))) static void panel_row(const job_t *j, int64_t r, 
       lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, src + 2 * p));
       hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, src + 2 * p + 32));
     }
-    __m512bh h = _mm512_cvtne2ps_pbh(hi, lo);
-    _mm512_store_si512(dst + s * 32 * terms, (__m512i)h);
-    if (terms == 2) {
-      // The remainder w - hi, exact in f32 and (for f16 weights) in bf16.
-      __m512i hb = (__m512i)h;
-      __m512 hlo = _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hb)), 16));
-      __m512 hhi = _mm512_castsi512_ps(
-          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hb, 1)), 16));
-      __m512bh l = _mm512_cvtne2ps_pbh(_mm512_sub_ps(hi, hhi), _mm512_sub_ps(lo, hlo));
-      _mm512_store_si512(dst + s * 32 * terms + 32, (__m512i)l);
-    }
+    _mm512_store_si512(ptile(j, panel, rb, s) + rr, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
   }
 }
 
@@ -199,47 +197,89 @@ __attribute__((target(T_AMX))) static void store_c(const job_t *j, const float *
   transpose16(r);
   const __mmask16 mk = mask16(j->n - n0);
   const __m512 bias = j->bias ? _mm512_maskz_loadu_ps(mk, j->bias + n0) : _mm512_setzero_ps();
-  for (int i = 0; i < 16 && m0 + i < j->m; i++)
-    _mm512_mask_storeu_ps(j->y + (m0 + i) * j->n + n0, mk,
-                          _mm512_add_ps(_mm512_castsi512_ps(r[i]), bias));
+  // Whole aligned lines bypass the cache: y is written once per call, and
+  // reading its lines in first (as a plain store must) cost a sixth of the
+  // tile time at m = 512.
+  for (int i = 0; i < 16 && m0 + i < j->m; i++) {
+    float *dst = j->y + (m0 + i) * j->n + n0;
+    __m512 v = _mm512_add_ps(_mm512_castsi512_ps(r[i]), bias);
+    if (mk == 0xffff && !((uintptr_t)dst & 63))
+      _mm512_stream_ps(dst, v);
+    else
+      _mm512_mask_storeu_ps(dst, mk, v);
+  }
 }
 
-// `nsub` blocks of 32 weight rows (A at `a`, `stride` bytes apart; a step
-// of k takes `step` bytes, its term tiles 64 bytes apart) against all of x.
-// NB = 2: two B tiles (32 rows of x) per pass; NB = 1 for m <= 16. The rows
-// of x are the outer loop, so one pass's B tiles are reused from L2 by every
-// block of weights, and x streams from L3 once per nsub blocks. pf /
-// pf_stride / pf_lines: the next chunk's weights (32 * nsub rows of
-// pf_lines lines), prefetched in k order, spread over this chunk's steps.
+// `nsub` blocks of 32 weight rows against all of x. The A tile of 16 rows
+// `h` (0, 1) of block sb at step s is at a + (2 sb + h) * rb_bytes + s *
+// step, its rows `stride` bytes apart. NB = 2: two B tiles
+// (32 rows of x) per pass; NB = 1 for m <= 16.
+//
+// Loop order, for the caches: the rows of x are outermost, then k in
+// blocks of KC steps, then the weight blocks. One pass's B tiles for a k
+// block (16 KiB) stay in L1 while every weight block uses them, and the C
+// tiles of the pass wait in an L1 buffer (16 KiB at nsub = 4) between k
+// blocks; only the A tiles come from L2. Each step loads 4 KiB of tiles for
+// 64 cycles of products, and L2 gives well under 64 B a cycle: with both A
+// and B from L2 the tiles ran at about half their peak.
+//
+// pf / pf_stride / pf_lines: the next chunk's weights (32 * nsub rows of
+// pf_lines lines), prefetched in k order, spread over this chunk's steps,
+// into L1 when the tiles read them in place (decode), else into L2 for the
+// panel build. nsub <= MAX_NSUB.
+enum { KC = 8, MAX_NSUB = 8 };
 INLINE __attribute__((target(T_AMX))) void chunk_tiles(const job_t *j, const unsigned char *a,
-                                                       size_t stride, size_t step, int terms,
+                                                       size_t rb_bytes, size_t step, size_t stride,
                                                        int NB, int64_t n0, int64_t nsub,
                                                        const unsigned char *pf, size_t pf_stride,
-                                                       size_t pf_lines) {
+                                                       size_t pf_lines, int pf_l2) {
   const int64_t ks = j->kp / 32, mblocks = j->mp / (16 * NB);
   const size_t pf_rows = 32 * (size_t)nsub, pf_total = pf ? pf_rows * pf_lines : 0;
   const size_t steps = (size_t)(mblocks * nsub * ks), per = (pf_total + steps - 1) / steps;
-  size_t pf_next = 0;
-  float c[4][256] __attribute__((aligned(64)));
-  for (int64_t mb = 0; mb < mblocks; mb++)
-    for (int64_t sb = 0; sb < nsub; sb++) {
-      const unsigned char *a0 = a + (size_t)sb * 32 * stride, *a1 = a0 + 16 * stride;
-      TZERO(T_C00);
-      TZERO(T_C10);
-      if (NB == 2) {
-        TZERO(T_C01);
-        TZERO(T_C11);
-      }
-      for (int64_t s = 0; s < ks; s++) {
-        for (size_t q = 0; q < per && pf_next < pf_total; q++, pf_next++) {
-          size_t line = pf_next / pf_rows, row = pf_next % pf_rows;  // all rows, then on in k
-          _mm_prefetch((const char *)pf + row * pf_stride + line * 64, _MM_HINT_T0);
+  // Walked without divisions: row by row, then the next line.
+  size_t pf_left = pf_total, pf_row = 0, pf_off = 0;
+  float c[MAX_NSUB][4][256] __attribute__((aligned(64)));
+  // The next pass's B tiles (NB KiB per step) go to L2 during this pass:
+  // x is read once per chunk, from L3, and would otherwise stall the tiles.
+  const size_t xb_per = (size_t)NB * 16 * (size_t)ks, xb_steps = (size_t)(nsub * ks),
+               xb_q = (xb_per + xb_steps - 1) / xb_steps;
+  for (int64_t mb = 0; mb < mblocks; mb++) {
+    const char *xnext = mb + 1 < mblocks ? (const char *)xtile(j, (mb + 1) * NB, 0) : NULL;
+    size_t xb_left = xnext ? xb_per : 0;
+    for (int64_t k0 = 0; k0 < ks; k0 += KC) {
+      const int64_t k1 = k0 + KC < ks ? k0 + KC : ks;
+      for (int64_t sb = 0; sb < nsub; sb++) {
+        const unsigned char *a0 = a + (size_t)(2 * sb) * rb_bytes, *a1 = a0 + rb_bytes;
+        if (k0 == 0) {
+          TZERO(T_C00);
+          TZERO(T_C10);
+          if (NB == 2) {
+            TZERO(T_C01);
+            TZERO(T_C11);
+          }
+        } else {
+          TLOAD(T_C00, c[sb][0], 64);
+          TLOAD(T_C10, c[sb][2], 64);
+          if (NB == 2) {
+            TLOAD(T_C01, c[sb][1], 64);
+            TLOAD(T_C11, c[sb][3], 64);
+          }
         }
-        TLOAD(T_B0, xtile(j, mb * NB, s), 64);
-        if (NB == 2) TLOAD(T_B1, xtile(j, mb * NB + 1, s), 64);
-        for (int t = 0; t < terms; t++) {
-          TLOAD(T_A0, a0 + (size_t)s * step + 64 * (size_t)t, (long)stride);
-          TLOAD(T_A1, a1 + (size_t)s * step + 64 * (size_t)t, (long)stride);
+        for (int64_t s = k0; s < k1; s++) {
+          for (size_t q = 0; q < per && pf_left; q++, pf_left--) {
+            const char *addr = (const char *)pf + pf_row * pf_stride + pf_off;
+            if (pf_l2)
+              _mm_prefetch(addr, _MM_HINT_T1);
+            else
+              _mm_prefetch(addr, _MM_HINT_T0);
+            if (++pf_row == pf_rows) pf_row = 0, pf_off += 64;
+          }
+          for (size_t q = 0; q < xb_q && xb_left; q++, xb_left--, xnext += 64)
+            _mm_prefetch(xnext, _MM_HINT_T1);
+          TLOAD(T_B0, xtile(j, mb * NB, s), 64);
+          if (NB == 2) TLOAD(T_B1, xtile(j, mb * NB + 1, s), 64);
+          TLOAD(T_A0, a0 + (size_t)s * step, (long)stride);
+          TLOAD(T_A1, a1 + (size_t)s * step, (long)stride);
           TDP(T_C00, T_A0, T_B0);
           TDP(T_C10, T_A1, T_B0);
           if (NB == 2) {
@@ -247,21 +287,25 @@ INLINE __attribute__((target(T_AMX))) void chunk_tiles(const job_t *j, const uns
             TDP(T_C11, T_A1, T_B1);
           }
         }
-      }
-      TSTORE(T_C00, c[0], 64);
-      TSTORE(T_C10, c[2], 64);
-      if (NB == 2) {
-        TSTORE(T_C01, c[1], 64);
-        TSTORE(T_C11, c[3], 64);
-      }
-      const int64_t m0 = mb * 16 * NB, r = n0 + sb * 32;
-      store_c(j, c[0], r, m0);
-      if (r + 16 < j->n) store_c(j, c[2], r + 16, m0);
-      if (NB == 2 && m0 + 16 < j->m) {
-        store_c(j, c[1], r, m0 + 16);
-        if (r + 16 < j->n) store_c(j, c[3], r + 16, m0 + 16);
+        TSTORE(T_C00, c[sb][0], 64);
+        TSTORE(T_C10, c[sb][2], 64);
+        if (NB == 2) {
+          TSTORE(T_C01, c[sb][1], 64);
+          TSTORE(T_C11, c[sb][3], 64);
+        }
       }
     }
+    const int64_t m0 = mb * 16 * NB;
+    for (int64_t sb = 0; sb < nsub; sb++) {
+      const int64_t r = n0 + sb * 32;
+      store_c(j, c[sb][0], r, m0);
+      if (r + 16 < j->n) store_c(j, c[sb][2], r + 16, m0);
+      if (NB == 2 && m0 + 16 < j->m) {
+        store_c(j, c[sb][1], r, m0 + 16);
+        if (r + 16 < j->n) store_c(j, c[sb][3], r + 16, m0 + 16);
+      }
+    }
+  }
 }
 
 // Weight rows [r0, r1) (r1 - r0 <= amx_rows) against all of x.
@@ -269,31 +313,34 @@ __attribute__((target(T_AMX))) static void run_rows(const job_t *j, int64_t r0, 
                                                     uint16_t *panel, float *scratch) {
   const int NB = j->mp > 16 ? 2 : 1;
   const int64_t rows = (r1 - r0 + NSUB - 1) / NSUB * NSUB, nsub = rows / NSUB;
-  // bf16 weights whose rows are whole steps and whose blocks lie inside the
-  // matrix feed the tiles from where they are.
-  if (j->type == RG_BF16 && j->k % 32 == 0 && r0 + rows <= j->n) {
+  // Decode batches (m <= 16) read each weight once: bf16 weights whose rows
+  // are whole steps and whose blocks lie inside the matrix feed the tiles
+  // from where they are, the next chunk prefetched.
+  if (NB == 1 && j->type == RG_BF16 && j->k % 32 == 0 && r0 + rows <= j->n) {
     const unsigned char *a = j->w + (size_t)r0 * j->row_bytes;
     const unsigned char *pf = r0 + 2 * rows <= j->n ? a + (size_t)rows * j->row_bytes : NULL;
-    if (NB == 2)
-      chunk_tiles(j, a, j->row_bytes, 64, 1, 2, r0, nsub, pf, j->row_bytes, j->row_bytes / 64);
-    else
-      chunk_tiles(j, a, j->row_bytes, 64, 1, 1, r0, nsub, pf, j->row_bytes, j->row_bytes / 64);
+    chunk_tiles(j, a, 16 * j->row_bytes, 64, j->row_bytes, 1, r0, nsub, pf, j->row_bytes,
+                j->row_bytes / 64, 0);
     return;
   }
-  const size_t pstride = (size_t)j->kp * (size_t)j->amx_terms;  // elements per panel row
+  // The panel is built from rows the previous chunk prefetched into L2.
+  const unsigned char *src = j->w + (size_t)r0 * j->row_bytes;
+  const unsigned char *pf = r0 + 2 * rows <= j->n ? src + (size_t)rows * j->row_bytes : NULL;
   for (int64_t r = 0; r < rows; r++) {
-    uint16_t *dst = panel + (size_t)r * pstride;
-    if (r0 + r < j->n)
-      panel_row(j, r0 + r, dst, scratch);
-    else
-      memset(dst, 0, pstride * sizeof(uint16_t));
+    if (r0 + r < j->n) {
+      panel_row(j, r0 + r, panel, r, scratch);
+    } else {
+      for (int64_t s = 0; s < j->kp / 32; s++)
+        memset(ptile(j, panel, r / 16, s) + (r % 16) * 32, 0, 64);
+    }
   }
+  const size_t rb_bytes = 1024 * (size_t)(j->kp / 32);
   const unsigned char *a = (const unsigned char *)panel;
-  const size_t stride = pstride * 2, step = 64 * (size_t)j->amx_terms;
+  const size_t pf_lines = (j->row_bytes + 63) / 64;
   if (NB == 2)
-    chunk_tiles(j, a, stride, step, j->amx_terms, 2, r0, nsub, NULL, 0, 0);
+    chunk_tiles(j, a, rb_bytes, 1024, 64, 2, r0, nsub, pf, j->row_bytes, pf_lines, 1);
   else
-    chunk_tiles(j, a, stride, step, j->amx_terms, 1, r0, nsub, NULL, 0, 0);
+    chunk_tiles(j, a, rb_bytes, 1024, 64, 1, r0, nsub, pf, j->row_bytes, pf_lines, 1);
 }
 
 __attribute__((target(T_AMX))) void rg__amx_worker(void *ctx, size_t me, size_t unused,
@@ -314,8 +361,10 @@ __attribute__((target(T_AMX))) void rg__amx_worker(void *ctx, size_t me, size_t 
       run_rows(j, r0, r1, panel, scratch);
     }
   // Back to the init state, so the kernel need not save 8 KiB of tiles when
-  // this thread is switched out.
+  // this thread is switched out; and the streamed stores made visible before
+  // the pool reports the work done.
   _tile_release();
+  _mm_sfence();
 }
 
 #else  // !RG_X86: the amx level is never reached.
