@@ -43,7 +43,9 @@ __attribute__((target(T_AVX512))) static void q4_K_block_avx512(const uint8_t *b
   uint16_t hd, hm;
   memcpy(&hd, b, 2);
   memcpy(&hm, b + 2, 2);
-  const float d = rg_f16_to_f32(hd), dmin = rg_f16_to_f32(hm);
+  // F16C's conversion is exact and gives rg_f16_to_f32's bits, in one
+  // instruction instead of a branchy portable routine.
+  const float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hm);
   const uint8_t *scales = b + 4, *q = b + 16;
   const __m512i low4 = _mm512_set1_epi32(0xF);
   for (int j = 0; j < 8; j += 2, q += 32, out += 64) {
@@ -67,7 +69,7 @@ __attribute__((target(T_AVX512))) static void q4_K_block_avx512(const uint8_t *b
 __attribute__((target(T_AVX512))) static void q6_K_block_avx512(const uint8_t *b, float *out) {
   uint16_t hd;
   memcpy(&hd, b + 208, 2);
-  const float d = rg_f16_to_f32(hd);
+  const float d = _cvtsh_ss(hd);
   const uint8_t *ql = b, *qh = b + 128;
   const int8_t *sc = (const int8_t *)(b + 192);
   const __m512i low4 = _mm512_set1_epi32(0xF), three = _mm512_set1_epi32(3),
@@ -191,52 +193,88 @@ static void bf16_ints_init(void) {
   for (int v = 0; v < 64; v++) bf16_ints[32 + v] = rg_f32_to_bf16((float)(v - 32));
 }
 
+// The 8 scales (bytes of out[0..1]) and 8 mins (out[2..3]) of a q4_K
+// block's 12 packed bytes, four at a time in 32-bit words: sub-blocks 0-3
+// keep the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 take the
+// low (scales) or high (mins) nibble of bytes 8-11 plus the top 2 bits of
+// bytes 0-3 or 4-7. Same values as rg_q4_K_scale_min.
+static inline void q4_K_unpack_scales(const uint8_t *p, uint32_t out[4]) {
+  uint32_t u0, u1, u2;
+  memcpy(&u0, p, 4);
+  memcpy(&u1, p + 4, 4);
+  memcpy(&u2, p + 8, 4);
+  out[0] = u0 & 0x3f3f3f3fu;
+  out[1] = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+  out[2] = u1 & 0x3f3f3f3fu;
+  out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+}
+
 // Σ over one weight row's q4_K super-block b of w·x for up to 4 rows of x.
+// The 8 scales and mins are unpacked and multiplied by d and dmin once per
+// super-block as vectors (the products are exact), the min terms go into an
+// 8-lane sum against x's group sums, and each sub-block's dot product is
+// scaled with one broadcast: per-sub-block scalar work had made this kernel
+// several times slower than the weights' memory time.
 INLINE __attribute__((target(T_AVX512BF16))) void q4_K_dot(const job_t *j, const uint8_t *blk,
                                                            int64_t b, int64_t i0, int mv,
-                                                           __m512 acc[4], float accm[4],
+                                                           __m512 acc[4], __m256 accm[4],
                                                            __m512i table) {
   uint16_t hd, hm;
   memcpy(&hd, blk, 2);
   memcpy(&hm, blk + 2, 2);
-  const float d = rg_f16_to_f32(hd), dmin = rg_f16_to_f32(hm);
-  const uint8_t *scales = blk + 4, *q = blk + 16;
+  const uint8_t *q = blk + 16;
+  uint32_t sm[4];
+  q4_K_unpack_scales(blk + 4, sm);
+  const __m256 dsc =
+      _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)),
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sm))));
+  const __m256 dmn = _mm256_mul_ps(
+      _mm256_set1_ps(_cvtsh_ss(hm)),
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 2)))));
+  float ds[8] __attribute__((aligned(32)));
+  _mm256_store_ps(ds, dsc);
+  const int64_t g0 = 8 * b;  // x's 32-value group of sub-block 0
+  for (int i = 0; i < mv; i++)
+    accm[i] =
+        _mm256_fmadd_ps(dmn, _mm256_loadu_ps(j->xsum + (i0 + i) * (j->kp / 32) + g0), accm[i]);
   const __m512i low4 = _mm512_set1_epi16(0xF);
   for (int s = 0; s < 8; s += 2, q += 32) {
-    uint8_t sc1, m1, sc2, m2;
-    rg_q4_K_scale_min(s, scales, &sc1, &m1);
-    rg_q4_K_scale_min(s + 1, scales, &sc2, &m2);
-    const __m512 d1 = _mm512_set1_ps(d * sc1), d2 = _mm512_set1_ps(d * sc2);
-    const float mm1 = dmin * m1, mm2 = dmin * m2;
     __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)q));
     __m512bh lo = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(w, low4), table);
     __m512bh hi = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(w, 4), table);
-    const int64_t g = 8 * b + s;  // x's 32-value group of sub-block s
+    const __m512 d1 = _mm512_set1_ps(ds[s]), d2 = _mm512_set1_ps(ds[s + 1]);
     for (int i = 0; i < mv; i++) {
-      const uint16_t *xg = j->xhl + ((i0 + i) * j->kp + 32 * g) * 2;
+      const uint16_t *xg = j->xhl + ((i0 + i) * j->kp + 32 * (g0 + s)) * 2;
       __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), lo, (__m512bh)_mm512_load_si512(xg));
       p = _mm512_dpbf16_ps(p, lo, (__m512bh)_mm512_load_si512(xg + 32));
       __m512 p2 = _mm512_dpbf16_ps(_mm512_setzero_ps(), hi, (__m512bh)_mm512_load_si512(xg + 64));
       p2 = _mm512_dpbf16_ps(p2, hi, (__m512bh)_mm512_load_si512(xg + 96));
-      acc[i] = _mm512_fmadd_ps(d2, p2, _mm512_fmadd_ps(d1, p, acc[i]));
-      const float *xs = j->xsum + (i0 + i) * (j->kp / 32) + g;
-      accm[i] += mm1 * xs[0] + mm2 * xs[1];
+      if (mv == 1) {
+        // One row of x: four sums in turn, so the multiply-adds do not wait
+        // on each other (a single chain of 8 per super-block was the limit).
+        acc[(s >> 1) & 1 ? 2 : 0] = _mm512_fmadd_ps(d1, p, acc[(s >> 1) & 1 ? 2 : 0]);
+        acc[(s >> 1) & 1 ? 3 : 1] = _mm512_fmadd_ps(d2, p2, acc[(s >> 1) & 1 ? 3 : 1]);
+      } else {
+        acc[i] = _mm512_fmadd_ps(d2, p2, _mm512_fmadd_ps(d1, p, acc[i]));
+      }
     }
   }
 }
 
 // The same for q6_K: four 32-weight vectors per half super-block, each with
-// two scales (one per 16 weights, so per 8 lanes of vdpbf16ps's sums).
+// two scales (one per 16 weights, so per 8 lanes of vdpbf16ps's sums),
+// picked with one permute from the 16 scales times d (exact products).
 INLINE __attribute__((target(T_AVX512BF16))) void q6_K_dot(const job_t *j, const uint8_t *blk,
                                                            int64_t b, int64_t i0, int mv,
                                                            __m512 acc[4], __m512i tlo,
                                                            __m512i thi) {
   uint16_t hd;
   memcpy(&hd, blk + 208, 2);
-  const float d = rg_f16_to_f32(hd);
-  const int8_t *sc = (const int8_t *)(blk + 192);
+  const __m512 dsv = _mm512_mul_ps(
+      _mm512_set1_ps(_cvtsh_ss(hd)),
+      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192)))));
   const __m512i low4 = _mm512_set1_epi16(0xF), three = _mm512_set1_epi16(3);
-  for (int half = 0; half < 2; half++, sc += 8) {
+  for (int half = 0; half < 2; half++) {
     const uint8_t *ql = blk + 64 * half, *qh = blk + 128 + 32 * half;
     __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)ql));
     __m512i c = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(ql + 32)));
@@ -251,15 +289,19 @@ INLINE __attribute__((target(T_AVX512BF16))) void q6_K_dot(const job_t *j, const
     v[3] = _mm512_or_si512(_mm512_srli_epi16(c, 4), _mm512_slli_epi16(_mm512_srli_epi16(h, 6), 4));
     for (int u = 0; u < 4; u++) {
       __m512bh q = (__m512bh)_mm512_permutex2var_epi16(tlo, v[u], thi);
-      // Lanes 0-7 sum weights 0-15 of the vector, lanes 8-15 weights 16-31.
-      __m512 s = _mm512_mask_blend_ps((__mmask16)0xff00, _mm512_set1_ps(d * (float)sc[2 * u]),
-                                      _mm512_set1_ps(d * (float)sc[2 * u + 1]));
+      // Lanes 0-7 sum weights 0-15 of the vector (scale 8 half + 2u),
+      // lanes 8-15 weights 16-31 (the next scale).
+      const int si = 8 * half + 2 * u;
+      __m512 s =
+          _mm512_permutexvar_ps(_mm512_mask_blend_epi32((__mmask16)0xff00, _mm512_set1_epi32(si),
+                                                        _mm512_set1_epi32(si + 1)),
+                                dsv);
       const int64_t g = 8 * b + 4 * half + u;
       for (int i = 0; i < mv; i++) {
         const uint16_t *xg = j->xhl + ((i0 + i) * j->kp + 32 * g) * 2;
         __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), q, (__m512bh)_mm512_load_si512(xg));
         p = _mm512_dpbf16_ps(p, q, (__m512bh)_mm512_load_si512(xg + 32));
-        acc[i] = _mm512_fmadd_ps(s, p, acc[i]);
+        acc[mv == 1 ? u : i] = _mm512_fmadd_ps(s, p, acc[mv == 1 ? u : i]);  // as q4_K_dot
       }
     }
   }
@@ -282,19 +324,34 @@ __attribute__((target(T_AVX512BF16))) void rg__gemv_kquant_dpbf16(const job_t *j
       const int mv = j->m - i0 < 4 ? (int)(j->m - i0) : 4;
       __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                        _mm512_setzero_ps()};
-      float accm[4] = {0, 0, 0, 0};
+      __m256 accm[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                        _mm256_setzero_ps()};
       for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = row + (size_t)b * bb;
         if (i0 == 0)
           for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + pf + o, _MM_HINT_T0);
-        if (j->type == RG_Q4_K)
-          q4_K_dot(j, blk, b, i0, mv, acc, accm, t4);
-        else
-          q6_K_dot(j, blk, b, i0, mv, acc, t6lo, t6hi);
+        // mv = 1 (decode) gets its own copy, with the row loop unrolled away.
+        if (j->type == RG_Q4_K) {
+          if (mv == 1)
+            q4_K_dot(j, blk, b, i0, 1, acc, accm, t4);
+          else
+            q4_K_dot(j, blk, b, i0, mv, acc, accm, t4);
+        } else {
+          if (mv == 1)
+            q6_K_dot(j, blk, b, i0, 1, acc, t6lo, t6hi);
+          else
+            q6_K_dot(j, blk, b, i0, mv, acc, t6lo, t6hi);
+        }
       }
-      for (int i = 0; i < mv; i++)
+      if (mv == 1)
+        acc[0] = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+      for (int i = 0; i < mv; i++) {
+        __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(accm[i]), _mm256_extractf128_ps(accm[i], 1));
+        m4 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_add_ss(m4, _mm_movehdup_ps(m4));
         j->y[(i0 + i) * j->n + r] =
-            (_mm512_reduce_add_ps(acc[i]) - accm[i]) + (j->bias ? j->bias[r] : 0.0f);
+            (_mm512_reduce_add_ps(acc[i]) - _mm_cvtss_f32(m4)) + (j->bias ? j->bias[r] : 0.0f);
+      }
     }
   }
 }
