@@ -192,9 +192,12 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
     rg_status_free(st);
     return;
   }
-  // Levels from avx512-bf16 up have kernels that round x (and on the
-  // tiles, weights that are not bf16 or f16).
-  int rounds_x = isa >= RG_CPU_ISA_AVX512_BF16 && type != RG_F32;
+  // Levels from avx512-bf16 up have kernels that round x: vdpbf16ps and the
+  // tiles for bf16 weights, and the tiles round the other types' weights
+  // too. Each reference is computed only where some kernel needs it.
+  const int need_r = isa >= RG_CPU_ISA_AVX512_BF16 && type == RG_BF16;
+  const int need_rw = isa >= RG_CPU_ISA_AMX && type != RG_BF16 && type != RG_F32;
+  const int rounds_x = need_r || need_rw;
   fixture_t f = {{NULL}, NULL, NULL};
   RG_REQUIRE_OK(rg_pool_create(1, &f.pools[1]));
   RG_REQUIRE_OK(rg_pool_create(2, &f.pools[2]));
@@ -222,7 +225,7 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
       // The weights as the tiles see them when they round: dequantized,
       // then rounded to bf16, as an f32 matrix.
       rg_wmat_t w_r = {wr, RG_F32, n, k};
-      if (rounds_x) {
+      if (need_rw) {
         size_t rb;
         RG_REQUIRE_OK(rg_dtype_row_bytes(type, k, &rb));
         for (int64_t r = 0; r < n; r++) {
@@ -238,12 +241,11 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
         if (!shape_wanted(isa, m, k, n)) continue;
         for (int64_t i = 0; i < m * k; i++) x[i] = rng_uniform(&seed);
         RG_REQUIRE_OK(rg_matmul_ref(x, m, &w, NULL, ref));
-        if (rounds_x) {
+        if (rounds_x)
           for (int64_t i = 0; i < m * k; i++) xr[i] = rg_bf16_to_f32(rg_f32_to_bf16(x[i]));
-          RG_REQUIRE_OK(rg_matmul_ref(xr, m, &w, NULL, ref_r));
-          RG_REQUIRE_OK(rg_matmul_ref(xr, m, &w_r, NULL, ref_rw));
-        }
-        refs_t refs = {ref, rounds_x ? ref_r : NULL, rounds_x ? ref_rw : NULL};
+        if (need_r) RG_REQUIRE_OK(rg_matmul_ref(xr, m, &w, NULL, ref_r));
+        if (need_rw) RG_REQUIRE_OK(rg_matmul_ref(xr, m, &w_r, NULL, ref_rw));
+        refs_t refs = {ref, need_r ? ref_r : NULL, need_rw ? ref_rw : NULL};
         ok = check_shape(t, &f, isa, &w, x, m, bias, &refs);
         shapes++;
       }
