@@ -570,6 +570,29 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
     o = (rg_matmul_opts_t){.isa = RG_CPU_ISA_AVX512_BF16};
     RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &w, NULL, y, &o), "which this CPU lacks");
   }
+  // The tiles: refused below the amx level, saying why, and for f32.
+  uint16_t wb[32] = {0};
+  rg_wmat_t b16 = {wb, RG_BF16, 1, 32};
+  o = (rg_matmul_opts_t){.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_TILES};
+  if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512)
+    RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &b16, NULL, y, &o),
+                 "the tiles path needs the amx level; the level is capped at avx512");
+  const char *why = NULL;
+  RG_CHECK(!rg_matmul_tiles_available(RG_CPU_ISA_AVX512, &why) && why);
+  o = (rg_matmul_opts_t){.path = RG_MATMUL_TILES};
+  if (rg_matmul_tiles_available(RG_CPU_ISA_AUTO, &why)) {
+    RG_CHECK(why == NULL);
+    rg_wmat_t f32 = {x, RG_F32, 1, 32};
+    RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &f32, NULL, y, &o), "not f32");
+  } else {
+    RG_CHECK(why != NULL);
+    RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &b16, NULL, y, &o), "the tiles path needs the amx level");
+    RG_CHECK_ERR(rg_cpu_isa_resolve(RG_CPU_ISA_AMX, &(rg_cpu_isa_t){0}), "amx kernels need");
+  }
+  // k-quant rows must be whole super-blocks.
+  rg_wmat_t kq = {q, RG_Q4_K, 1, 300};
+  RG_CHECK_ERR(rg_matmul(NULL, x, 1, &kq, NULL, y), "q4_K rows must be a multiple of 256 wide");
+  RG_CHECK(y[0] == 1 && y[3] == 4);
 }
 
 RG_TEST(matmul_kernel_names) {
@@ -582,6 +605,24 @@ RG_TEST(matmul_kernel_names) {
   w.type = RG_F32;
   RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 512, &o), "openblas sgemm") == 0);
   RG_CHECK(strstr(rg_matmul_kernel_name(&w, 1), "f32 gemv") != NULL);
+  uint16_t wb[32] = {0};
+  rg_wmat_t b16 = {wb, RG_BF16, 1, 32}, f32 = {wb, RG_F32, 1, 8};
+  rg_matmul_opts_t tiles = {.path = RG_MATMUL_TILES};
+  if (rg_matmul_tiles_available(RG_CPU_ISA_AUTO, NULL)) {
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&b16, 1, &tiles), "amx bf16 tiles (x in bf16)") == 0);
+    RG_CHECK(strcmp(rg_matmul_kernel_name(&b16, 64), "amx bf16 tiles (x in bf16)") == 0);
+    rg_wmat_t h = {wb, RG_F16, 1, 32};
+    RG_CHECK(strcmp(rg_matmul_kernel_name(&h, 64), "amx f16->bf16 tiles (x, w in bf16)") == 0);
+  } else {
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&b16, 1, &tiles), "invalid") == 0);
+  }
+  RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&f32, 64, &tiles), "invalid") == 0);
+  if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512_BF16) {
+    rg_matmul_opts_t cap = {.isa = RG_CPU_ISA_AVX512_BF16};
+    rg_wmat_t k4 = {wb, RG_Q4_K, 1, 256};
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 1, &cap),
+                    "avx512-bf16 q4_K gemv (vdpbf16ps, x as bf16 hi+lo)") == 0);
+  }
   RG_CHECK(strcmp(rg_dtype_name(RG_BF16), "bf16") == 0);
   RG_CHECK(strcmp(rg_dtype_name((rg_dtype_t)42), "?") == 0);
 }
