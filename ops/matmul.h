@@ -13,7 +13,9 @@
 // avx512-bf16 up, trade x's rounding to bf16 for 2-16 times the
 // multiply-adds per instruction (NMSE ~1e-6 per matmul):
 //   - bf16 weights at m >= 8 with vdpbf16ps (avx512-bf16);
-//   - the AMX tiles (amx level, m from 4): bf16 weights exact, f16, q8_0,
+//   - the AMX tiles (amx level, m from 1 for bf16, 4 for the others;
+//     decode included, since they stream bf16 weights faster than the
+//     GEMV kernels on Sapphire Rapids): bf16 weights exact, f16, q8_0,
 //     q4_K and q6_K weights rounded to bf16 too (their names say "x, w in
 //     bf16": NMSE ~3e-6); f32 weights never take the tiles.
 // Cap the level at RG_CPU_ISA_AVX512 to keep x in f32 everywhere. The
@@ -36,7 +38,7 @@
 //   TILES AMX (amx level only): TDPBF16PS on 16 × 32 bf16 tiles, x packed
 //         once per call, bf16 weights read in place, other types widened
 //         into per-thread bf16 panels (ops/cpu/matmul_amx.c). Prefill and
-//         decode batches from m ~ 8 on; the level says why when refused.
+//         decode; the level says why when refused.
 //
 // Threads: pool may be NULL (the caller's thread does everything). The GEMM
 // path sets OpenBLAS to one thread (openblas_set_num_threads(1), a

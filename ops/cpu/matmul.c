@@ -725,15 +725,21 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
   return isa == RG_CPU_ISA_AVX2 ? avx2[t] : 8;
 }
 
-// Where the AMX tiles take over from the GEMV kernels (amx level). Below it
-// one row of x per weight row is all a call does and the GEMV kernels
-// stream weights at read bandwidth; from it the tiles run at the same
-// bandwidth however many rows of x there are, since one tile product is 16
-// rows of x. f32 weights stay off the tiles: rounding them to bf16 would
-// lose what an f32 checkpoint is kept for.
+// Where the AMX tiles take over from the GEMV kernels (amx level). The
+// tiles run at the same speed however many rows of x there are up to 16
+// (one tile product is 16 rows of x), so from a few rows on they win. bf16
+// weights take them from m = 1: read in place, 32 rows at a time with the
+// next block prefetched in k order, they streamed 0.86-0.92 of read
+// bandwidth on a Sapphire Rapids VM where the 1 x 1 GEMV tile (tuned on
+// Zen) reached 0.76, and in back-to-back runs at m = 1 took 700-750 against
+// 1160-1270 us for n = k = 2048. That rounds x to bf16 at m = 1 too, as
+// vdpbf16ps does from m = 8; --isa avx512-bf16 or lower keeps the GEMV.
+// The other types go through per-thread panels, whose build costs more than
+// it saves below m = 4. f32 weights stay off the tiles: rounding them to
+// bf16 would lose what an f32 checkpoint is kept for.
 static int64_t tiles_min_m(rg_dtype_t t) {
   static const int64_t min_m[RG_DTYPE_COUNT] = {
-      [RG_F32] = NEVER, [RG_BF16] = 4, [RG_F16] = 4, [RG_Q8_0] = 4, [RG_Q4_K] = 4, [RG_Q6_K] = 4};
+      [RG_F32] = NEVER, [RG_BF16] = 1, [RG_F16] = 4, [RG_Q8_0] = 4, [RG_Q4_K] = 4, [RG_Q6_K] = 4};
   return (unsigned)t < RG_DTYPE_COUNT && min_m[t] ? min_m[t] : NEVER;
 }
 
