@@ -943,9 +943,13 @@ static rg_status_t run_tiles(rg_pool_t *pool, job_t *j) {
   j->panel_elems = rg__amx_panel_elems(j);
   const size_t xbytes = (size_t)(j->mp / 16) * (size_t)(j->kp / 32) * 1024;
   uint16_t *xpack = aligned_alloc(64, xbytes);
-  j->panels = aligned_alloc(64, threads * j->panel_elems * sizeof(uint16_t));
-  j->scratch = malloc(threads * (size_t)j->kp * sizeof(float));
-  if (!xpack || !j->panels || !j->scratch) {
+  // Decode batches of bf16 weights whose blocks are all whole read every
+  // tile in place (matmul_amx.c): no panels, which at k = 8192 would be
+  // 512 KiB a thread for every call.
+  const int in_place = j->type == RG_BF16 && j->k % 32 == 0 && j->m <= 16 && j->n % 32 == 0;
+  j->panels = in_place ? NULL : aligned_alloc(64, threads * j->panel_elems * sizeof(uint16_t));
+  j->scratch = in_place ? NULL : malloc(threads * (size_t)j->kp * sizeof(float));
+  if (!xpack || (!in_place && (!j->panels || !j->scratch))) {
     free(xpack), free(j->panels), free(j->scratch);
     return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory for AMX tiles of x (%lld x %lld)",
                           (long long)j->m, (long long)j->k);

@@ -351,8 +351,8 @@ __attribute__((target(T_AMX))) void rg__amx_worker(void *ctx, size_t me, size_t 
   cfg.palette = 1;
   for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
   _tile_loadconfig(&cfg);
-  uint16_t *panel = j->panels + (size_t)thread * j->panel_elems;
-  float *scratch = j->scratch + (size_t)thread * (size_t)j->kp;
+  uint16_t *panel = j->panels ? j->panels + (size_t)thread * j->panel_elems : NULL;
+  float *scratch = j->scratch ? j->scratch + (size_t)thread * (size_t)j->kp : NULL;
   size_t b, e;
   while (rg__mm_claim(j, (int)me, &b, &e))
     for (size_t it = b; it < e; it++) {
