@@ -40,7 +40,10 @@ rg_dtype_t rg_dtype_compute(rg_dtype_t t) {
   return ok_type(t) ? info[t].compute : RG_F32;
 }
 int rg_dtype_has_codec(rg_dtype_t t) {
-  return ok_type(t) && info[t].codec;
+  return ok_type(t) && info[t].codec != 0;
+}
+int rg_dtype_can_narrow(rg_dtype_t t) {
+  return ok_type(t) && info[t].codec == 1;
 }
 int rg_dtype_is_weight(rg_dtype_t t) {
   switch (t) {
@@ -50,6 +53,8 @@ int rg_dtype_is_weight(rg_dtype_t t) {
     case RG_FP8:
     case RG_FP8_E5M2:
     case RG_Q8_0:
+    case RG_Q4_K:
+    case RG_Q6_K:
     case RG_FP4:
       return 1;
     default:
@@ -160,9 +165,10 @@ uint64_t rg_dtype_nbytes(rg_dtype_t t, int64_t n, int *ok) {
 
 static rg_status_t check_row(rg_dtype_t t, int64_t n) {
   if (!rg_dtype_has_codec(t))
-    return rg_status_make(RG_UNIMPLEMENTED,
-                          "ridge has no %s <-> f32 conversion (it converts f32, bf16, f16, q8_0)",
-                          rg_dtype_name(t));
+    return rg_status_make(
+        RG_UNIMPLEMENTED,
+        "ridge has no %s <-> f32 conversion (it converts f32, bf16, f16, q8_0; reads q4_K, q6_K)",
+        rg_dtype_name(t));
   if (n < 0 || n % info[t].block_elems)
     return rg_status_make(
         RG_INVALID_ARGUMENT,
@@ -199,6 +205,64 @@ rg_status_t rg_q8_0_quantize_row(const float *src, void *dst, int64_t n) {
   return NULL;
 }
 
+// ggml's reference dequantization, operation for operation (see base/dtype.h
+// for why the order matters). Blocks are read with memcpy: GGUF places them
+// at any 2-byte boundary.
+rg_status_t rg_q4_K_dequantize_row_ref(const void *src, float *dst, int64_t n) {
+  RG_RETURN_IF_ERROR(check_row(RG_Q4_K, n));
+  const uint8_t *b = src;
+  for (int64_t i = 0; i < n / 256; i++, b += 144) {
+    uint16_t hd, hm;
+    memcpy(&hd, b, 2);
+    memcpy(&hm, b + 2, 2);
+    const float d = rg_f16_to_f32(hd), dmin = rg_f16_to_f32(hm);
+    const uint8_t *scales = b + 4, *q = b + 16;
+    for (int j = 0; j < 8; j += 2, q += 32) {
+      uint8_t sc, m;
+      rg_q4_K_scale_min(j, scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      rg_q4_K_scale_min(j + 1, scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; l++) {
+        float p = d1 * (float)(q[l] & 0xF);
+        *dst++ = p - m1;
+      }
+      for (int l = 0; l < 32; l++) {
+        float p = d2 * (float)(q[l] >> 4);
+        *dst++ = p - m2;
+      }
+    }
+  }
+  return NULL;
+}
+
+rg_status_t rg_q6_K_dequantize_row_ref(const void *src, float *dst, int64_t n) {
+  RG_RETURN_IF_ERROR(check_row(RG_Q6_K, n));
+  const uint8_t *b = src;
+  for (int64_t i = 0; i < n / 256; i++, b += 210) {
+    uint16_t hd;
+    memcpy(&hd, b + 208, 2);
+    const float d = rg_f16_to_f32(hd);
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    for (int half = 0; half < 2; half++, dst += 128, ql += 64, qh += 32, sc += 8)
+      for (int l = 0; l < 32; l++) {
+        int is = l / 16;
+        int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        float s1 = d * (float)sc[is], s2 = d * (float)sc[is + 2], s3 = d * (float)sc[is + 4],
+              s4 = d * (float)sc[is + 6];
+        dst[l] = s1 * (float)q1;
+        dst[l + 32] = s2 * (float)q2;
+        dst[l + 64] = s3 * (float)q3;
+        dst[l + 96] = s4 * (float)q4;
+      }
+  }
+  return NULL;
+}
+
 rg_status_t rg_dtype_to_f32(rg_dtype_t t, const void *src, float *dst, int64_t n) {
   RG_RETURN_IF_ERROR(check_row(t, n));
   const uint8_t *p = src;
@@ -222,6 +286,10 @@ rg_status_t rg_dtype_to_f32(rg_dtype_t t, const void *src, float *dst, int64_t n
         for (int j = 0; j < 32; j++) dst[b * 32 + j] = d * (float)(int8_t)p[2 + j];
       }
       return NULL;
+    case RG_Q4_K:
+      return rg_q4_K_dequantize_row_ref(src, dst, n);
+    case RG_Q6_K:
+      return rg_q6_K_dequantize_row_ref(src, dst, n);
     default:
       return rg_status_make(RG_INTERNAL, "no codec for %s", rg_dtype_name(t));
   }
@@ -229,6 +297,11 @@ rg_status_t rg_dtype_to_f32(rg_dtype_t t, const void *src, float *dst, int64_t n
 
 rg_status_t rg_dtype_from_f32(rg_dtype_t t, const float *src, void *dst, int64_t n) {
   RG_RETURN_IF_ERROR(check_row(t, n));
+  if (!rg_dtype_can_narrow(t))
+    return rg_status_make(RG_UNIMPLEMENTED,
+                          "ridge reads %s weights but does not quantize to %s (llama.cpp's "
+                          "quantizer writes them)",
+                          rg_dtype_name(t), rg_dtype_name(t));
   uint8_t *p = dst;
   switch (t) {
     case RG_F32:

@@ -22,6 +22,14 @@
 // - A q8_0 row is cols/32 blocks of {f16 d; int8 q[32]} (34 bytes, GGUF's
 //   block_q8_0), and w = d*q; cols must be a multiple of 32. Dequantized q8_0
 //   is exact in f32 (d carries 11 significant bits, q 8).
+// - q4_K and q6_K are GGUF's k-quants: super-blocks of 256 weights (144 and
+//   210 bytes; ggml's block_q4_K and block_q6_K). ridge only dequantizes
+//   them, with ggml's reference arithmetic (dequantize_row_q4_K/_q6_K) to
+//   the bit: q4_K w = (d*sc)*q - dmin*m and q6_K w = (d*sc)*q, in that
+//   order. For q4_K every product is exact in f32 (11 + 6 + 4 bits), so only
+//   the difference rounds and a fused multiply-subtract gives the same bits;
+//   for q6_K the second product rounds (11 + 8 + 6 bits), so the order
+//   (d*sc first) is what makes kernels agree with llama.cpp.
 // - The one q8_0 quantizer is ggml's reference rule (quantize_row_q8_0_ref):
 //   d = max|x| / 127, stored as f16; q = round-half-away(x / d) with the
 //   unrounded d. So ridge writes the same bytes llama.cpp's quantizer writes.
@@ -41,7 +49,8 @@
 
 // X-macro list: enum, ridge name, elements per block, bytes per block, ggml
 // type id (-1: GGUF has none), safetensors name (NULL: none), the compute
-// type it runs at, and whether ridge's codecs convert it to and from f32.
+// type it runs at, and ridge's codecs for it: 0 none, 1 to and from f32, 2
+// to f32 only (the k-quants, which ridge reads but never writes).
 // fp4 is MXFP4: 32 four-bit values share one e8m0 scale (17 bytes, 4.25 bits).
 // clang-format off
 #define RG_DTYPE_MAP(X)                                                        \
@@ -54,6 +63,8 @@
   X(RG_FP4,       "fp4",      32, 17, 39, NULL,      RG_FP4,  0) /* MXFP4 */   \
   /* storage types */                                                          \
   X(RG_Q8_0,      "q8_0",     32, 34, 8,  NULL,      RG_INT8, 1)               \
+  X(RG_Q4_K,      "q4_K",     256, 144, 12, NULL,    RG_INT8, 2)               \
+  X(RG_Q6_K,      "q6_K",     256, 210, 14, NULL,    RG_INT8, 2)               \
   X(RG_FP8_E5M2,  "fp8_e5m2", 1,  1,  -1, "F8_E5M2", RG_FP8,  0)               \
   X(RG_F64,       "f64",      1,  8,  28, "F64",     RG_F32,  0)               \
   X(RG_I16,       "i16",      1,  2,  25, "I16",     RG_INT8, 0)               \
@@ -79,15 +90,18 @@ const char *rg_dtype_name(rg_dtype_t t);
 // Bytes per element, block formats included (fp4 4.25/8, q8_0 34/32); 0
 // outside the enum.
 double rg_dtype_bytes(rg_dtype_t t);
-// Elements per block (32 for q8_0 and fp4, else 1) and bytes per block; 0
+// Elements per block (32 for q8_0 and fp4, 256 for the k-quants, else 1) and bytes per block; 0
 // outside the enum.
 int64_t rg_dtype_block_elems(rg_dtype_t t);
 int64_t rg_dtype_block_bytes(rg_dtype_t t);
 // The compute type t runs at (itself for the first six).
 rg_dtype_t rg_dtype_compute(rg_dtype_t t);
-// 1 when ridge's codecs widen t to f32 and narrow f32 to t (f32, bf16, f16,
-// q8_0): the types an engine can hold weights and KV in.
+// 1 when ridge's codecs widen t to f32 (f32, bf16, f16, q8_0, q4_K, q6_K):
+// the types an engine can hold weights in.
 int rg_dtype_has_codec(rg_dtype_t t);
+// 1 when they also narrow f32 to t (f32, bf16, f16, q8_0): the types ridge
+// writes, and an engine can hold KV in. The k-quants are read-only.
+int rg_dtype_can_narrow(rg_dtype_t t);
 // 1 for the floating-point types a checkpoint stores weights in (f32, bf16,
 // f16, fp8 e4m3/e5m2, q8_0, fp4), 0 for integers, bool and f64.
 int rg_dtype_is_weight(rg_dtype_t t);
@@ -177,14 +191,28 @@ static inline uint16_t rg_f32_to_f16(float f) {
 
 // ---- Rows: the reference codecs (plain loops) ----------------------------
 
-// n elements of t (n a whole number of blocks) to f32, and back, for the
-// types rg_dtype_has_codec() accepts. The q8_0 quantizer refuses values it
-// cannot hold (NaN, inf, or a block whose scale overflows f16) naming the
-// index; other narrowing never fails. ops/convert.h has vectorised versions
-// that give the same bits.
+// n elements of t (n a whole number of blocks) to f32 for the types
+// rg_dtype_has_codec() accepts, and back for those rg_dtype_can_narrow()
+// accepts. The q8_0 quantizer refuses values it cannot hold (NaN, inf, or a
+// block whose scale overflows f16) naming the index; other narrowing never
+// fails. ops/convert.h has vectorised versions that give the same bits.
 RG_MUST_USE rg_status_t rg_dtype_to_f32(rg_dtype_t t, const void *src, float *dst, int64_t n);
 RG_MUST_USE rg_status_t rg_dtype_from_f32(rg_dtype_t t, const float *src, void *dst, int64_t n);
 // The q8_0 quantizer on its own (same rules).
 RG_MUST_USE rg_status_t rg_q8_0_quantize_row(const float *src, void *dst, int64_t n);
+// The k-quant references on their own: n / 256 super-blocks to f32.
+RG_MUST_USE rg_status_t rg_q4_K_dequantize_row_ref(const void *src, float *dst, int64_t n);
+RG_MUST_USE rg_status_t rg_q6_K_dequantize_row_ref(const void *src, float *dst, int64_t n);
+// The 6-bit scale and min of sub-block j (0..7) of a q4_K block's 12 packed
+// scale bytes (ggml's get_scale_min_k4), shared by the vector kernels.
+static inline void rg_q4_K_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
 
 #endif  // RG_BASE_DTYPE_H

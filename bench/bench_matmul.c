@@ -1,15 +1,17 @@
 // Matmul throughput against this machine's own limits, measured in the same
-// run: STREAM-style read bandwidth (summing a 512 MiB array on the same
-// number of threads), f32 FMA peak, and OpenBLAS sgemm on its own threads.
-// Then
-//   decode   GEMV m = 1 and 16 for bf16/f16/q8_0/f32 at n = k = 2048 and
+// run by runtime/limits.h (the code `ridge run` and `ridge profile` use):
+// STREAM-style read bandwidth and the matrix peak of each instruction path
+// (f32 FMA, AVX512_BF16 dot, AMX-BF16 and AMX-INT8 tiles where present),
+// plus OpenBLAS sgemm on its own threads. Then
+//   decode   m = 1, 4 and 16 for every weight type at n = k = 2048 and
 //            n = 8192, k = 2048, plus one Llama-3.2-1B-shaped bf16 layer at
 //            m = 1: GB/s of weights streamed and the ratio to the read
-//            bandwidth (m = 16 is compute-bound here: also % of FMA peak);
-//   prefill  m = 512, n = k = 2048: GFLOP/s and the ratio to sgemm;
-//   accuracy of the bf16 kernels against the double reference;
-//   crossover GFLOP/s of the GEMV and GEMM paths over m, which set
-//            DP_MIN_M and gemm_min_m() in ops/cpu/matmul.c.
+//            bandwidth, and for m > 1 the share of the path's peak;
+//   prefill  m = 512, n = k = 2048 on each path the CPU has: GFLOP/s, the
+//            ratio to sgemm and to the matrix peak of the path it runs;
+//   accuracy of the kernels that round against the double reference;
+//   crossover GFLOP/s of the GEMV, GEMM and tile paths over m, which set
+//            DP_MIN_M, gemm_min_m() and tiles_min_m() in ops/cpu/matmul.c.
 // Weights are cycled through enough copies (>= 256 MiB) that every call
 // streams them from DRAM, as a real model's layers do. Timings are the best
 // of several repetitions. Prints ratios; never fails on a timing.
@@ -32,6 +34,7 @@
 #include "base/pool.h"
 #include "ops/convert.h"
 #include "ops/matmul.h"
+#include "runtime/limits.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -126,47 +129,6 @@ static double read_bandwidth(rg_pool_t *pool) {
   return best;
 }
 
-typedef struct {
-  long iters;
-  double sink[1024];
-} fma_ctx_t;
-
-#if defined(__x86_64__)
-// 16 independent chains: enough to cover FMA latency on two pipes.
-__attribute__((target("avx512f"))) static float fma_avx512(long iters) {
-  __m512 a[16], m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  for (int q = 0; q < 16; q++) a[q] = _mm512_set1_ps((float)q);
-  for (long i = 0; i < iters; i++)
-#pragma GCC unroll 16
-    for (int q = 0; q < 16; q++) a[q] = _mm512_fmadd_ps(a[q], m, c);
-  __m512 s = a[0];
-  for (int q = 1; q < 16; q++) s = _mm512_add_ps(s, a[q]);
-  return _mm512_reduce_add_ps(s);
-}
-#endif
-
-static void fma_worker(void *ctx, size_t b, size_t e, int thread) {
-  fma_ctx_t *c = ctx;
-#if defined(__x86_64__)
-  for (size_t i = b; i < e; i++) c->sink[thread] += fma_avx512(c->iters);
-#endif
-}
-
-static double fma_peak(rg_pool_t *pool) {
-  if (rg_cpu_isa_best() < RG_CPU_ISA_AVX512) return 0;
-  int th = rg_pool_threads(pool);
-  fma_ctx_t c = {.iters = 2000000};
-  double best = 0;
-  for (int rep = 0; rep < 5; rep++) {
-    double t0 = now();
-    rg_pool_parallel_for(pool, (size_t)th, 1, fma_worker, &c);
-    double dt = now() - t0;
-    double flops = (double)th * (double)c.iters * 16 * 16 * 2;
-    if (flops / dt > best) best = flops / dt;
-  }
-  return best;
-}
-
 // OpenBLAS on its own threads, the whole problem in one call.
 static double sgemm_gflops(int threads, int m, int n, int k) {
   float *x = xmalloc((size_t)m * k * 4), *w = xmalloc((size_t)n * k * 4),
@@ -198,6 +160,20 @@ static unsigned char *make_copies(rg_dtype_t t, int64_t n, int64_t k, int copies
   unsigned char *w = xmalloc(bytes * (size_t)copies);
   float *row = xmalloc((size_t)k * 4);
   for (int64_t r = 0; r < n; r++) {
+    if (!rg_dtype_can_narrow(t)) {
+      // The k-quants, which ridge only reads: random blocks with scales
+      // that keep the weights near ±1.
+      unsigned char *p = w + (size_t)r * rb;
+      for (size_t i = 0; i < rb; i++) p[i] = (unsigned char)(frand() * 127.5f + 128);
+      for (size_t b = 0; b < rb; b += (size_t)rg_dtype_block_bytes(t)) {
+        uint16_t d = rg_f32_to_f16(t == RG_Q4_K ? 2e-3f : 1.5e-4f), dm = rg_f32_to_f16(1e-3f);
+        if (t == RG_Q4_K)
+          memcpy(p + b, &d, 2), memcpy(p + b + 2, &dm, 2);
+        else
+          memcpy(p + b + 208, &d, 2);
+      }
+      continue;
+    }
     for (int64_t p = 0; p < k; p++) row[p] = frand();
     die(rg_row_from_f32(t, row, w + (size_t)r * rb, k));
   }
@@ -230,14 +206,22 @@ static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_dtype_t
   return best;
 }
 
-static const rg_dtype_t types[] = {RG_BF16, RG_F16, RG_Q8_0, RG_F32};
+static const rg_dtype_t types[] = {RG_BF16, RG_F16, RG_Q8_0, RG_Q4_K, RG_Q6_K, RG_F32};
+static rg_limits_t lim;
 
-static void decode_table(rg_pool_t *pool, double bw, double peak) {
+// The peak of the path a kernel runs, from its name.
+static double path_peak(const char *kernel, const char **path) {
+  if (!strncmp(kernel, "amx", 3)) return *path = "amx-bf16", lim.amx_bf16_peak;
+  if (strstr(kernel, "vdpbf16ps")) return *path = "bf16 dot", lim.bf16_dot_peak;
+  return *path = "f32 fma", lim.fma_peak;
+}
+
+static void decode_table(rg_pool_t *pool, double bw) {
   printf("\ndecode (GEMV): weight GB/s streamed per call, and ratio to read bandwidth %.1f GB/s\n",
          bw / 1e9);
-  printf("%-6s %-12s %4s %-44s %9s %7s %7s %8s\n", "type", "n x k", "m", "kernel", "us/call",
+  printf("%-6s %-12s %4s %-50s %9s %7s %7s %8s\n", "type", "n x k", "m", "kernel", "us/call",
          "GB/s", "vs bw", "GFLOP/s");
-  const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}};
+  const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}}, ms[] = {1, 4, 16};
   float *x = xmalloc(16 * 2048 * 4), *y = xmalloc(16 * 8192 * 4);
   for (int i = 0; i < 16 * 2048; i++) x[i] = frand();
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
@@ -248,14 +232,17 @@ static void decode_table(rg_pool_t *pool, double bw, double peak) {
       die(rg_dtype_row_bytes(types[ti], k, &rb));
       int copies = copies_for(rb * (size_t)n);
       unsigned char *w = make_copies(types[ti], n, k, copies, &bytes);
-      for (int64_t m = 1; m <= 16; m += 15) {
+      for (int mi = 0; mi < 3; mi++) {
+        int64_t m = ms[mi];
         double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, copies, y, NULL, 10);
         rg_wmat_t wm = {w, types[ti], n, k};
         double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
-        printf("%-6s %5lld x %-4lld %4lld %-44s %9.1f %7.1f %6.0f%% %8.1f",
-               rg_dtype_name(types[ti]), (long long)n, (long long)k, (long long)m,
-               rg_matmul_kernel_name(&wm, m), dt * 1e6, gbs / 1e9, 100 * gbs / bw, gf / 1e9);
-        if (m > 1 && peak > 0) printf("  (%.0f%% of f32 FMA peak)", 100 * gf / peak);
+        const char *kn = rg_matmul_kernel_name(&wm, m), *pp;
+        printf("%-6s %5lld x %-4lld %4lld %-50s %9.1f %7.1f %6.0f%% %8.1f",
+               rg_dtype_name(types[ti]), (long long)n, (long long)k, (long long)m, kn, dt * 1e6,
+               gbs / 1e9, 100 * gbs / bw, gf / 1e9);
+        double pk = path_peak(kn, &pp);
+        if (m > 1 && pk > 0) printf("  (%.0f%% of %s peak)", 100 * gf / pk, pp);
         printf("\n");
       }
       free(w);
@@ -302,20 +289,32 @@ static void llama_layer(rg_pool_t *pool, double bw) {
 static void prefill_table(rg_pool_t *pool, double sgemm) {
   const int64_t m = 512, n = 2048, k = 2048;
   printf(
-      "\nprefill (GEMM) m=%lld n=%lld k=%lld: GFLOP/s and ratio to OpenBLAS sgemm %.1f GFLOP/s "
-      "(goal >= 0.6)\n",
+      "\nprefill m=%lld n=%lld k=%lld: GFLOP/s, ratio to OpenBLAS sgemm %.1f GFLOP/s, and to the "
+      "matrix peak of the path run (goal >= 0.6 of the best path's peak)\n",
       (long long)m, (long long)n, (long long)k, sgemm / 1e9);
-  printf("%-6s %-44s %9s %9s %8s\n", "type", "kernel", "ms/call", "GFLOP/s", "vs sgemm");
+  printf("%-6s %-50s %9s %9s %8s %s\n", "type", "kernel", "ms/call", "GFLOP/s", "vs sgemm",
+         "vs peak");
   float *x = xmalloc((size_t)m * k * 4), *y = xmalloc((size_t)m * n * 4);
   for (int64_t i = 0; i < m * k; i++) x[i] = frand();
+  const rg_matmul_opts_t paths[] = {{.path = RG_MATMUL_AUTO},
+                                    {.path = RG_MATMUL_TILES},
+                                    {.path = RG_MATMUL_GEMM},
+                                    {.path = RG_MATMUL_GEMV}};
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     size_t bytes;
     unsigned char *w = make_copies(types[ti], n, k, 1, &bytes);
-    double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, 1, y, NULL, 8);
     rg_wmat_t wm = {w, types[ti], n, k};
-    double gf = 2.0 * m * n * k / dt;
-    printf("%-6s %-44s %9.2f %9.1f %8.2f\n", rg_dtype_name(types[ti]),
-           rg_matmul_kernel_name(&wm, m), dt * 1e3, gf / 1e9, gf / sgemm);
+    const char *auto_name = rg_matmul_kernel_name_ex(&wm, m, &paths[0]);
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+      const char *kn = rg_matmul_kernel_name_ex(&wm, m, &paths[pi]);
+      if (!strcmp(kn, "invalid") || (pi > 0 && !strcmp(kn, auto_name))) continue;
+      double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, 1, y, &paths[pi], 6);
+      double gf = 2.0 * m * n * k / dt;
+      const char *pp;
+      double pk = path_peak(kn, &pp);
+      printf("%-6s %-50s %9.2f %9.1f %8.2f %.2f of %s%s\n", rg_dtype_name(types[ti]), kn, dt * 1e3,
+             gf / 1e9, gf / sgemm, pk > 0 ? gf / pk : 0.0, pp, pi == 0 ? "  (default)" : "");
+    }
     free(w);
   }
   free(x), free(y);
@@ -342,10 +341,13 @@ static void crossover(rg_pool_t *pool) {
       rg_matmul_opts_t o;
     } rows[] = {{"gemv", {.path = RG_MATMUL_GEMV}},
                 {"gemv widening (avx512)", {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV}},
-                {"gemm", {.path = RG_MATMUL_GEMM}}};
-    for (size_t r = 0; r < 3; r++) {
+                {"gemm", {.path = RG_MATMUL_GEMM}},
+                {"tiles", {.path = RG_MATMUL_TILES}}};
+    for (size_t r = 0; r < 4; r++) {
       if (r == 1 && (types[ti] != RG_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16))
         continue;
+      rg_wmat_t probe = {w, types[ti], n, k};
+      if (!strcmp(rg_matmul_kernel_name_ex(&probe, 64, &rows[r].o), "invalid")) continue;
       printf("%-4s %-17s", rg_dtype_name(types[ti]), rows[r].label);
       for (int i = 0; i < NM; i++) {
         int c = ms[i] >= 64 ? 1 : copies;
@@ -375,9 +377,11 @@ static void accuracy(rg_pool_t *pool) {
          (long long)m, (long long)k);
   const rg_matmul_opts_t os[] = {{.path = RG_MATMUL_GEMV},
                                  {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV},
-                                 {.path = RG_MATMUL_GEMM}};
-  for (int v = 0; v < 3; v++) {
+                                 {.path = RG_MATMUL_GEMM},
+                                 {.path = RG_MATMUL_TILES}};
+  for (int v = 0; v < 4; v++) {
     if (v == 1 && rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16) continue;
+    if (!strcmp(rg_matmul_kernel_name_ex(&wm, m, &os[v]), "invalid")) continue;
     die(rg_matmul_ex(pool, x, m, &wm, NULL, y, &os[v]));
     double num = 0, den = 0;
     for (int64_t i = 0; i < m; i++)
@@ -402,14 +406,24 @@ int main(int argc, char **argv) {
     printf("  note: run as `env -u OPENBLAS_CORETYPE %s` to let OpenBLAS pick its best kernels\n",
            argv[0]);
   double bw = read_bandwidth(pool);
-  double peak = fma_peak(pool);
+  die(rg_limits_measure(pool, 1.0, &lim));
   double sg = sgemm_gflops(threads, 512, 2048, 2048);
-  printf(
-      "read bandwidth (sum of 512 MiB on %d threads) %.1f GB/s; f32 FMA peak %.0f GFLOP/s; "
-      "OpenBLAS sgemm "
-      "m=512 n=k=2048 on %d threads %.1f GFLOP/s (%.0f%% of peak)\n",
-      threads, bw / 1e9, peak / 1e9, threads, sg / 1e9, peak > 0 ? 100 * sg / peak : 0.0);
-  decode_table(pool, bw, peak);
+  printf("read bandwidth: sum of 512 MiB on %d threads %.1f GB/s (runtime/limits: %.1f GB/s)\n",
+         threads, bw / 1e9, lim.read_bandwidth / 1e9);
+  printf("matrix peaks on %d threads: f32 FMA (%s) %.0f GFLOP/s", threads, lim.fma_isa,
+         lim.fma_peak / 1e9);
+  if (lim.bf16_dot_peak > 0)
+    printf("; avx512-bf16 dot %.0f GFLOP/s", lim.bf16_dot_peak / 1e9);
+  else
+    printf("; no avx512-bf16 dot (%s)", lim.bf16_dot_note ? lim.bf16_dot_note : "?");
+  if (lim.amx_bf16_peak > 0)
+    printf("; AMX-BF16 %.0f GFLOP/s; AMX-INT8 %.0f GOP/s\n", lim.amx_bf16_peak / 1e9,
+           lim.amx_int8_peak / 1e9);
+  else
+    printf("; no AMX (%s)\n", lim.amx_note ? lim.amx_note : "?");
+  printf("OpenBLAS sgemm m=512 n=k=2048 on %d threads %.1f GFLOP/s (%.0f%% of f32 FMA peak)\n",
+         threads, sg / 1e9, lim.fma_peak > 0 ? 100 * sg / lim.fma_peak : 0.0);
+  decode_table(pool, bw);
   llama_layer(pool, bw);
   prefill_table(pool, sg);
   accuracy(pool);

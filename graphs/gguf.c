@@ -616,22 +616,25 @@ static rg_status_t read_infos(gguf_t *g, cur_t *c, uint64_t n_t, ginfo_t *infos)
     if (!from_ggml(type, &t->type))
       return rg_status_make(RG_UNIMPLEMENTED,
                             "%s: tensor '%s': ggml type %u (%s) is not supported; ridge reads "
-                            "F32, F16, BF16, Q8_0, F64, I8, I16, I32 and I64",
+                            "F32, F16, BF16, Q8_0, Q4_K, Q6_K, F64, I8, I16, I32 and I64",
                             g->file, t->name, type, ggml_type_name(type));
     if (overflow)
       return rg_status_make(RG_PARSE,
                             "%s: tensor '%s': the dims hold more elements than fit in 64 bits",
                             g->file, t->name);
-    if (t->type == RG_Q8_0 && n_dims > 0 && t->ne[0] % 32)
+    // Block types (Q8_0, Q4_K, Q6_K): rows must be whole blocks.
+    const uint64_t be = (uint64_t)rg_dtype_block_elems(t->type);
+    if (be > 1 && n_dims > 0 && t->ne[0] % be)
       return rg_status_make(
-          RG_PARSE, "%s: tensor '%s': Q8_0 rows of %llu elements are not whole blocks of 32",
-          g->file, t->name, (unsigned long long)t->ne[0]);
+          RG_PARSE, "%s: tensor '%s': %s rows of %llu elements are not whole blocks of %llu",
+          g->file, t->name, ggml_type_name(type), (unsigned long long)t->ne[0],
+          (unsigned long long)be);
     int ok = 0;
     t->nbytes = rg_dtype_nbytes(t->type, elems, &ok);
-    if (!ok && t->type == RG_Q8_0 && elems % 32)
-      return rg_status_make(RG_PARSE,
-                            "%s: tensor '%s': %lld Q8_0 elements are not whole blocks of 32",
-                            g->file, t->name, (long long)elems);
+    if (!ok && be > 1 && elems % (int64_t)be)
+      return rg_status_make(
+          RG_PARSE, "%s: tensor '%s': %lld %s elements are not whole blocks of %llu", g->file,
+          t->name, (long long)elems, ggml_type_name(type), (unsigned long long)be);
     if (!ok)
       return rg_status_make(RG_PARSE,
                             "%s: tensor '%s': the dims hold more bytes than fit in 64 bits",
@@ -657,7 +660,7 @@ static rg_status_t add_view(rg_weights_t *w, const gguf_t *g, const char *name,
   t.nbytes = nbytes;
   t.file = g->file;
   uint64_t align = (uint64_t)rg_dtype_block_bytes(type);
-  if (type == RG_Q8_0) align = 2;  // the f16 scale
+  if (rg_dtype_block_elems(type) > 1) align = 2;  // blocks hold f16 scales, nothing wider
   if (qk_groups > 0 && n_dims >= 1 && shape[0] > 0) {
     void *copy = rg__weights_alloc(w, nbytes);
     if (!copy)
@@ -933,17 +936,20 @@ rg_status_t rg__gguf_arch(const rg_weights_t *w, rg_arch_t **out) {
   const rg_tensor_t *emb = rg_weights_find(w, "model.embed_tokens.weight");
   rg_dtype_t main_type = emb ? emb->type : RG_BF16;
   if (found_ftype) {
-    // llama_ftype: 0 all F32, 1 mostly F16, 7 mostly Q8_0, 32 mostly BF16.
-    main_type = ftype == 0    ? RG_F32
-                : ftype == 1  ? RG_F16
-                : ftype == 7  ? RG_Q8_0
-                : ftype == 32 ? RG_BF16
-                              : main_type;
+    // llama_ftype: 0 all F32, 1 mostly F16, 7 mostly Q8_0, 14/15 mostly Q4_K
+    // (S/M), 18 mostly Q6_K, 32 mostly BF16.
+    main_type = ftype == 0                   ? RG_F32
+                : ftype == 1                 ? RG_F16
+                : ftype == 7                 ? RG_Q8_0
+                : ftype == 14 || ftype == 15 ? RG_Q4_K
+                : ftype == 18                ? RG_Q6_K
+                : ftype == 32                ? RG_BF16
+                                             : main_type;
   }
-  a->weight_dtype = main_type == RG_F32    ? RG_F32
-                    : main_type == RG_F16  ? RG_F16
-                    : main_type == RG_Q8_0 ? RG_INT8
-                                             : RG_BF16;
+  a->weight_dtype = main_type == RG_F32                   ? RG_F32
+                    : main_type == RG_F16                 ? RG_F16
+                    : rg_dtype_block_elems(main_type) > 1 ? rg_dtype_compute(main_type)
+                                                          : RG_BF16;
   s = rg_arch_validate(a);
   if (s) {
     free(a);

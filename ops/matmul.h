@@ -3,18 +3,26 @@
 //   x     (m, k)  f32 activations, one row per token, rows contiguous
 //   W     (n, k)  weights stored row-major as (out_features, in_features),
 //                 like a PyTorch Linear or a safetensors/GGUF weight, in any
-//                 rg_dtype_t (f32, bf16, f16, q8_0)
+//                 rg_dtype_t (f32, bf16, f16, q8_0, q4_K, q6_K)
 //   bias  (n)     f32, optional
 //   y     (m, n)  f32; y[i][j] = sum_p x[i][p] * W[j][p] + bias[j]
 //
 // Accumulation is f32 on every path (the reference sums in double). Weights
 // are widened to f32 exactly, so most paths differ from the reference only
-// by f32 summation order (NMSE ~1e-13). The one exception: bf16 weights at
-// m >= 8 on a CPU with AVX512_BF16 use vdpbf16ps against x rounded to bf16
-// (NMSE ~1e-6, twice the multiply-adds per instruction); cap the level at
-// RG_CPU_ISA_AVX512 to keep x in f32 there.
+// by f32 summation order (NMSE ~1e-13). The exceptions, all at levels from
+// avx512-bf16 up, trade x's rounding to bf16 for 2-16 times the
+// multiply-adds per instruction (NMSE ~1e-6 per matmul):
+//   - bf16 weights at m >= 8 with vdpbf16ps (avx512-bf16);
+//   - the AMX tiles (amx level, m from 1 for bf16, 4 for the others;
+//     decode included, since they stream bf16 weights faster than the
+//     GEMV kernels on Sapphire Rapids): bf16 weights exact, f16, q8_0,
+//     q4_K and q6_K weights rounded to bf16 too (their names say "x, w in
+//     bf16": NMSE ~3e-6); f32 weights never take the tiles.
+// Cap the level at RG_CPU_ISA_AVX512 to keep x in f32 everywhere. The
+// k-quant GEMV at avx512-bf16 splits x into two bf16 terms (16 bits of
+// mantissa, NMSE ~1e-11), which is why it does not say "x in bf16".
 //
-// Two paths, picked per call from m, the weight type, the CPU, and which
+// Three paths, picked per call from m, the weight type, the CPU, and which
 // kernels OpenBLAS runs (rg_matmul_kernel_name() says which):
 //   GEMV  ridge's kernels (avx512, avx512-bf16, avx2, scalar; chosen at run
 //         time). Each weight row is streamed from memory once per call and
@@ -24,9 +32,13 @@
 //         prefill wherever these kernels beat sgemm (bf16 with vdpbf16ps
 //         always; f16/q8_0 when OpenBLAS runs its AVX2 kernels).
 //   GEMM  OpenBLAS sgemm, called single-threaded from each pool thread on
-//         its share of the output columns; bf16/f16/q8_0 weights are first
-//         widened tile by tile into a per-thread f32 buffer (a small cost
-//         next to the m-fold reuse).
+//         its share of the output columns; bf16/f16/q8_0/k-quant weights
+//         are first widened tile by tile into a per-thread f32 buffer (a
+//         small cost next to the m-fold reuse).
+//   TILES AMX (amx level only): TDPBF16PS on 16 × 32 bf16 tiles, x packed
+//         once per call, bf16 weights read in place, other types widened
+//         into per-thread bf16 panels (ops/cpu/matmul_amx.c). Prefill and
+//         decode; the level says why when refused.
 //
 // Threads: pool may be NULL (the caller's thread does everything). The GEMM
 // path sets OpenBLAS to one thread (openblas_set_num_threads(1), a
@@ -48,13 +60,14 @@ typedef struct {
   const void *data;  // (rows, cols) in `type`; row r starts at r * rg_dtype_row_bytes(type, cols)
   rg_dtype_t type;
   int64_t rows;  // n: output features
-  int64_t cols;  // k: input features; a multiple of 32 for q8_0
+  int64_t cols;  // k: input features; whole blocks (32 for q8_0, 256 for q4_K/q6_K)
 } rg_wmat_t;
 
 #define RG_MATMUL_PATH_MAP(X) \
   X(RG_MATMUL_AUTO, "auto")   \
   X(RG_MATMUL_GEMV, "gemv")   \
-  X(RG_MATMUL_GEMM, "gemm")
+  X(RG_MATMUL_GEMM, "gemm")   \
+  X(RG_MATMUL_TILES, "tiles")
 
 typedef enum {
 #define RG_X_(p, n) p,
@@ -67,8 +80,13 @@ typedef enum {
 // defaults: the best instruction set and the path chosen from m.
 typedef struct {
   rg_cpu_isa_t isa;       // cap on the kernels' instruction set
-  rg_matmul_path_t path;  // force GEMV or GEMM regardless of m
+  rg_matmul_path_t path;  // force GEMV, GEMM or TILES regardless of m
 } rg_matmul_opts_t;
+
+// 1 when the TILES path can run at this cap (AUTO: the best level): the CPU
+// has AMX and Linux granted its tile state. Otherwise 0, and *why (when not
+// NULL) says what is missing.
+int rg_matmul_tiles_available(rg_cpu_isa_t isa, const char **why);
 
 // y = x W^T (+ bias); bias may be NULL. m = 0 does nothing. Fails with
 // RG_INVALID_ARGUMENT (and writes nothing) for NULL pointers, negative m,

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "ops/matmul.h"
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -104,6 +106,108 @@ __attribute__((target("avx2,fma"))) static void fma_avx2(void *ctx, size_t b, si
   c->sink[thread & 1023] += t[0] + t[7];
 }
 
+// vdpbf16ps chains: 12 accumulators, each instruction 32 multiply-adds.
+__attribute__((target("avx512f,avx512bf16"))) static void dp_bf16(void *ctx, size_t b, size_t e,
+                                                                  int thread) {
+  fma_ctx_t *c = ctx;
+  __m512bh m = (__m512bh)_mm512_set1_epi16(0x3f80), x = (__m512bh)_mm512_set1_epi16(0x3380);
+  __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2),
+         a3 = _mm512_set1_ps(3), a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5),
+         a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7), a8 = _mm512_set1_ps(8),
+         a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11);
+  for (size_t r = b; r < e; r++)
+    for (long it = 0; it < c->iters; it++) FMA12(_mm512_dpbf16_ps, m, x);
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  c->sink[thread & 1023] += _mm512_reduce_add_ps(s);
+}
+
+// AMX: four accumulator tiles fed by two A and two B tiles, as the matmul's
+// register blocking; tile numbers must be literals for GCC's intrinsics.
+typedef struct {
+  uint8_t palette, start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tilecfg_t;
+
+#define AMX_T "amx-tile,amx-bf16,amx-int8"
+__attribute__((target(AMX_T))) static void amx_run(void *ctx, size_t b, size_t e, int thread,
+                                                   int int8) {
+  fma_ctx_t *c = ctx;
+  tilecfg_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+  static const uint8_t src[1024] __attribute__((aligned(64)));  // zeros: no overflow, no NaN
+  float out[256] __attribute__((aligned(64)));
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, src, 64);
+  _tile_loadd(5, src, 64);
+  _tile_loadd(6, src, 64);
+  _tile_loadd(7, src, 64);
+  for (size_t r = b; r < e; r++)
+    for (long it = 0; it < c->iters; it++) {
+      if (int8) {
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+      } else {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  c->sink[thread & 1023] += out[0];
+}
+static void amx_bf16(void *ctx, size_t b, size_t e, int thread) {
+  amx_run(ctx, b, e, thread, 0);
+}
+static void amx_int8(void *ctx, size_t b, size_t e, int thread) {
+  amx_run(ctx, b, e, thread, 1);
+}
+
+// Best rate of `fn` over passes of `iters` iterations on every thread, each
+// iteration `per_iter` operations, within about `budget_s`.
+static double peak_of(rg_pool_t *pool, rg_pool_fn_t fn, long iters, double per_iter,
+                      double budget_s) {
+  int threads = rg_pool_threads(pool);
+  fma_ctx_t fc = {.iters = iters};
+  double best = 0, t_end = now() + budget_s;
+  for (int rep = 0; rep < 8 && (rep < 2 || now() < t_end); rep++) {
+    double t0 = now();
+    rg_pool_parallel_for(pool, (size_t)threads, 1, fn, &fc);
+    double rate = threads * (double)iters * per_iter / (now() - t0);
+    if (rate > best) best = rate;
+  }
+  return best;
+}
+
+double rg_limits_matrix_peak(const rg_limits_t *l, rg_dtype_t t, rg_cpu_isa_t cap,
+                             const char **path) {
+  const char *p = "f32 fma";
+  double v = l->fma_peak;
+  rg_cpu_isa_t isa;
+  rg_status_t s = rg_cpu_isa_resolve(cap, &isa);
+  if (s) isa = RG_CPU_ISA_SCALAR;
+  rg_status_free(s);
+  if (isa >= RG_CPU_ISA_AMX && t != RG_F32 && l->amx_bf16_peak > 0)
+    p = "amx-bf16", v = l->amx_bf16_peak;
+  else if (isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16 && l->bf16_dot_peak > 0)
+    p = "avx512-bf16 dot", v = l->bf16_dot_peak;
+  if (path) *path = p;
+  return v;
+}
+
 rg_status_t rg_limits_measure(rg_pool_t *pool, double budget_s, rg_limits_t *out) {
   memset(out, 0, sizeof(*out));
   int threads = rg_pool_threads(pool);
@@ -132,15 +236,22 @@ rg_status_t rg_limits_measure(rg_pool_t *pool, double budget_s, rg_limits_t *out
   }
   out->fma_isa = avx512 ? "avx512f" : "avx2";
   double width = avx512 ? 16 : 8;
-  fma_ctx_t fc = {.iters = 4000000};  // ~20 ms a pass at 200 GFLOP/s per core
-  best = 0;
-  t_end = now() + budget_s / 2;
-  for (int rep = 0; rep < 8 && (rep < 2 || now() < t_end); rep++) {
-    double t0 = now();
-    rg_pool_parallel_for(pool, (size_t)threads, 1, avx512 ? fma_avx512 : fma_avx2, &fc);
-    double flops = threads * (double)fc.iters * 12 * width * 2 / (now() - t0);
-    if (flops > best) best = flops;
+  // About 20 ms a pass at 200 GFLOP/s per core; the other peaks share the
+  // second half of the budget.
+  out->fma_peak =
+      peak_of(pool, avx512 ? fma_avx512 : fma_avx2, 4000000, 12 * width * 2, budget_s / 4);
+  rg_cpu_isa_t best_isa = rg_cpu_isa_best();
+  out->bf16_dot_note = rg_cpu_isa_missing(RG_CPU_ISA_AVX512_BF16);
+  if (best_isa >= RG_CPU_ISA_AVX512_BF16)
+    out->bf16_dot_peak = peak_of(pool, dp_bf16, 2000000, 12 * 32 * 2, budget_s / 8);
+  // The tiles need the permission rg_cpu_isa_best() asked Linux for.
+  const char *why = NULL;
+  if (rg_matmul_tiles_available(RG_CPU_ISA_AUTO, &why)) {
+    const double per = 4.0 * 16 * 16 * 32 * 2;  // four TDPBF16PS per iteration
+    out->amx_bf16_peak = peak_of(pool, amx_bf16, 100000, per, budget_s / 16);
+    out->amx_int8_peak = peak_of(pool, amx_int8, 100000, 2 * per, budget_s / 16);
+  } else {
+    out->amx_note = why;
   }
-  out->fma_peak = best;
   return NULL;
 }

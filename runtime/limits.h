@@ -1,19 +1,43 @@
 // runtime/limits.h — this machine's own limits, measured in the same run as
-// the work they are compared with: STREAM-style read bandwidth and f32 FMA
-// peak. Reports of achieved GB/s and GFLOP/s divide by these, never by a
-// datasheet figure, since the same CPU differs run to run (turbo, noise).
+// the work they are compared with: STREAM-style read bandwidth and the
+// matrix peak of each instruction path the CPU kernels use (f32 FMA,
+// AVX512_BF16 dot products, AMX-BF16 and AMX-INT8 tiles). Reports of
+// achieved GB/s and GFLOP/s divide by these, never by a datasheet figure,
+// since the same CPU differs run to run (turbo, noise). `ridge run`, the
+// benchmarks and `ridge profile` all measure through this one function.
+//
+// Each peak runs independent chains of one instruction on every thread of
+// the pool, with operands in registers (tiles for AMX), so it is what the
+// core can issue, not what any kernel reaches; kernels are reported as a
+// fraction of the peak of the path they run.
 #ifndef RG_RUNTIME_LIMITS_H
 #define RG_RUNTIME_LIMITS_H
 
-#include "base/status.h"
+#include "base/dtype.h"
 #include "base/pool.h"
+#include "base/status.h"
+#include "ops/convert.h"
 
 typedef struct {
   double read_bandwidth;  // bytes/s, summing a buffer far larger than cache
   double fma_peak;        // f32 FLOP/s, independent FMA chains on every thread
   int threads;
   const char *fma_isa;    // "avx512f", "avx2", "scalar"
+  // Matrix peaks of the other paths, FLOP/s (int8 OP/s for AMX-INT8), or 0
+  // where the CPU lacks the instructions; *_note then says why (NULL when
+  // measured).
+  double bf16_dot_peak;  // vdpbf16ps (AVX512_BF16): 32 multiply-adds each
+  double amx_bf16_peak;  // TDPBF16PS: 16 x 16 x 32 multiply-adds each
+  double amx_int8_peak;  // TDPBSSD: 16 x 16 x 64 multiply-adds each
+  const char *bf16_dot_note, *amx_note;
 } rg_limits_t;
+
+// The best matrix peak for weights of a type that the kernels reach at this
+// cap (AUTO: the best level): AMX-BF16 where the tiles run that type, else
+// vdpbf16ps for bf16, else f32 FMA. *path names it ("amx-bf16",
+// "avx512-bf16 dot", "f32 fma"). For the reports' "fraction of peak".
+double rg_limits_matrix_peak(const rg_limits_t *l, rg_dtype_t weight_dtype, rg_cpu_isa_t isa_cap,
+                             const char **path);
 
 // Takes about `budget_s` seconds (0.3 is enough for 2-digit figures).
 RG_MUST_USE rg_status_t rg_limits_measure(rg_pool_t *pool, double budget_s, rg_limits_t *out);

@@ -27,7 +27,9 @@ RG_TEST(dtype_table_round_trips_every_name_and_id) {
   RG_CHECK(rg_dtype_from_ggml(1, &d) == 0 && d == RG_F16);
   RG_CHECK(rg_dtype_from_ggml(8, &d) == 0 && d == RG_Q8_0);
   RG_CHECK(rg_dtype_from_ggml(30, &d) == 0 && d == RG_BF16);
-  RG_CHECK(rg_dtype_from_ggml(12, &d) != 0);             // Q4_K: not (yet) in the table
+  RG_CHECK(rg_dtype_from_ggml(12, &d) == 0 && d == RG_Q4_K);
+  RG_CHECK(rg_dtype_from_ggml(14, &d) == 0 && d == RG_Q6_K);
+  RG_CHECK(rg_dtype_from_ggml(13, &d) != 0);             // Q5_K: not in the table
   RG_CHECK(rg_dtype_from_safetensors("bf16", &d) != 0);  // the format's spelling is exact
   RG_CHECK(rg_dtype_parse_any("F8_E5M2", &d) == 0 && d == RG_FP8_E5M2);
   RG_CHECK(rg_dtype_parse("float8_e5m2", &d) == 0 && d == RG_FP8);  // one byte is all a plan needs

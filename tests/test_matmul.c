@@ -24,10 +24,8 @@
 #include "tests/test.h"
 
 static const double tolerance[RG_DTYPE_COUNT] = {
-    [RG_F32] = 1e-7,
-    [RG_BF16] = 1e-7,
-    [RG_F16] = 1e-7,
-    [RG_Q8_0] = 1e-7,
+    [RG_F32] = 1e-7,  [RG_BF16] = 1e-7, [RG_F16] = 1e-7,
+    [RG_Q8_0] = 1e-7, [RG_Q4_K] = 1e-7, [RG_Q6_K] = 1e-7,
 };
 
 static uint64_t rng_next(uint64_t *s) {  // splitmix64
@@ -58,7 +56,9 @@ static int all_finite(const float *a, size_t n) {
 }
 
 // A random (n, k) weight of the given type, values in [-1, 1), stored as the
-// checkpoint would (rounded or quantized from f32). Caller frees.
+// checkpoint would (rounded or quantized from f32). The k-quants, which
+// ridge only reads, are random blocks with super-block scales that keep the
+// weights within about ±1. Caller frees.
 static void *make_weight(rg_dtype_t type, int64_t n, int64_t k, uint64_t *seed) {
   size_t rb;
   rg_status_t s = rg_dtype_row_bytes(type, k, &rb);
@@ -67,6 +67,20 @@ static void *make_weight(rg_dtype_t type, int64_t n, int64_t k, uint64_t *seed) 
     return NULL;
   }
   unsigned char *w = malloc(rb * (size_t)n);
+  if (type == RG_Q4_K || type == RG_Q6_K) {
+    if (!w) abort();
+    for (size_t i = 0; i < rb * (size_t)n; i++) w[i] = (unsigned char)rng_next(seed);
+    for (size_t b = 0; b < rb * (size_t)n / (size_t)rg_dtype_block_bytes(type); b++) {
+      unsigned char *blk = w + b * (size_t)rg_dtype_block_bytes(type);
+      float d = (0.5f + 0.5f * rng_uniform(seed)) * (type == RG_Q4_K ? 2e-3f : 1.5e-4f);
+      uint16_t hd = rg_f32_to_f16(d), hm = rg_f32_to_f16(0.5f * d * 15 * 32 / 63);
+      if (type == RG_Q4_K)
+        memcpy(blk, &hd, 2), memcpy(blk + 2, &hm, 2);
+      else
+        memcpy(blk + 208, &hd, 2);
+    }
+    return w;
+  }
   float *row = malloc((size_t)k * sizeof(float));
   if (!w || !row) abort();
   for (int64_t r = 0; r < n; r++) {
@@ -80,6 +94,7 @@ static void *make_weight(rg_dtype_t type, int64_t n, int64_t k, uint64_t *seed) 
 
 static const int64_t shape_m[] = {1, 2, 3, 7, 16, 33, 130};
 static const int64_t shape_k[] = {32, 64, 96, 4096 + 32, 1, 5, 17, 1000};
+static const int64_t shape_k256[] = {256, 512, 1280};  // the k-quants: whole super-blocks
 static const int64_t shape_n[] = {1, 3, 17, 64, 257};
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -89,15 +104,35 @@ static const int64_t shape_n[] = {1, 3, 17, 64, 257};
 // scalar kernels, slow under the sanitizer and simpler, get a smaller budget
 // that still reaches every value.
 static int shape_wanted(rg_cpu_isa_t isa, int64_t m, int64_t k, int64_t n) {
-  if (isa == RG_CPU_ISA_SCALAR) return m * k * n <= (1 << 16);
+  if (isa == RG_CPU_ISA_SCALAR) return m * k * n <= (1 << 16) || (k >= 256 && m * n <= 64);
   return m * k * n <= (1 << 19) || (m == 16 && k == 4128 && n == 64) ||
-         (m == 130 && k == 1000 && n == 17);
+         (m == 130 && k == 1000 && n == 17) || (m == 130 && k == 256 && n == 17) ||
+         (m == 33 && k == 1280 && n == 64);
 }
 
 typedef struct {
   rg_pool_t *pools[3];  // NULL, 1 thread, 2 threads
   float *y, *want;      // room for the largest output (y plus guards)
 } fixture_t;
+
+// The references a kernel is held to, by what its name says it computes:
+// exact x; x rounded to bf16 ("x in bf16"); x and the weights rounded to
+// bf16 ("x, w in bf16"). NULL where no kernel of the level computes it.
+typedef struct {
+  const float *exact, *x_bf16, *xw_bf16;
+} refs_t;
+
+static const float *ref_for(const refs_t *r, const char *kernel) {
+  if (strstr(kernel, "x, w in bf16")) return r->xw_bf16;
+  if (strstr(kernel, "x in bf16")) return r->x_bf16;
+  return r->exact;
+}
+
+// Paths a level runs: GEMV and GEMM everywhere, the tiles where AMX is.
+static int path_runs(rg_cpu_isa_t isa, rg_dtype_t type, int path) {
+  if (path != RG_MATMUL_TILES) return 1;
+  return type != RG_F32 && rg_matmul_tiles_available(isa, NULL);
+}
 
 static const char *const pool_names[] = {"NULL", "1-thread", "2-thread"};
 enum { GUARDS = 8, MAX_M = 130, MAX_N = 257, MAX_K = 4128 };
@@ -108,19 +143,18 @@ enum { GUARDS = 8, MAX_M = 130, MAX_N = 257, MAX_K = 4128 };
 // whose name says "x in bf16" compute (NULL where none can run). Returns 0
 // after reporting the first mismatch.
 static int check_shape(rg_test_ctx_t *t, fixture_t *f, rg_cpu_isa_t isa, const rg_wmat_t *w,
-                       const float *x, int64_t m, const float *bias, const float *ref,
-                       const float *ref_r) {
+                       const float *x, int64_t m, const float *bias, const refs_t *refs) {
   static const int combos[][2] = {{0, 0}, {1, 1}, {2, 0}, {2, 1}};
   int64_t n = w->rows;
   size_t ny = (size_t)(m * n);
-  for (int path = RG_MATMUL_GEMV; path <= RG_MATMUL_GEMM; path++)
-    for (size_t c = 0; c < COUNT(combos); c++) {
+  for (int path = RG_MATMUL_GEMV; path < RG_MATMUL_PATH_COUNT; path++)
+    for (size_t c = 0; c < COUNT(combos) && path_runs(isa, w->type, path); c++) {
       int pi = combos[c][0], with_bias = combos[c][1];
       rg_matmul_opts_t o = {.isa = isa, .path = (rg_matmul_path_t)path};
       const char *kernel = rg_matmul_kernel_name_ex(w, m, &o);
-      const float *base = strstr(kernel, "x in bf16") ? ref_r : ref;
+      const float *base = ref_for(refs, kernel);
       if (!base) {
-        rg_test_fail(t, __FILE__, __LINE__, "%s rounds x, unexpected here", kernel);
+        rg_test_fail(t, __FILE__, __LINE__, "%s rounds x or w, unexpected here", kernel);
         return 0;
       }
       // The biased reference adds the bias to the f32 result once more: an
@@ -158,7 +192,12 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
     rg_status_free(st);
     return;
   }
-  int rounds_x = isa == RG_CPU_ISA_AVX512_BF16 && type == RG_BF16;
+  // Levels from avx512-bf16 up have kernels that round x: vdpbf16ps and the
+  // tiles for bf16 weights, and the tiles round the other types' weights
+  // too. Each reference is computed only where some kernel needs it.
+  const int need_r = isa >= RG_CPU_ISA_AVX512_BF16 && type == RG_BF16;
+  const int need_rw = isa >= RG_CPU_ISA_AMX && type != RG_BF16 && type != RG_F32;
+  const int rounds_x = need_r || need_rw;
   fixture_t f = {{NULL}, NULL, NULL};
   RG_REQUIRE_OK(rg_pool_create(1, &f.pools[1]));
   RG_REQUIRE_OK(rg_pool_create(2, &f.pools[2]));
@@ -166,37 +205,56 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
   f.want = malloc(MAX_M * MAX_N * sizeof(float));
   float *x = malloc(MAX_M * MAX_K * sizeof(float)), *xr = malloc(MAX_M * MAX_K * sizeof(float));
   float *ref = malloc(MAX_M * MAX_N * sizeof(float)),
-        *ref_r = malloc(MAX_M * MAX_N * sizeof(float));
-  float *bias = malloc(MAX_N * sizeof(float));
-  RG_REQUIRE(f.y && f.want && x && xr && ref && ref_r && bias);
+        *ref_r = malloc(MAX_M * MAX_N * sizeof(float)),
+        *ref_rw = malloc(MAX_M * MAX_N * sizeof(float));
+  float *bias = malloc(MAX_N * sizeof(float)), *wr = malloc((size_t)MAX_N * MAX_K * sizeof(float));
+  RG_REQUIRE(f.y && f.want && x && xr && ref && ref_r && ref_rw && bias && wr);
   uint64_t seed = 0x5eed0000u + (uint64_t)type * 131 + (uint64_t)isa;
   int shapes = 0, ok = 1;
-  for (size_t ki = 0; ok && ki < COUNT(shape_k); ki++) {
-    int64_t k = shape_k[ki];
+  const int kq = rg_dtype_block_elems(type) == 256;
+  const int64_t *ks = kq ? shape_k256 : shape_k;
+  const size_t nks = kq ? COUNT(shape_k256) : COUNT(shape_k);
+  for (size_t ki = 0; ok && ki < nks; ki++) {
+    int64_t k = ks[ki];
     if (k % rg_dtype_block_elems(type)) continue;
     for (size_t ni = 0; ok && ni < COUNT(shape_n); ni++) {
       int64_t n = shape_n[ni];
       void *wdata = make_weight(type, n, k, &seed);
       RG_REQUIRE(wdata);
       rg_wmat_t w = {wdata, type, n, k};
+      // The weights as the tiles see them when they round: dequantized,
+      // then rounded to bf16, as an f32 matrix.
+      rg_wmat_t w_r = {wr, RG_F32, n, k};
+      if (need_rw) {
+        size_t rb;
+        RG_REQUIRE_OK(rg_dtype_row_bytes(type, k, &rb));
+        for (int64_t r = 0; r < n; r++) {
+          RG_REQUIRE_OK(
+              rg_dtype_to_f32(type, (const unsigned char *)wdata + (size_t)r * rb, wr + r * k, k));
+          for (int64_t p = 0; p < k; p++)
+            wr[r * k + p] = rg_bf16_to_f32(rg_f32_to_bf16(wr[r * k + p]));
+        }
+      }
       for (int64_t j = 0; j < n; j++) bias[j] = rng_uniform(&seed);
       for (size_t mi = 0; ok && mi < COUNT(shape_m); mi++) {
         int64_t m = shape_m[mi];
         if (!shape_wanted(isa, m, k, n)) continue;
         for (int64_t i = 0; i < m * k; i++) x[i] = rng_uniform(&seed);
         RG_REQUIRE_OK(rg_matmul_ref(x, m, &w, NULL, ref));
-        if (rounds_x) {
+        if (rounds_x)
           for (int64_t i = 0; i < m * k; i++) xr[i] = rg_bf16_to_f32(rg_f32_to_bf16(x[i]));
-          RG_REQUIRE_OK(rg_matmul_ref(xr, m, &w, NULL, ref_r));
-        }
-        ok = check_shape(t, &f, isa, &w, x, m, bias, ref, rounds_x ? ref_r : NULL);
+        if (need_r) RG_REQUIRE_OK(rg_matmul_ref(xr, m, &w, NULL, ref_r));
+        if (need_rw) RG_REQUIRE_OK(rg_matmul_ref(xr, m, &w_r, NULL, ref_rw));
+        refs_t refs = {ref, need_r ? ref_r : NULL, need_rw ? ref_rw : NULL};
+        ok = check_shape(t, &f, isa, &w, x, m, bias, &refs);
         shapes++;
       }
       free(wdata);
     }
   }
-  RG_CHECK(!ok || shapes >= 40);
-  free(f.y), free(f.want), free(x), free(xr), free(ref), free(ref_r), free(bias);
+  RG_CHECK(!ok || shapes >= (kq ? 25 : 40));
+  free(f.y), free(f.want), free(x), free(xr), free(ref), free(ref_r), free(ref_rw), free(bias),
+      free(wr);
   rg_pool_destroy(f.pools[1]);
   rg_pool_destroy(f.pools[2]);
 }
@@ -205,16 +263,26 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
   RG_TEST(matmul_##isa_tag##_##type_tag##_matches_reference) { \
     check_paths(t, type, isa);                                 \
   }
-#define PATH_TESTS(isa_tag, isa)               \
+#define PATH_TESTS(isa_tag, isa)         \
   PATH_TEST(isa_tag, isa, f32, RG_F32)   \
   PATH_TEST(isa_tag, isa, bf16, RG_BF16) \
   PATH_TEST(isa_tag, isa, f16, RG_F16)   \
-  PATH_TEST(isa_tag, isa, q8_0, RG_Q8_0)
+  PATH_TEST(isa_tag, isa, q8_0, RG_Q8_0) \
+  PATH_TEST(isa_tag, isa, q4_K, RG_Q4_K) \
+  PATH_TEST(isa_tag, isa, q6_K, RG_Q6_K)
 PATH_TESTS(scalar, RG_CPU_ISA_SCALAR)
 PATH_TESTS(avx2, RG_CPU_ISA_AVX2)
 PATH_TESTS(avx512, RG_CPU_ISA_AVX512)
-// The avx512-bf16 level changes only the bf16 kernel (vdpbf16ps).
+// The avx512-bf16 level changes the bf16 kernel (vdpbf16ps) and the
+// k-quant GEMV; amx adds the tiles for every type but f32.
 PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, bf16, RG_BF16)
+PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, q4_K, RG_Q4_K)
+PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, q6_K, RG_Q6_K)
+PATH_TEST(amx, RG_CPU_ISA_AMX, bf16, RG_BF16)
+PATH_TEST(amx, RG_CPU_ISA_AMX, f16, RG_F16)
+PATH_TEST(amx, RG_CPU_ISA_AMX, q8_0, RG_Q8_0)
+PATH_TEST(amx, RG_CPU_ISA_AMX, q4_K, RG_Q4_K)
+PATH_TEST(amx, RG_CPU_ISA_AMX, q6_K, RG_Q6_K)
 
 // What rounding x to bf16 costs the vdpbf16ps kernel against the exact
 // reference, on a shape with enough outputs for the NMSE to settle: x's
@@ -502,6 +570,29 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
     o = (rg_matmul_opts_t){.isa = RG_CPU_ISA_AVX512_BF16};
     RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &w, NULL, y, &o), "which this CPU lacks");
   }
+  // The tiles: refused below the amx level, saying why, and for f32.
+  uint16_t wb[32] = {0};
+  rg_wmat_t b16 = {wb, RG_BF16, 1, 32};
+  o = (rg_matmul_opts_t){.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_TILES};
+  if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512)
+    RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &b16, NULL, y, &o),
+                 "the tiles path needs the amx level; the level is capped at avx512");
+  const char *why = NULL;
+  RG_CHECK(!rg_matmul_tiles_available(RG_CPU_ISA_AVX512, &why) && why);
+  o = (rg_matmul_opts_t){.path = RG_MATMUL_TILES};
+  if (rg_matmul_tiles_available(RG_CPU_ISA_AUTO, &why)) {
+    RG_CHECK(why == NULL);
+    rg_wmat_t f32 = {x, RG_F32, 1, 32};
+    RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &f32, NULL, y, &o), "not f32");
+  } else {
+    RG_CHECK(why != NULL);
+    RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &b16, NULL, y, &o), "the tiles path needs the amx level");
+    RG_CHECK_ERR(rg_cpu_isa_resolve(RG_CPU_ISA_AMX, &(rg_cpu_isa_t){0}), "amx kernels need");
+  }
+  // k-quant rows must be whole super-blocks.
+  rg_wmat_t kq = {q, RG_Q4_K, 1, 300};
+  RG_CHECK_ERR(rg_matmul(NULL, x, 1, &kq, NULL, y), "q4_K rows must be a multiple of 256 wide");
+  RG_CHECK(y[0] == 1 && y[3] == 4);
 }
 
 RG_TEST(matmul_kernel_names) {
@@ -514,6 +605,24 @@ RG_TEST(matmul_kernel_names) {
   w.type = RG_F32;
   RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 512, &o), "openblas sgemm") == 0);
   RG_CHECK(strstr(rg_matmul_kernel_name(&w, 1), "f32 gemv") != NULL);
+  uint16_t wb[32] = {0};
+  rg_wmat_t b16 = {wb, RG_BF16, 1, 32}, f32 = {wb, RG_F32, 1, 8};
+  rg_matmul_opts_t tiles = {.path = RG_MATMUL_TILES};
+  if (rg_matmul_tiles_available(RG_CPU_ISA_AUTO, NULL)) {
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&b16, 1, &tiles), "amx bf16 tiles (x in bf16)") == 0);
+    RG_CHECK(strcmp(rg_matmul_kernel_name(&b16, 64), "amx bf16 tiles (x in bf16)") == 0);
+    rg_wmat_t h = {wb, RG_F16, 1, 32};
+    RG_CHECK(strcmp(rg_matmul_kernel_name(&h, 64), "amx f16->bf16 tiles (x, w in bf16)") == 0);
+  } else {
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&b16, 1, &tiles), "invalid") == 0);
+  }
+  RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&f32, 64, &tiles), "invalid") == 0);
+  if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512_BF16) {
+    rg_matmul_opts_t cap = {.isa = RG_CPU_ISA_AVX512_BF16};
+    rg_wmat_t k4 = {wb, RG_Q4_K, 1, 256};
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 1, &cap),
+                    "avx512-bf16 q4_K gemv (vdpbf16ps, x as bf16 hi+lo)") == 0);
+  }
   RG_CHECK(strcmp(rg_dtype_name(RG_BF16), "bf16") == 0);
   RG_CHECK(strcmp(rg_dtype_name((rg_dtype_t)42), "?") == 0);
 }

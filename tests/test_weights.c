@@ -979,8 +979,10 @@ RG_TEST(weights_gguf_hostile_headers_get_clear_errors) {
   const uint64_t ne[5] = {4, 2, 1, 1, 1};
   p = gguf_one(t, "dims.gguf", "qwen2", 5, ne, 0, 0, 32);
   CHECK_OPEN_ERR(p, "tensor 'w': 5 dims; ridge reads at most 4");
+  p = gguf_one(t, "q5k.gguf", "qwen2", 2, ne, 13, 0, 32);
+  CHECK_OPEN_ERR(p, "tensor 'w': ggml type 13 (Q5_K) is not supported");
   p = gguf_one(t, "q4k.gguf", "qwen2", 2, ne, 12, 0, 32);
-  CHECK_OPEN_ERR(p, "tensor 'w': ggml type 12 (Q4_K) is not supported");
+  CHECK_OPEN_ERR(p, "tensor 'w': Q4_K rows of 4 elements are not whole blocks of 256");
   p = gguf_one(t, "offset.gguf", "qwen2", 2, ne, 0, 8, 64);
   CHECK_OPEN_ERR(p, "tensor 'w': offset 8 is not a multiple of general.alignment = 32");
   p = gguf_one(t, "pastend.gguf", "qwen2", 2, ne, 0, 32, 40);

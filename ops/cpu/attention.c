@@ -849,6 +849,7 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   switch (rg_ops_isa()) {
     case RG_CPU_ISA_AVX512:
     case RG_CPU_ISA_AVX512_BF16:
+    case RG_CPU_ISA_AMX:
       c.range = attn_range_avx512;
       c.perm32 = kv->dtype == RG_BF16;
       break;

@@ -7,19 +7,19 @@
 // bits as the scalar ones (tests compare them over every 16-bit pattern).
 #include "ops/convert.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+#include "ops/cpu/cpu_impl.h"
+
+#if RG_X86
 #include <cpuid.h>
-#include <immintrin.h>
-#define RG_X86 1
-#else
-#define RG_X86 0
+#include <sys/syscall.h>
 #endif
-
-#define T_AVX2 "avx2,fma,f16c"
-#define T_AVX512 "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
 
 static const char *const isa_names[] = {
 #define RG_X_(i, n) n,
@@ -37,6 +37,34 @@ const char *rg_cpu_isa_name(rg_cpu_isa_t isa) {
 // Also names the first missing feature of the next level up, for messages.
 static const char *isa_missing[RG_CPU_ISA_COUNT];
 
+#if RG_X86
+// AMX: the CPU has the tiles (CPUID.(7,0).EDX bits 24 tile, 22 bf16, 25
+// int8), the OS saves their state (XCR0 bits 17-18), and Linux lets this
+// process use it. Since 5.16 the tile data is off by default and a process
+// asks once; the grant covers all its threads, present and future.
+enum { ARCH_REQ_XCOMP_PERM_ = 0x1023, XFEATURE_XTILEDATA_ = 18 };
+static char amx_why[160];
+
+static const char *amx_missing(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22)) ||
+      !(d & (1u << 25)))
+    return "AMX-TILE, AMX-BF16 and AMX-INT8 (cpuid leaf 7)";
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return "AMX state (no OSXSAVE)";
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return "AMX state saved by the OS (XCR0 bits 17-18)";
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM_, XFEATURE_XTILEDATA_) != 0) {
+    snprintf(amx_why, sizeof amx_why,
+             "permission for AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM: %s; Linux 5.16 "
+             "or later grants it)",
+             strerror(errno));
+    return amx_why;
+  }
+  return NULL;
+}
+#endif
+
 static rg_cpu_isa_t detect(void) {
 #if RG_X86
   __builtin_cpu_init();
@@ -50,7 +78,7 @@ static rg_cpu_isa_t detect(void) {
                                                       : NULL;
   if (miss) {
     isa_missing[RG_CPU_ISA_AVX2] = isa_missing[RG_CPU_ISA_AVX512] =
-        isa_missing[RG_CPU_ISA_AVX512_BF16] = miss;
+        isa_missing[RG_CPU_ISA_AVX512_BF16] = isa_missing[RG_CPU_ISA_AMX] = miss;
     return RG_CPU_ISA_SCALAR;
   }
   miss = !__builtin_cpu_supports("avx512f")    ? "avx512f"
@@ -59,17 +87,22 @@ static rg_cpu_isa_t detect(void) {
          : !__builtin_cpu_supports("avx512dq") ? "avx512dq"
                                                : NULL;
   if (miss) {
-    isa_missing[RG_CPU_ISA_AVX512] = isa_missing[RG_CPU_ISA_AVX512_BF16] = miss;
+    isa_missing[RG_CPU_ISA_AVX512] = isa_missing[RG_CPU_ISA_AVX512_BF16] =
+        isa_missing[RG_CPU_ISA_AMX] = miss;
     return RG_CPU_ISA_AVX2;
   }
   if (!__builtin_cpu_supports("avx512bf16")) {
-    isa_missing[RG_CPU_ISA_AVX512_BF16] = "avx512bf16";
+    isa_missing[RG_CPU_ISA_AVX512_BF16] = isa_missing[RG_CPU_ISA_AMX] = "avx512bf16";
     return RG_CPU_ISA_AVX512;
   }
-  return RG_CPU_ISA_AVX512_BF16;
+  if ((miss = amx_missing())) {
+    isa_missing[RG_CPU_ISA_AMX] = miss;
+    return RG_CPU_ISA_AVX512_BF16;
+  }
+  return RG_CPU_ISA_AMX;
 #else
   isa_missing[RG_CPU_ISA_AVX2] = isa_missing[RG_CPU_ISA_AVX512] =
-      isa_missing[RG_CPU_ISA_AVX512_BF16] = "x86-64";
+      isa_missing[RG_CPU_ISA_AVX512_BF16] = isa_missing[RG_CPU_ISA_AMX] = "x86-64";
   return RG_CPU_ISA_SCALAR;
 #endif
 }
@@ -83,6 +116,12 @@ static void detect_once_fn(void) {
 rg_cpu_isa_t rg_cpu_isa_best(void) {
   pthread_once(&detect_once, detect_once_fn);
   return best_isa;
+}
+
+const char *rg_cpu_isa_missing(rg_cpu_isa_t level) {
+  rg_cpu_isa_t best = rg_cpu_isa_best();
+  if ((unsigned)level >= RG_CPU_ISA_COUNT || level <= best) return NULL;
+  return isa_missing[level];
 }
 
 rg_status_t rg_cpu_isa_resolve(rg_cpu_isa_t want, rg_cpu_isa_t *out) {
@@ -294,6 +333,12 @@ static rg_status_t check_q8_0_len(int64_t n) {
 rg_status_t rg_q8_0_dequantize_row(const void *src, float *dst, int64_t n) {
   return rg_row_to_f32_isa(RG_CPU_ISA_AUTO, RG_Q8_0, src, dst, n);
 }
+rg_status_t rg_q4_K_dequantize_row(const void *src, float *dst, int64_t n) {
+  return rg_row_to_f32_isa(RG_CPU_ISA_AUTO, RG_Q4_K, src, dst, n);
+}
+rg_status_t rg_q6_K_dequantize_row(const void *src, float *dst, int64_t n) {
+  return rg_row_to_f32_isa(RG_CPU_ISA_AUTO, RG_Q6_K, src, dst, n);
+}
 
 rg_status_t rg_row_to_f32_isa(rg_cpu_isa_t want, rg_dtype_t t, const void *src, float *dst,
                               int64_t n) {
@@ -313,6 +358,15 @@ rg_status_t rg_row_to_f32_isa(rg_cpu_isa_t want, rg_dtype_t t, const void *src, 
     case RG_Q8_0:
       RG_RETURN_IF_ERROR(check_q8_0_len(n));
       pick_q8_0_to_f32(isa)(src, dst, n);
+      return NULL;
+    case RG_Q4_K:
+    case RG_Q6_K:
+      if (n % 256)
+        return rg_status_make(RG_INVALID_ARGUMENT,
+                              "%s rows must be a multiple of 256 wide (whole blocks); this one has "
+                              "%lld values",
+                              rg_dtype_name(t), (long long)n);
+      rg__kquant_to_f32(isa, t, src, dst, n / 256);
       return NULL;
     default:
       return rg_status_make(RG_INVALID_ARGUMENT, "no %s <-> f32 row conversion (the CPU converts f32, bf16, f16, q8_0)",
@@ -337,6 +391,9 @@ rg_status_t rg_row_from_f32_isa(rg_cpu_isa_t want, rg_dtype_t t, const float *sr
       return NULL;
     case RG_Q8_0:
       return rg_q8_0_quantize_row(src, dst, n);
+    case RG_Q4_K:
+    case RG_Q6_K:
+      return rg_dtype_from_f32(t, src, dst, n);  // refuses, saying why
     default:
       return rg_status_make(RG_INVALID_ARGUMENT, "no %s <-> f32 row conversion (the CPU converts f32, bf16, f16, q8_0)",
                             rg_dtype_name(t));

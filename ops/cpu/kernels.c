@@ -74,6 +74,7 @@ static kfam_t kfam(void) {
   switch (rg_ops_isa()) {
     case RG_CPU_ISA_AVX512:
     case RG_CPU_ISA_AVX512_BF16:
+    case RG_CPU_ISA_AMX:
       return K_AVX512;
     case RG_CPU_ISA_AVX2:
       return K_AVX2;

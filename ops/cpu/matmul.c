@@ -23,44 +23,10 @@
 #include <stdlib.h>
 #include <strings.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define RG_X86 1
-#else
-#define RG_X86 0
-#endif
+#include "ops/cpu/cpu_impl.h"
 
-#define T_AVX2 "avx2,fma,f16c"
-#define T_AVX512 "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
-#define T_AVX512BF16 T_AVX512 ",avx512bf16"
-#define INLINE static inline __attribute__((always_inline))
-
-enum { NR = 4 };  // weight rows per GEMV tile
-
-typedef struct {
-  const float *x;  // (m, k)
-  int64_t m, n, k;
-  const unsigned char *w;  // (n, row_bytes)
-  size_t row_bytes;
-  rg_dtype_t type;
-  const float *bias;  // (n) or NULL
-  float *y;           // (m, n)
-  rg_cpu_isa_t isa;
-  // GEMV: rows of x per pass over a thread's weight rows, so that the rows
-  // of x in play stay in L2 however large m is.
-  int64_t m_chunk;
-  // GEMV with vdpbf16ps: x rounded to bf16, rows padded with zeros to kp.
-  const uint16_t *xb;  // (m, kp)
-  int64_t kp;
-  // GEMM path: one f32 tile buffer of tile_rows × k per thread.
-  float *tiles;
-  int64_t tile_rows;
-  // Work split (see claim()): items are GEMV groups of NR rows or GEMM
-  // tiles; shares[t] packs thread t's unclaimed range, front | back << 32.
-  _Atomic uint64_t *shares;
-  int n_shares;
-  uint32_t chunk;
-} job_t;
+enum { NR = RG__NR };  // weight rows per GEMV tile
+typedef rg__mm_job_t job_t;
 
 // Pointers to nr weight rows starting at row r; rows past the end repeat the
 // last one, so tiles need no remainder variants (the extra results are
@@ -118,7 +84,10 @@ static float scalar_weight(rg_dtype_t t, const unsigned char *row, int64_t p) {
 }
 
 // One weight row at a time, widened 256 values at a go into a stack buffer
-// (whole q8_0 blocks, since 256 = 8 × 32) and dotted with up to 8 rows of x.
+// (whole q8_0 blocks and one k-quant super-block, since 256 = 8 × 32) and
+// dotted with up to 8 rows of x. The widening runs at the job's level, so
+// on an AVX2 CPU the k-quants (which have no AVX2 tiles) are dequantized
+// with vectors.
 // Eight partial sums per dot let the compiler keep several adds in flight
 // without reassociating anything.
 static void gemv_scalar(const job_t *j, int64_t r0, int64_t r1) {
@@ -131,10 +100,10 @@ static void gemv_scalar(const job_t *j, int64_t r0, int64_t r1) {
       float acc[MB][8] = {{0}};
       for (int64_t c = 0; c < j->k; c += CH) {
         int len = j->k - c < CH ? (int)(j->k - c) : CH;
-        size_t off = j->type == RG_Q8_0 ? (size_t)c / 32 * 34
-                                              : (size_t)c * (j->row_bytes / (size_t)j->k);
+        const size_t be = (size_t)rg_dtype_block_elems(j->type);
+        size_t off = (size_t)c / be * (size_t)rg_dtype_block_bytes(j->type);
         // Cannot fail: the type and k were checked before the job started.
-        rg_status_free(rg_row_to_f32_isa(RG_CPU_ISA_SCALAR, j->type, row + off, wbuf, len));
+        rg_status_free(rg_row_to_f32_isa(j->isa, j->type, row + off, wbuf, len));
         for (int i = 0; i < mb; i++) {
           const float *xi = j->x + (i0 + i) * j->k + c;
           float *a = acc[i];
@@ -560,6 +529,11 @@ static gemv_fn pick_gemv(rg_cpu_isa_t isa, rg_dtype_t t, int dp) {
                                                  [RG_F16] = gemv_avx512_f16, [RG_Q8_0] = gemv_avx512_q8_0};
   static const gemv_fn avx2[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx2_f32, [RG_BF16] = gemv_avx2_bf16,
                                                [RG_F16] = gemv_avx2_f16, [RG_Q8_0] = gemv_avx2_q8_0};
+  if (t == RG_Q4_K || t == RG_Q6_K) {
+    if (isa >= RG_CPU_ISA_AVX512_BF16) return rg__gemv_kquant_dpbf16;
+    if (isa >= RG_CPU_ISA_AVX512) return rg__gemv_kquant_avx512;
+    return gemv_scalar;
+  }
   if (dp) return gemv_dpbf16;
   if (isa >= RG_CPU_ISA_AVX512) return avx512[t];
   if (isa >= RG_CPU_ISA_AVX2) return avx2[t];
@@ -600,7 +574,7 @@ static int claim_from(_Atomic uint64_t *share, uint32_t chunk, int from_back, si
 }
 
 // The next chunk for the thread that owns share `me`; 0 when all are done.
-static int claim(job_t *j, int me, size_t *b, size_t *e) {
+int rg__mm_claim(job_t *j, int me, size_t *b, size_t *e) {
   if (claim_from(&j->shares[me], j->chunk, 0, b, e)) return 1;
   for (int d = 1; d < j->n_shares; d++)
     if (claim_from(&j->shares[(me + d) % j->n_shares], j->chunk, 1, b, e)) return 1;
@@ -613,7 +587,7 @@ static void gemv_worker(void *ctx, size_t me, size_t unused_e, int thread) {
   const gemv_ctx_t *c = ctx;
   job_t *j = c->job;
   size_t b, e;
-  while (claim(j, (int)me, &b, &e)) {
+  while (rg__mm_claim(j, (int)me, &b, &e)) {
     int64_t r1 = (int64_t)e * NR < j->n ? (int64_t)e * NR : j->n;
     c->fn(j, (int64_t)b * NR, r1);
   }
@@ -651,7 +625,7 @@ static void gemm_worker(void *ctx, size_t me, size_t unused_e, int thread) {
   job_t *j = ctx;
   float *buf = j->tiles ? j->tiles + (size_t)thread * (size_t)j->tile_rows * (size_t)j->k : NULL;
   size_t b, e;
-  while (claim(j, (int)me, &b, &e)) {
+  while (rg__mm_claim(j, (int)me, &b, &e)) {
     int64_t r0 = (int64_t)b * j->tile_rows,
             r1 = (int64_t)e * j->tile_rows < j->n ? (int64_t)e * j->tile_rows : j->n;
     if (j->type == RG_F32) {
@@ -734,11 +708,13 @@ static int openblas_avx512(void) {
 }
 
 static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
-  static const int64_t avx512_fast_blas[RG_DTYPE_COUNT] = {[RG_F32] = 64, [RG_BF16] = 96, [RG_F16] = 96,
-                                                           [RG_Q8_0] = 96};
-  static const int64_t avx512_slow_blas[RG_DTYPE_COUNT] = {[RG_F32] = 128, [RG_BF16] = NEVER, [RG_F16] = NEVER,
-                                                           [RG_Q8_0] = NEVER};
-  static const int64_t avx2[RG_DTYPE_COUNT] = {[RG_F32] = 16, [RG_BF16] = 64, [RG_F16] = 64, [RG_Q8_0] = 32};
+  static const int64_t avx512_fast_blas[RG_DTYPE_COUNT] = {
+      [RG_F32] = 64, [RG_BF16] = 96, [RG_F16] = 96, [RG_Q8_0] = 96, [RG_Q4_K] = 96, [RG_Q6_K] = 96};
+  static const int64_t avx512_slow_blas[RG_DTYPE_COUNT] = {
+      [RG_F32] = 128,    [RG_BF16] = NEVER, [RG_F16] = NEVER,
+      [RG_Q8_0] = NEVER, [RG_Q4_K] = NEVER, [RG_Q6_K] = NEVER};
+  static const int64_t avx2[RG_DTYPE_COUNT] = {
+      [RG_F32] = 16, [RG_BF16] = 64, [RG_F16] = 64, [RG_Q8_0] = 32, [RG_Q4_K] = 16, [RG_Q6_K] = 16};
   if (isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16) return NEVER;
   if (isa >= RG_CPU_ISA_AVX512) {
     static _Atomic int fast = -1;  // computed once; racing threads store the same
@@ -749,6 +725,24 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
   return isa == RG_CPU_ISA_AVX2 ? avx2[t] : 8;
 }
 
+// Where the AMX tiles take over from the GEMV kernels (amx level). The
+// tiles run at the same speed however many rows of x there are up to 16
+// (one tile product is 16 rows of x), so from a few rows on they win. bf16
+// weights take them from m = 1: read in place, 32 rows at a time with the
+// next block prefetched in k order, they streamed 0.86-0.92 of read
+// bandwidth on a Sapphire Rapids VM where the 1 x 1 GEMV tile (tuned on
+// Zen) reached 0.76, and in back-to-back runs at m = 1 took 700-750 against
+// 1160-1270 us for n = k = 2048. That rounds x to bf16 at m = 1 too, as
+// vdpbf16ps does from m = 8; --isa avx512-bf16 or lower keeps the GEMV.
+// The other types go through per-thread panels, whose build costs more than
+// it saves below m = 4. f32 weights stay off the tiles: rounding them to
+// bf16 would lose what an f32 checkpoint is kept for.
+static int64_t tiles_min_m(rg_dtype_t t) {
+  static const int64_t min_m[RG_DTYPE_COUNT] = {
+      [RG_F32] = NEVER, [RG_BF16] = 1, [RG_F16] = 4, [RG_Q8_0] = 4, [RG_Q4_K] = 4, [RG_Q6_K] = 4};
+  return (unsigned)t < RG_DTYPE_COUNT && min_m[t] ? min_m[t] : NEVER;
+}
+
 typedef struct {
   rg_matmul_path_t path;
   int dp;  // GEMV with vdpbf16ps
@@ -756,43 +750,94 @@ typedef struct {
 
 static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmul_opts_t *o) {
   plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0};
-  if (p.path == RG_MATMUL_AUTO) p.path = m >= gemm_min_m(isa, t) ? RG_MATMUL_GEMM : RG_MATMUL_GEMV;
+  if (p.path == RG_MATMUL_AUTO) {
+    if (isa >= RG_CPU_ISA_AMX && m >= tiles_min_m(t))
+      p.path = RG_MATMUL_TILES;
+    else
+      p.path = m >= gemm_min_m(isa, t) ? RG_MATMUL_GEMM : RG_MATMUL_GEMV;
+  }
   p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16 &&
          m >= DP_MIN_M;
   return p;
 }
 
-// [isa][type][0 gemv, 1 gemm]; the AVX512_BF16 row holds the vdpbf16ps names.
-static char names[RG_CPU_ISA_COUNT][RG_DTYPE_COUNT][2][64];
+int rg_matmul_tiles_available(rg_cpu_isa_t isa, const char **why) {
+  rg_cpu_isa_t got;
+  rg_status_t s = rg_cpu_isa_resolve(isa, &got);
+  rg_status_free(s);
+  int ok = !s && got >= RG_CPU_ISA_AMX;
+  if (why)
+    *why = ok                        ? NULL
+           : s                       ? "the requested level is above this CPU's"
+           : got < rg_cpu_isa_best() ? "the level is capped below amx"
+                                     : rg_cpu_isa_missing(RG_CPU_ISA_AMX);
+  return ok;
+}
+
+// [isa][type][path]; the avx512-bf16 row holds the vdpbf16ps names, the
+// amx row the tile names.
+static char names[RG_CPU_ISA_COUNT][RG_DTYPE_COUNT][RG_MATMUL_PATH_COUNT][64];
 static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 
 static void names_init(void) {
   for (int i = RG_CPU_ISA_SCALAR; i < RG_CPU_ISA_COUNT; i++)
     for (int t = 0; t < RG_DTYPE_COUNT; t++) {
       const char *in = rg_cpu_isa_name((rg_cpu_isa_t)i), *tn = rg_dtype_name((rg_dtype_t)t);
-      if (i == RG_CPU_ISA_AVX512_BF16)
-        snprintf(names[i][t][0], 64, "%s %s gemv (vdpbf16ps, x in bf16)", in, tn);
+      char *gemv = names[i][t][RG_MATMUL_GEMV], *gemm = names[i][t][RG_MATMUL_GEMM],
+           *tiles = names[i][t][RG_MATMUL_TILES];
+      if (i == RG_CPU_ISA_AVX512_BF16 && (t == RG_Q4_K || t == RG_Q6_K))
+        snprintf(gemv, 64, "%s %s gemv (vdpbf16ps, x as bf16 hi+lo)", in, tn);
+      else if (i == RG_CPU_ISA_AVX512_BF16)
+        snprintf(gemv, 64, "%s %s gemv (vdpbf16ps, x in bf16)", in, tn);
       else
-        snprintf(names[i][t][0], 64, "%s %s gemv", in, tn);
+        snprintf(gemv, 64, "%s %s gemv", in, tn);
       if (t == RG_F32)
-        snprintf(names[i][t][1], 64, "openblas sgemm");
+        snprintf(gemm, 64, "openblas sgemm");
       else
-        snprintf(names[i][t][1], 64, "openblas sgemm on %s %s->f32 tiles", in, tn);
+        snprintf(gemm, 64, "openblas sgemm on %s %s->f32 tiles", in, tn);
+      if (t == RG_BF16)
+        snprintf(tiles, 64, "amx bf16 tiles (x in bf16)");
+      else
+        snprintf(tiles, 64, "amx %s->bf16 tiles (x, w in bf16)", tn);
     }
 }
 
 static const char *name_of(rg_cpu_isa_t isa, rg_dtype_t t, plan_t p) {
   pthread_once(&names_once, names_init);
-  // Only the vdpbf16ps kernel needs more than avx512.
-  if (!p.dp && isa > RG_CPU_ISA_AVX512) isa = RG_CPU_ISA_AVX512;
-  return names[isa][t][p.path == RG_MATMUL_GEMM];
+  // Only the vdpbf16ps kernels need more than avx512, and only the tiles
+  // more than avx512-bf16.
+  int kq = t == RG_Q4_K || t == RG_Q6_K;
+  rg_cpu_isa_t top = p.path == RG_MATMUL_TILES                  ? RG_CPU_ISA_AMX
+                     : p.dp || (kq && p.path == RG_MATMUL_GEMV) ? RG_CPU_ISA_AVX512_BF16
+                                                                : RG_CPU_ISA_AVX512;
+  return names[isa > top ? top : isa][t][p.path];
+}
+
+// The checks the options need beyond rg_matmul_check's.
+static rg_status_t check_opts(rg_cpu_isa_t isa, rg_dtype_t t, const rg_matmul_opts_t *o) {
+  if (o && (unsigned)o->path >= RG_MATMUL_PATH_COUNT)
+    return rg_status_make(RG_INVALID_ARGUMENT, "matmul: unknown path %d", (int)o->path);
+  if (o && o->path == RG_MATMUL_TILES) {
+    if (isa < RG_CPU_ISA_AMX) {
+      const char *why = isa < rg_cpu_isa_best() ? NULL : rg_cpu_isa_missing(RG_CPU_ISA_AMX);
+      return rg_status_make(RG_UNAVAILABLE, "matmul: the tiles path needs the amx level; %s%s",
+                            why ? "this CPU lacks " : "the level is capped at ",
+                            why ? why : rg_cpu_isa_name(isa));
+    }
+    if (t == RG_F32)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "matmul: the tiles path takes bf16, f16, q8_0, q4_K or q6_K "
+                            "weights, not f32");
+  }
+  return NULL;
 }
 
 const char *rg_matmul_kernel_name_ex(const rg_wmat_t *w, int64_t m, const rg_matmul_opts_t *opts) {
   rg_cpu_isa_t isa;
   rg_status_t s = rg_cpu_isa_resolve(opts ? opts->isa : RG_CPU_ISA_AUTO, &isa);
   if (!s) s = rg_matmul_check(NULL, 0, w, NULL, NULL);
-  if (s || m < 0 || (opts && (unsigned)opts->path >= RG_MATMUL_PATH_COUNT)) {
+  if (!s) s = check_opts(isa, w->type, opts);
+  if (s || m < 0) {
     rg_status_free(s);
     return "invalid";
   }
@@ -806,6 +851,20 @@ const char *rg_matmul_kernel_name(const rg_wmat_t *w, int64_t m) {
 static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   uint16_t *xb = NULL;
   size_t x_row_bytes = (size_t)j->k * sizeof(float);
+  if ((j->type == RG_Q4_K || j->type == RG_Q6_K) && j->isa >= RG_CPU_ISA_AVX512_BF16) {
+    // x as two bf16 terms and its sums per 32 values (see kquants.c).
+    j->kp = j->k;
+    size_t n2 = (size_t)j->m * (size_t)j->k * 2;
+    xb = aligned_alloc(
+        64, (n2 * sizeof(uint16_t) + (size_t)j->m * (size_t)(j->k / 32) * 4 + 63) / 64 * 64);
+    if (!xb)
+      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to split x (%lld x %lld)",
+                            (long long)j->m, (long long)j->k);
+    j->xhl = xb;
+    j->xsum = (const float *)(xb + n2);
+    rg__kquant_prepare_x(j->x, j->m, j->k, j->k, xb, (float *)(xb + n2));
+    x_row_bytes = (size_t)j->k * 4;
+  }
   if (p.dp) {
     j->kp = (j->k + 31) / 32 * 32;
     xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
@@ -864,6 +923,46 @@ static rg_status_t run_gemm(rg_pool_t *pool, job_t *j) {
   return NULL;
 }
 
+static rg_status_t run_tiles(rg_pool_t *pool, job_t *j) {
+  const size_t threads = (size_t)rg_pool_threads(pool);
+  j->kp = (j->k + 31) / 32 * 32;
+  j->mp = j->m <= 16 ? 16 : (j->m + 31) / 32 * 32;
+  // Rows of weights per item. Decode batches (m <= 16) reuse nothing, so 32
+  // rows balance best. Larger m reuse each block of weights for every row
+  // of x, and all of x streams from L3 once per item, which at 128 rows was
+  // as slow as the tiles themselves (L3 gives a core ~25 GB/s): so up to 256
+  // rows, as long as the panel stays near 1 MiB (half of L2), and at least 2
+  // items per thread so they rebalance.
+  int64_t rows = 32;
+  if (j->m > 16) {
+    rows = ((int64_t)1 << 20) / (2 * j->kp) / 32 * 32;
+    rows = rows < 32 ? 32 : rows > 256 ? 256 : rows;  // 256: matmul_amx.c's MAX_NSUB blocks
+    while (rows > 32 && (j->n + rows - 1) / rows < 2 * (int64_t)threads) rows -= 32;
+  }
+  j->amx_rows = rows;
+  j->panel_elems = rg__amx_panel_elems(j);
+  const size_t xbytes = (size_t)(j->mp / 16) * (size_t)(j->kp / 32) * 1024;
+  uint16_t *xpack = aligned_alloc(64, xbytes);
+  // Decode batches of bf16 weights whose blocks are all whole read every
+  // tile in place (matmul_amx.c): no panels, which at k = 8192 would be
+  // 512 KiB a thread for every call.
+  const int in_place = j->type == RG_BF16 && j->k % 32 == 0 && j->m <= 16 && j->n % 32 == 0;
+  j->panels = in_place ? NULL : aligned_alloc(64, threads * j->panel_elems * sizeof(uint16_t));
+  j->scratch = in_place ? NULL : malloc(threads * (size_t)j->kp * sizeof(float));
+  if (!xpack || (!in_place && (!j->panels || !j->scratch))) {
+    free(xpack), free(j->panels), free(j->scratch);
+    return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory for AMX tiles of x (%lld x %lld)",
+                          (long long)j->m, (long long)j->k);
+  }
+  j->xpack = xpack;
+  rg__amx_pack_x(pool, j);
+  const size_t items = (size_t)((j->n + rows - 1) / rows);
+  run_shared(pool, j, items, share_count(pool, items, 1, MAX_SHARES), 1, rg__amx_worker, j);
+  free(xpack), free(j->panels), free(j->scratch);
+  j->panels = NULL, j->scratch = NULL, j->xpack = NULL;
+  return NULL;
+}
+
 rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wmat_t *w,
                          const float *bias, float *y, const rg_matmul_opts_t *opts) {
   RG_RETURN_IF_ERROR(rg_matmul_check(x, m, w, bias, y));
@@ -878,10 +977,18 @@ rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wm
              .bias = bias,
              .y = y};
   RG_RETURN_IF_ERROR(rg_cpu_isa_resolve(opts ? opts->isa : RG_CPU_ISA_AUTO, &j.isa));
+  RG_RETURN_IF_ERROR(check_opts(j.isa, w->type, opts));
   RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, w->cols, &j.row_bytes));
   if (m == 0) return NULL;
   plan_t p = plan_for(j.isa, j.type, m, opts);
-  return p.path == RG_MATMUL_GEMM ? run_gemm(pool, &j) : run_gemv(pool, &j, p);
+  switch (p.path) {
+    case RG_MATMUL_GEMM:
+      return run_gemm(pool, &j);
+    case RG_MATMUL_TILES:
+      return run_tiles(pool, &j);
+    default:
+      return run_gemv(pool, &j, p);
+  }
 }
 
 rg_status_t rg_matmul(rg_pool_t *pool, const float *x, int64_t m, const rg_wmat_t *w,

@@ -1,5 +1,5 @@
 // Reference matmul: plain loops, double accumulation, scalar conversions from
-// ops/convert.h only, so it shares no code with the kernels it checks.
+// base/dtype.h only, so it shares no code with the vector kernels it checks.
 #include <stdlib.h>
 
 #include "ops/matmul.h"
@@ -11,7 +11,8 @@ rg_status_t rg_matmul_check(const float *x, int64_t m, const rg_wmat_t *w, const
   if ((unsigned)w->type >= RG_DTYPE_COUNT)
     return rg_status_make(RG_INVALID_ARGUMENT, "matmul: unknown weight type %d", (int)w->type);
   if (!rg_dtype_has_codec(w->type))
-    return rg_status_make(RG_UNIMPLEMENTED, "matmul: no CPU kernel for %s weights (f32, bf16, f16, q8_0)",
+    return rg_status_make(RG_UNIMPLEMENTED,
+                          "matmul: no CPU kernel for %s weights (f32, bf16, f16, q8_0, q4_K, q6_K)",
                           rg_dtype_name(w->type));
   if (m < 0) return rg_status_make(RG_INVALID_ARGUMENT, "matmul: negative m (%lld)", (long long)m);
   if (w->rows < 1 || w->cols < 1)
@@ -71,7 +72,17 @@ rg_status_t rg_matmul_ref(const float *x, int64_t m, const rg_wmat_t *w, const f
                           (long long)k);
   for (int64_t j = 0; j < n; j++) {
     const unsigned char *row = (const unsigned char *)w->data + (size_t)j * row_bytes;
-    for (int64_t p = 0; p < k; p++) wr[p] = weight_at(w->type, row, p);
+    if (rg_dtype_block_elems(w->type) == 256) {
+      // The k-quants' scales are shared by a whole super-block: decode the
+      // row with base/dtype.c's reference, itself checked against llama.cpp.
+      rg_status_t s = rg_dtype_to_f32(w->type, row, wr, k);
+      if (s) {
+        free(wr);
+        return s;
+      }
+    } else {
+      for (int64_t p = 0; p < k; p++) wr[p] = weight_at(w->type, row, p);
+    }
     for (int64_t i = 0; i < m; i++) {
       const float *xi = x + i * k;
       double acc = bias ? (double)bias[j] : 0.0;

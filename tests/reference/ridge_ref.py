@@ -64,6 +64,53 @@ def f32_to_bf16_bits(x):
     return u.astype(np.uint16)
 
 
+# ----------------------------------------------------------------------------
+# GGUF k-quants (read-only), written from ggml's block layout: super-blocks of
+# 256 weights. Vectorised over blocks; every step is float32 and in ggml's
+# order, so the results are llama.cpp's to the bit.
+# ----------------------------------------------------------------------------
+
+def dequant_q4_K(raw):
+    """q4_K blocks (144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit scales and
+    mins, 128 bytes of nibbles) -> float32 (n_blocks * 256)."""
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 144)
+    d = b[:, 0:2].copy().view("<f2").astype(np.float32)          # (nb, 1)
+    dmin = b[:, 2:4].copy().view("<f2").astype(np.float32)
+    sc = b[:, 4:16].astype(np.uint8)
+    # Sub-blocks 0-3: low 6 bits of bytes 0-3 (scales) and 4-7 (mins);
+    # 4-7: low nibble of bytes 8-11 plus the top 2 bits of bytes 0-3 (scales),
+    # high nibble of 8-11 plus the top 2 bits of bytes 4-7 (mins).
+    scales = np.concatenate([sc[:, 0:4] & 63, (sc[:, 8:12] & 0xF) | ((sc[:, 0:4] >> 6) << 4)], axis=1)
+    mins = np.concatenate([sc[:, 4:8] & 63, (sc[:, 8:12] >> 4) | ((sc[:, 4:8] >> 6) << 4)], axis=1)
+    qs = b[:, 16:144].reshape(-1, 4, 32)                          # 4 groups of 32 bytes
+    q = np.stack([qs & 0xF, qs >> 4], axis=2).reshape(-1, 8, 32)  # sub-block 2g: low, 2g+1: high
+    d1 = d * scales.astype(np.float32)                            # (nb, 8), exact
+    m1 = dmin * mins.astype(np.float32)
+    y = (d1[:, :, None] * q.astype(np.float32)) - m1[:, :, None]
+    return y.astype(np.float32).reshape(-1)
+
+
+def dequant_q6_K(raw):
+    """q6_K blocks (210 bytes: 128 bytes of low 4 bits, 64 of high 2 bits, 16
+    int8 scales, f16 d) -> float32 (n_blocks * 256)."""
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 210)
+    d = b[:, 208:210].copy().view("<f2").astype(np.float32)      # (nb, 1)
+    sc = b[:, 192:208].view(np.int8).astype(np.float32)           # (nb, 16)
+    out = np.empty((b.shape[0], 256), dtype=np.float32)
+    for half in range(2):
+        ql = b[:, 64 * half:64 * half + 64].astype(np.int32)
+        qh = b[:, 128 + 32 * half:128 + 32 * half + 32].astype(np.int32)
+        q = [(ql[:, 0:32] & 0xF) | (((qh >> 0) & 3) << 4),
+             (ql[:, 32:64] & 0xF) | (((qh >> 2) & 3) << 4),
+             (ql[:, 0:32] >> 4) | (((qh >> 4) & 3) << 4),
+             (ql[:, 32:64] >> 4) | (((qh >> 6) & 3) << 4)]
+        for u in range(4):
+            # One scale per 16 weights: (d * sc) first, then the quant.
+            s = np.repeat(d * sc[:, 8 * half + 2 * u:8 * half + 2 * u + 2], 16, axis=1)
+            out[:, 128 * half + 32 * u:128 * half + 32 * u + 32] = s * (q[u] - 32).astype(np.float32)
+    return out.reshape(-1)
+
+
 def _read_safetensors_file(path, out):
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
@@ -927,9 +974,21 @@ def main(argv=None):
     m.add_argument("--out", required=True, help="directory to write config.json and safetensors into")
     m.add_argument("--seed", type=int, default=1)
     m.add_argument("--shards", type=int, default=1)
+    q = sub.add_parser("dequant", help="dequantize raw GGUF k-quant blocks to float32")
+    q.add_argument("--type", required=True, choices=["q4_K", "q6_K"])
+    q.add_argument("--in", dest="inp", required=True, help="raw blocks")
+    q.add_argument("--out", required=True, help="raw little-endian float32")
     args = ap.parse_args(argv)
     return {"generate": cmd_generate, "compare": cmd_compare, "selftest": cmd_selftest,
-            "make": cmd_make}[args.cmd](args)
+            "make": cmd_make, "dequant": cmd_dequant}[args.cmd](args)
+
+
+def cmd_dequant(args):
+    with open(args.inp, "rb") as f:
+        raw = f.read()
+    y = (dequant_q4_K if args.type == "q4_K" else dequant_q6_K)(raw)
+    y.astype("<f4").tofile(args.out)
+    return 0
 
 
 if __name__ == "__main__":

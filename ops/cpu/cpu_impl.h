@@ -1,0 +1,95 @@
+// ops/cpu/cpu_impl.h — private to ops/cpu: the target strings every vector
+// kernel is compiled with, and the pieces the files of ops/cpu share (the
+// matmul's job description, the k-quant rows, the AMX GEMM). Nothing outside
+// ops/cpu includes it; the public interfaces are ops/convert.h and
+// ops/matmul.h.
+#ifndef RG_OPS_CPU_CPU_IMPL_H
+#define RG_OPS_CPU_CPU_IMPL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/pool.h"
+#include "ops/convert.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define RG_X86 1
+#else
+#define RG_X86 0
+#endif
+
+// Function-level targets, so the build needs no -m flags and one binary runs
+// on any x86-64; the level is picked at run time.
+#define T_AVX2 "avx2,fma,f16c"
+#define T_AVX512 "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
+#define T_AVX512BF16 T_AVX512 ",avx512bf16"
+#define T_AMX T_AVX512BF16 ",amx-tile,amx-bf16,amx-int8"
+#define INLINE static inline __attribute__((always_inline))
+
+enum { RG__NR = 4 };  // weight rows per GEMV tile
+
+// One matmul call, as the kernels see it (see ops/cpu/matmul.c).
+typedef struct rg__mm_job_s {
+  const float *x;  // (m, k)
+  int64_t m, n, k;
+  const unsigned char *w;  // (n, row_bytes)
+  size_t row_bytes;
+  rg_dtype_t type;
+  const float *bias;  // (n) or NULL
+  float *y;           // (m, n)
+  rg_cpu_isa_t isa;
+  // GEMV: rows of x per pass over a thread's weight rows, so that the rows
+  // of x in play stay in L2 however large m is.
+  int64_t m_chunk;
+  // GEMV with vdpbf16ps: x rounded to bf16, rows padded with zeros to kp.
+  const uint16_t *xb;  // (m, kp)
+  int64_t kp;
+  // k-quant GEMV at avx512-bf16 and up: x split into bf16 hi + lo, pairs
+  // interleaved (m, 2 * kp), and x summed per 32 values (m, kp / 32).
+  const uint16_t *xhl;
+  const float *xsum;
+  // GEMM path: one f32 tile buffer of tile_rows × k per thread.
+  float *tiles;
+  int64_t tile_rows;
+  // AMX path: x packed into bf16 tiles (see matmul_amx.c), per-thread
+  // weight panels, and the rows of weights each item covers.
+  const uint16_t *xpack;
+  int64_t mp;        // m rounded up to the tile width (16 or 32)
+  uint16_t *panels;  // per thread: panel_elems bf16
+  float *scratch;    // per thread: kp floats
+  size_t panel_elems;
+  int64_t amx_rows;  // weight rows per work item
+  // Work split (see claim() in matmul.c): items are GEMV groups of NR rows,
+  // GEMM tiles or AMX row blocks; shares[t] packs thread t's unclaimed
+  // range, front | back << 32.
+  _Atomic uint64_t *shares;
+  int n_shares;
+  uint32_t chunk;
+} rg__mm_job_t;
+
+// The next chunk [*b, *e) of items for the thread owning share `me`; 0
+// when none is left anywhere.
+int rg__mm_claim(rg__mm_job_t *j, int me, size_t *b, size_t *e);
+
+// ---- k-quants (kquants.c) ------------------------------------------------
+// `blocks` super-blocks of 256 to f32 at a level; same bits as base/dtype.c.
+void rg__kquant_to_f32(rg_cpu_isa_t isa, rg_dtype_t t, const void *src, float *dst, int64_t blocks);
+// GEMV over weight rows [r0, r1) for q4_K / q6_K (AVX-512; the avx512-bf16
+// variant uses j->xhl and j->xsum).
+void rg__gemv_kquant_avx512(const rg__mm_job_t *j, int64_t r0, int64_t r1);
+void rg__gemv_kquant_dpbf16(const rg__mm_job_t *j, int64_t r0, int64_t r1);
+// Prepares x for rg__gemv_kquant_dpbf16: xhl (m, 2 kp) and xsum (m, kp/32).
+void rg__kquant_prepare_x(const float *x, int64_t m, int64_t k, int64_t kp, uint16_t *xhl,
+                          float *xsum);
+
+// ---- AMX (matmul_amx.c) --------------------------------------------------
+// Packs x (m, k) into bf16 tiles for the B operand; mp = m rounded up.
+void rg__amx_pack_x(rg_pool_t *pool, rg__mm_job_t *j);
+// Pool worker: claims blocks of j->amx_rows weight rows and runs the tiles.
+void rg__amx_worker(void *ctx, size_t me, size_t unused, int thread);
+// Elements of one thread's panel for k and the rows per item.
+size_t rg__amx_panel_elems(const rg__mm_job_t *j);
+
+#endif  // RG_OPS_CPU_CPU_IMPL_H
