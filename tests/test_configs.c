@@ -129,7 +129,7 @@ RG_TEST(configs_device_classes_all_load) {
     RG_CHECK(rg_class_computes(c) == !memory_tier);
     RG_CHECK(c->n_mem >= 1 && c->mem[0].capacity > 0 && c->mem[0].bandwidth > 0);
     RG_CHECK(c->power > 0 && c->price > 0);
-    RG_CHECK(c->eff_compute > 0 && c->eff_memory > 0);
+    RG_CHECK(rg_class_eff_compute(c, RG_BF16, 4096) > 0 && c->eff_memory > 0);
     RG_CHECK(memory_tier || rg_class_peak(c, RG_BF16) > 0);
   }
   // Sorted by name, so listings and plans do not depend on the file system.
@@ -146,7 +146,8 @@ RG_TEST(configs_h100_ridge_point) {
   RG_REQUIRE(c);
   RG_CHECK_NEAR(c->peak[RG_BF16], 989.5e12, 1e-9);
   RG_CHECK_NEAR(c->mem[0].bandwidth, 3.35e12, 1e-9);
-  RG_CHECK_NEAR(c->mem[0].capacity, 80e9, 1e-9);
+  // "80 GB" of HBM is 80 GiB: nvidia-smi reports 81,559 MiB.
+  RG_CHECK_NEAR(c->mem[0].capacity, 81559.0 * 1024 * 1024, 1e-9);
   // DIGEST.md: 989.5 TFLOPS / 3.35 TB/s = ~295 FLOP per byte.
   RG_CHECK_NEAR(rg_class_ridge(c, RG_BF16), 295.0, 0.01);
   RG_CHECK_NEAR(c->scale_up.bandwidth, 450e9, 1e-9);
@@ -188,9 +189,20 @@ RG_TEST(configs_class_peak_fallback_and_defaults) {
   RG_CHECK_NEAR(rg_class_peak(groq, RG_INT8), 750e12, 1e-9);    // its own rate
   RG_CHECK(rg_class_peak(dram, RG_BF16) == 0);
   RG_CHECK(rg_class_ridge(dram, RG_BF16) == 0);
-  // Defaults when a class gives no efficiency.
-  RG_CHECK_NEAR(h100->eff_compute, 0.70, 1e-12);
-  RG_CHECK_NEAR(h100->eff_memory, 0.85, 1e-12);
+  // Defaults when a class gives no efficiency (Gaudi 3: no published row
+  // to fit one against), and no fixed costs.
+  const rg_device_class_t *gaudi = rg_catalog_find(cat, "gaudi3");
+  RG_REQUIRE(gaudi);
+  RG_CHECK_NEAR(rg_class_eff_compute(gaudi, RG_BF16, 4096), 0.70, 1e-12);
+  RG_CHECK_NEAR(gaudi->eff_memory, 0.85, 1e-12);
+  RG_CHECK(gaudi->step_cost == 0 && gaudi->layer_floor == 0);
+  // A class that gives them: the H100's fitted figures, each with a source.
+  RG_CHECK(h100->eff_memory > 0.5 && h100->eff_memory < 0.9);
+  RG_CHECK(h100->eff_attention > 0 && h100->eff_link > 0 && h100->eff_experts > 0);
+  RG_CHECK(rg_class_eff_compute(h100, RG_FP8, 16) < rg_class_eff_compute(h100, RG_FP8, 4096));
+  RG_CHECK(h100->step_cost > 0 && h100->layer_floor > 0);
+  RG_CHECK(strstr(h100->eff_source, "bench/fidelity.yaml") != NULL);
+  RG_CHECK(strstr(h100->overhead_source, "bench/fidelity.yaml") != NULL);
   rg_catalog_destroy(cat);
 }
 
@@ -207,7 +219,7 @@ RG_TEST(configs_efficiency_and_tf32_read) {
              path, sizeof(path));
   rg_device_class_t *c = NULL;
   RG_REQUIRE_OK(rg_device_class_load(path, &c));
-  RG_CHECK_NEAR(c->eff_compute, 0.5, 1e-12);
+  RG_CHECK_NEAR(rg_class_eff_compute(c, RG_BF16, 4096), 0.5, 1e-12);
   RG_CHECK_NEAR(c->eff_memory, 0.9, 1e-12);
   RG_CHECK_NEAR(c->peak[RG_BF16], 200e12, 1e-12);
   RG_CHECK(c->peak[RG_F32] == 0);  // tf32 is read but not taken as f32
@@ -582,7 +594,8 @@ RG_TEST(configs_bad_dist_kind) {
            tail);
   write_file(t, "w.yaml", text, path, sizeof(path));
   CHECK_MSG(rg_workload_load(path, NULL, &w), RG_INVALID_ARGUMENT,
-            "%s:2:24: prompt_tokens.dist: unknown distribution 'normal'; did you mean 'lognormal'? expected one of: fixed, "
+            "%s:2:24: prompt_tokens.dist: unknown distribution 'normal'; did you mean 'lognormal'? "
+            "expected one of: fixed, "
             "uniform, lognormal",
             path);
   snprintf(text, sizeof(text),
