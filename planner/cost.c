@@ -251,6 +251,68 @@ static double expert_imbalance(double assignments, double ep) {
   return f < ep ? f : ep;
 }
 
+// rg_stage_costs for one sequence, remembered: a search evaluates thousands
+// of placements of the same model at the same step shapes, and only the
+// batch changes between them. The memo is per thread and keyed on the whole
+// architecture and shape, so a hit is always the same computation.
+#define MEMO_SLOTS 16
+// The entries of one step's costs the model uses, found once.
+typedef struct {
+  const rg_stage_cost_t *embed, *proj, *core, *ffn, *router, *experts, *shared, *head;
+  double n_moe;  // MoE layers
+} parts_t;
+
+typedef struct {
+  rg_arch_t arch;
+  rg_shape_t shape;
+  rg_stage_cost_t costs[RG_MAX_STAGE_COSTS];
+  size_t n;
+  parts_t parts;
+  int used;
+} memo_t;
+static _Thread_local memo_t memo[MEMO_SLOTS];
+static _Thread_local int memo_next;
+
+static const rg_stage_cost_t *entry(const rg_stage_cost_t *c, size_t n, const char *name);
+
+static rg_status_t costs_of(const rg_arch_t *a, rg_phase_t phase, double q, double ctx,
+                            rg_dtype_t wdt, rg_dtype_t kvdt, const parts_t **out) {
+  rg_shape_t shape;
+  memset(&shape, 0, sizeof shape);
+  shape.phase = phase;
+  shape.batch = 1;
+  shape.new_tokens = (int64_t)(q < 1 ? 1 : ceil(q));
+  shape.context = (int64_t)ctx;
+  shape.weight_dtype = wdt;
+  shape.kv_dtype = kvdt;
+  shape.act_dtype = RG_BF16;
+  for (int i = 0; i < MEMO_SLOTS; i++)
+    if (memo[i].used && !memcmp(&memo[i].shape, &shape, sizeof shape) &&
+        !memcmp(&memo[i].arch, a, sizeof *a)) {
+      *out = &memo[i].parts;
+      return NULL;
+    }
+  memo_t *m = &memo[memo_next];
+  memo_next = (memo_next + 1) % MEMO_SLOTS;
+  m->used = 0;
+  RG_RETURN_IF_ERROR(rg_stage_costs(a, &shape, m->costs, RG_MAX_STAGE_COSTS, &m->n));
+  memcpy(&m->arch, a, sizeof *a);
+  m->shape = shape;
+  parts_t *p = &m->parts;
+  p->embed = entry(m->costs, m->n, "embed");
+  p->proj = entry(m->costs, m->n, "attention.proj");
+  p->core = entry(m->costs, m->n, "attention.core");
+  p->ffn = entry(m->costs, m->n, "ffn");
+  p->router = entry(m->costs, m->n, "moe.router");
+  p->experts = entry(m->costs, m->n, "moe.experts");
+  p->shared = entry(m->costs, m->n, "moe.shared");
+  p->head = entry(m->costs, m->n, "lm_head");
+  p->n_moe = (double)rg_arch_n_moe_layers(a);
+  m->used = 1;
+  *out = p;
+  return NULL;
+}
+
 static const rg_stage_cost_t *entry(const rg_stage_cost_t *c, size_t n, const char *name) {
   static const rg_stage_cost_t none;
   const rg_stage_cost_t *e = rg_stage_find(c, n, name);
@@ -266,27 +328,27 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
   const rg_device_class_t *c = g->cls;
   const double tp = g->tp, dp = g->dp, pp = g->pp, ep = g->tp * g->dp;
   const double L = (double)a->n_layers, Ls = ceil(L / pp), fs = Ls / L;
-  const double n_moe = (double)rg_arch_n_moe_layers(a);
+
   // Sequences per attention replica; with fewer sequences than replicas the
   // busy replicas each hold one and the step takes as long as one of them.
   double b = B / dp < 1 ? 1 : B / dp;
-  double sb = ceil(b);
-  double scale = b / sb;
-  rg_shape_t shape = {phase, (int64_t)sb, (int64_t)ceil(q), (int64_t)ctx, wdt, kvdt, RG_BF16};
-  if (shape.new_tokens < 1) shape.new_tokens = 1;
-  rg_stage_cost_t cs[RG_MAX_STAGE_COSTS];
-  size_t n;
-  RG_RETURN_IF_ERROR(rg_stage_costs(a, &shape, cs, RG_MAX_STAGE_COSTS, &n));
+  // Per-sequence costs, scaled by the sequences: everything but the weights
+  // is linear in them (the experts' weights are worked out below).
+  double sb = 1, scale = b;
+  const parts_t *cs;
+  RG_RETURN_IF_ERROR(costs_of(a, phase, q, ctx, wdt, kvdt, &cs));
+  const double n_moe = cs->n_moe;
+  const rg_shape_t shape = {phase, 1,      (int64_t)(q < 1 ? 1 : ceil(q)), (int64_t)ctx, wdt,
+                            kvdt,  RG_BF16};
   const double Ta = b * q, d = (double)a->d_model;
   const double kvsplit = a->mla ? 1 : (tp < a->n_kv_heads ? tp : (double)a->n_kv_heads);
   out->layers = Ls;
   if (runs[RG_SLOT_EMBED]) {
-    const rg_stage_cost_t *e = entry(cs, n, "embed");
+    const rg_stage_cost_t *e = cs->embed;
     kernel(c, wdt, Ta, 0, (e->weight_bytes + e->act_bytes) * scale / tp, out);
   }
   if (runs[RG_SLOT_ATTENTION]) {
-    const rg_stage_cost_t *pr = entry(cs, n, "attention.proj"),
-                          *co = entry(cs, n, "attention.core");
+    const rg_stage_cost_t *pr = cs->proj, *co = cs->core;
     kernel(c, wdt, Ta, pr->flops * scale * fs / tp,
            (pr->weight_bytes + pr->act_bytes * scale) * fs / tp, out);
     // The attention core reads the KV (at the class's attention
@@ -301,13 +363,12 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
                ea, out);
   }
   if (runs[RG_SLOT_FFN]) {
-    const rg_stage_cost_t *ff = entry(cs, n, "ffn");
+    const rg_stage_cost_t *ff = cs->ffn;
     if (ff->layers > 0)
       kernel(c, wdt, Ta, ff->flops * scale * fs / tp,
              (ff->weight_bytes + ff->act_bytes * scale) * fs / tp, out);
     if (n_moe > 0) {
-      const rg_stage_cost_t *ro = entry(cs, n, "moe.router"), *ex = entry(cs, n, "moe.experts"),
-                            *sh = entry(cs, n, "moe.shared");
+      const rg_stage_cost_t *ro = cs->router, *ex = cs->experts, *sh = cs->shared;
       kernel(c, wdt, Ta, ro->flops * scale * fs / tp,
              (ro->weight_bytes + ro->act_bytes * scale) * fs / tp, out);
       if (sh->layers > 0)
@@ -340,7 +401,7 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
     }
   }
   if (runs[RG_SLOT_LM_HEAD]) {
-    const rg_stage_cost_t *h = entry(cs, n, "lm_head");
+    const rg_stage_cost_t *h = cs->head;
     double sampled = b * (phase == RG_PHASE_PREFILL ? 1 : q);
     kernel(c, wdt, sampled, h->flops * scale / tp, (h->weight_bytes + h->act_bytes * scale) / tp,
            out);
@@ -607,17 +668,15 @@ typedef struct {
 } resident_t;
 
 static rg_status_t residents(const rg_arch_t *a, rg_dtype_t wdt, resident_t *r) {
-  rg_shape_t s = {RG_PHASE_DECODE, 1, 1, 1, wdt, RG_BF16, RG_BF16};
-  rg_stage_cost_t cs[RG_MAX_STAGE_COSTS];
-  size_t n;
-  RG_RETURN_IF_ERROR(rg_stage_costs(a, &s, cs, RG_MAX_STAGE_COSTS, &n));
-  r->embed = entry(cs, n, "embed")->resident_weight_bytes;
-  r->attn = entry(cs, n, "attention.proj")->resident_weight_bytes;
-  r->ffn = entry(cs, n, "ffn")->resident_weight_bytes;
-  r->router = entry(cs, n, "moe.router")->resident_weight_bytes;
-  r->experts = entry(cs, n, "moe.experts")->resident_weight_bytes;
-  r->shared = entry(cs, n, "moe.shared")->resident_weight_bytes;
-  r->head = entry(cs, n, "lm_head")->resident_weight_bytes;
+  const parts_t *cs;
+  RG_RETURN_IF_ERROR(costs_of(a, RG_PHASE_DECODE, 1, 1, wdt, RG_BF16, &cs));
+  r->embed = cs->embed->resident_weight_bytes;
+  r->attn = cs->proj->resident_weight_bytes;
+  r->ffn = cs->ffn->resident_weight_bytes;
+  r->router = cs->router->resident_weight_bytes;
+  r->experts = cs->experts->resident_weight_bytes;
+  r->shared = cs->shared->resident_weight_bytes;
+  r->head = cs->head->resident_weight_bytes;
   return NULL;
 }
 

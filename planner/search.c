@@ -449,6 +449,66 @@ static rg_status_t best_single(search_t *s, int mode, const rg_device_class_t *o
   return NULL;
 }
 
+#define MILP_COLUMNS 32
+
+typedef struct {
+  int col;
+  double score;
+} ranked_t;
+
+static int by_score(const void *x, const void *y) {
+  double a = ((const ranked_t *)x)->score, b = ((const ranked_t *)y)->score;
+  return (a < b) - (a > b);
+}
+
+// Keeps the columns the LP relaxation uses and the next best by reduced
+// cost, MILP_COLUMNS in all (more when the relaxation uses more).
+static rg_status_t prune_columns(search_t *s, int *pick, size_t *n) {
+  glp_prob *lp = glp_create_prob();
+  glp_set_obj_dir(lp, GLP_MAX);
+  glp_add_rows(lp, s->n_cls);
+  for (int c = 0; c < s->n_cls; c++) glp_set_row_bnds(lp, c + 1, GLP_UP, 0, s->count[c]);
+  glp_add_cols(lp, (int)*n);
+  size_t nz = *n * (size_t)s->n_cls + 1;
+  int *ia = malloc(sizeof(int) * nz), *ja = malloc(sizeof(int) * nz);
+  double *ar = malloc(sizeof(double) * nz);
+  ranked_t *rank = malloc(sizeof(ranked_t) * *n);
+  if (!ia || !ja || !ar || !rank) {
+    free(ia), free(ja), free(ar), free(rank);
+    glp_delete_prob(lp);
+    return rg_status_make(RG_OUT_OF_MEMORY, "out of memory in the placement search");
+  }
+  int k = 0;
+  for (size_t j = 0; j < *n; j++) {
+    const cand_t *c = &s->cands[pick[j]];
+    glp_set_col_bnds(lp, (int)j + 1, GLP_DB, 0, c->max_replicas);
+    glp_set_obj_coef(lp, (int)j + 1, c->pred.tokens_per_s);
+    for (int cl = 0; cl < s->n_cls; cl++)
+      if (c->uses[cl]) ia[++k] = cl + 1, ja[k] = (int)j + 1, ar[k] = c->uses[cl];
+  }
+  glp_load_matrix(lp, k, ia, ja, ar);
+  glp_smcp parm;
+  glp_init_smcp(&parm);
+  parm.msg_lev = GLP_MSG_OFF;
+  int ok = glp_simplex(lp, &parm) == 0 && glp_get_status(lp) == GLP_OPT;
+  for (size_t j = 0; j < *n; j++) {
+    rank[j].col = pick[j];
+    // Used columns first, then by reduced cost (0 for basic, negative for
+    // columns the optimum leaves out at zero).
+    double x = ok ? glp_get_col_prim(lp, (int)j + 1) : 0,
+           d = ok ? glp_get_col_dual(lp, (int)j + 1) : 0;
+    rank[j].score = x > 1e-9 ? 1e300 : d;
+  }
+  qsort(rank, *n, sizeof rank[0], by_score);
+  size_t keep = MILP_COLUMNS;
+  while (keep < *n && rank[keep].score >= 1e300) keep++;
+  if (keep < *n) *n = keep;
+  for (size_t j = 0; j < *n; j++) pick[j] = rank[j].col;
+  free(ia), free(ja), free(ar), free(rank);
+  glp_delete_prob(lp);
+  return NULL;
+}
+
 // Packs replicas of several candidates into the fleet, maximizing total
 // tokens/s, as an integer program: x_j replicas of candidate j,
 // sum_j uses[j][c] * x_j <= count[c], at most RG_MAX_POOLS distinct j.
@@ -478,6 +538,11 @@ static rg_status_t pack_milp(search_t *s, rg_plan_option_t *o, char *status, siz
     }
     if (j == n) pick[n++] = (int)i;
   }
+  // The integer program needs only the structures that could be in the best
+  // plan. Its LP relaxation (no integrality, no pool limit) says which: those
+  // it uses, and those whose reduced cost is nearest to entering. A large
+  // fleet with many classes then solves in milliseconds.
+  if (n > MILP_COLUMNS) RG_RETURN_IF_ERROR(prune_columns(s, pick, &n));
   glp_prob *lp = glp_create_prob();
   glp_set_obj_dir(lp, GLP_MAX);
   glp_add_rows(lp, s->n_cls + 1);
@@ -520,7 +585,8 @@ static rg_status_t pack_milp(search_t *s, rg_plan_option_t *o, char *status, siz
   int st = glp_mip_status(lp);
   snprintf(status, status_len, "%s",
            ret == 0 && st == GLP_OPT ? "optimal"
-           : (st == GLP_FEAS)        ? "feasible (time limit)"
+           : ret == GLP_EMIPGAP      ? "within 0.01% of optimal"
+           : st == GLP_FEAS          ? "feasible (time limit)"
                                      : "no integer solution");
   memset(o, 0, sizeof(*o));
   snprintf(o->label, sizeof o->label, "chosen");

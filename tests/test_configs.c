@@ -116,9 +116,10 @@ static rg_status_t load_class(const char *path) {
 RG_TEST(configs_device_classes_all_load) {
   rg_catalog_t *cat;
   RG_REQUIRE_OK(rg_catalog_load(rg_test_config_dir(), &cat));
-  static const char *const shipped[] = {"h100-sxm",   "h200",      "b200",      "mi300x",
-                                        "gaudi3",     "trainium2", "groq-lpu",  "cerebras-cs3",
-                                        "bertha-500", "local-cpu", "host-dram", "nvme-ssd"};
+  static const char *const shipped[] = {
+      "h100-sxm", "h200",         "b200",       "mi300x",    "gaudi3",    "trainium2",
+      "groq-lpu", "cerebras-cs3", "bertha-500", "local-cpu", "host-dram", "nvme-ssd",
+      "h800",     "h20",          "a100-80gb",  "l40s",      "mi325x",    "gb200"};
   for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++) {
     const rg_device_class_t *c = rg_catalog_find(cat, shipped[i]);
     if (!c) {
@@ -229,8 +230,8 @@ RG_TEST(configs_efficiency_and_tf32_read) {
 RG_TEST(configs_fleets_all_load) {
   rg_catalog_t *cat;
   RG_REQUIRE_OK(rg_catalog_load(rg_test_config_dir(), &cat));
-  static const char *const shipped[] = {"gpu-only", "mixed", "trainium-cerebras", "local",
-                                        "big-1000"};
+  static const char *const shipped[] = {"gpu-only", "mixed",     "trainium-cerebras", "local",
+                                        "big-1000", "big-10000", "gb200-nvl72"};
   for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++) {
     rg_fleet_t *f = NULL;
     RG_CHECK_OK(rg_fleet_load(shipped[i], rg_test_config_dir(), cat, &f));
@@ -286,6 +287,31 @@ RG_TEST(configs_fleet_big_1000) {
   }
   RG_CHECK(devices == 1000);
   RG_CHECK(classes == 10);
+  rg_fleet_destroy(f);
+  rg_catalog_destroy(cat);
+}
+
+RG_TEST(configs_fleet_big_10000_and_nvl72) {
+  rg_catalog_t *cat;
+  RG_REQUIRE_OK(rg_catalog_load(rg_test_config_dir(), &cat));
+  rg_fleet_t *f = NULL;
+  RG_REQUIRE_OK(rg_fleet_load("big-10000", rg_test_config_dir(), cat, &f));
+  int devices = 0, classes = 0;
+  for (size_t i = 0; i < cat->n; i++) {
+    int n = rg_fleet_count(f, cat->classes[i]);
+    if (n > 0 && rg_class_computes(cat->classes[i])) devices += n, classes++;
+  }
+  RG_CHECK(devices == 10000);
+  RG_CHECK(classes == 12);
+  rg_fleet_destroy(f);
+  // GB200 NVL72: 72 GPUs in one NVLink domain, so a group of 72 is one tp
+  // domain rather than nine pipeline stages.
+  RG_REQUIRE_OK(rg_fleet_load("gb200-nvl72", rg_test_config_dir(), cat, &f));
+  const rg_device_class_t *gb = rg_catalog_find(cat, "gb200");
+  RG_REQUIRE(gb);
+  RG_CHECK(rg_fleet_per_node(f, gb) == 72 && rg_fleet_count(f, gb) == 72);
+  RG_CHECK_NEAR(rg_fleet_intra_link(f, gb).bandwidth, 900e9, 1e-9);
+  RG_CHECK_NEAR(rg_fleet_nic_bandwidth(f, gb), 50e9, 1e-9);  // its own 400 Gb/s NIC
   rg_fleet_destroy(f);
   rg_catalog_destroy(cat);
 }
