@@ -173,11 +173,17 @@ static void pool_line(const rg_plan_request_t *req, const rg_placement_t *p, cha
     u += snprintf(buf + u, len - u, "%s%s %d x %s", g ? " | " : "", p->groups[g].name,
                   p->groups[g].devices, p->groups[g].cls->name);
     const rg_group_t *gr = &p->groups[g];
-    if (u < len && gr->devices > 1)
-      u += snprintf(buf + u, len - u, " (tp %d, pp %d, dp %d%s)", gr->tp, gr->pp, gr->dp,
-                    gr->dp > 1 && !strcmp(p->groups[p->slot_group[RG_SLOT_FFN]].name, gr->name)
+    if (u < len && gr->devices > 1) {
+      char kv[48] = "";
+      const rg_arch_t *a = req->model;
+      if (!a->mla && gr->tp > a->n_kv_heads && p->slot_group[RG_SLOT_ATTENTION] == g)
+        snprintf(kv, sizeof kv, "; each KV head on %lld devices",
+                 (long long)(gr->tp / a->n_kv_heads));
+      u += snprintf(buf + u, len - u, " (tp %d, pp %d, dp %d%s%s)", gr->tp, gr->pp, gr->dp, kv,
+                    gr->dp > 1 && a->n_experts > 0 && p->slot_group[RG_SLOT_FFN] == g
                         ? "; experts over tp x dp"
                         : "");
+    }
     if (u < len && req->draft && p->slot_group[RG_SLOT_DRAFT] == g)
       u += snprintf(buf + u, len - u, " [draft]");
   }
