@@ -299,11 +299,12 @@ static rg_status_t print_human(const rg_plan_t *plan, const rg_plan_request_t *r
     const rg_prediction_t *pr = &o->pred[i];
     char desc[200];
     pool_line(req, p, desc, sizeof desc);
-    fprintf(f, "  pool %d: %d replica%s, %s: %s; batch %d%s\n", i + 1, p->replicas,
-            p->replicas == 1 ? "" : "s", rg_mode_name(p->mode), desc, p->batch,
+    fprintf(f, "  pool %d: %d replica%s, %s: %s; batch %d%s, prefill chunks of %.0f tokens\n",
+            i + 1, p->replicas, p->replicas == 1 ? "" : "s", rg_mode_name(p->mode), desc, p->batch,
             p->micro_batches < 2    ? ""
             : p->mode == RG_MODE_AF ? ", 2 micro-batches (ping-pong)"
-                                    : ", 2 micro-batches (two-batch overlap)");
+                                    : ", 2 micro-batches (two-batch overlap)",
+            pr->prefill_chunk);
     for (int g = 0; g < p->n_groups; g++)
       fprintf(f, "          %-8s %s of %s per device used; %s-bound\n", p->groups[g].name,
               rg_fmt_quantity(pr->mem_used[g], RG_UNIT_BYTES, b1, sizeof b1),

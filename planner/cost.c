@@ -827,9 +827,8 @@ static rg_status_t session_kv(const rg_plan_request_t *req, const rg_placement_t
 
 // Time to prefill one prompt of `prompt` new tokens on `prefix` cached ones,
 // in chunks; with PD on the prefill group, else on the decode groups.
-static rg_status_t prefill_time(const rg_plan_request_t *req, const rg_placement_t *p,
+static rg_status_t prefill_time(const rg_plan_request_t *req, const rg_placement_t *p, double chunk,
                                 double prompt, double prefix, double *out) {
-  double chunk = rg__prefill_chunk(req);
   double n = ceil(prompt / chunk), q = prompt / n;
   pass_t st;
   // The chunks see on average half the prompt before them.
@@ -931,88 +930,100 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
     snprintf(pred->bound[g], sizeof(pred->bound[g]), "%s", dec.bound[g] ? dec.bound[g] : "-");
 
   // Prefill: a single prompt for TTFT; prompts batched up to a chunk for the
-  // per-request cost, since short prompts share the weight reads.
+  // per-request cost, since short prompts share the weight reads. The chunk
+  // is the placement's, else the request's; when neither sets one and a
+  // colocated replica's chunk-carrying steps would break the TBT SLO, a
+  // smaller chunk is chosen (as engines tune chunked prefill for TBT).
   int pd = p->mode == RG_MODE_PD;
-  double chunk = rg__prefill_chunk(req);
-  double pf1;
-  RG_RETURN_IF_ERROR(prefill_time(req, p, prompt, prefix, &pf1));
-  // Every attention replica of the prefilling group takes its own chunk.
-  const rg_group_t *pg =
-      &p->groups[pd ? p->slot_group[RG_SLOT_PREFILL] : p->slot_group[RG_SLOT_ATTENTION]];
-  double pbatch = floor(chunk / prompt);
-  if (pbatch < 1) pbatch = 1;
-  double n_chunks = ceil(prompt / chunk), q_chunk = prompt / n_chunks;
-  double pf_cost = pf1, t_chunk = pf1 / n_chunks;
-  if (pbatch > 1 || pg->dp > 1) {
-    pass_t pfb;
-    RG_RETURN_IF_ERROR(placement_pass(req, p, RG_PHASE_PREFILL, pbatch * pg->dp, q_chunk,
-                                      prefix + (prompt - q_chunk) / 2, &pfb));
-    pf_cost = pfb.total * n_chunks / (pbatch * pg->dp);
-    t_chunk = pfb.total;
-  }
-  if (q > 1) {
-    // The draft prefills the prompt too, on its own group.
-    int dg = p->slot_group[RG_SLOT_DRAFT];
-    rg_step_cost_t ds;
-    int runs[RG_SLOT_COUNT] = {1, 1, 1, 1, 0, 0};
-    RG_RETURN_IF_ERROR(group_pass(req, req->draft, &p->groups[dg], RG_PHASE_PREFILL, pbatch, prompt,
-                                  prefix, p->weight_dtype, p->kv_dtype, runs, 1, &ds));
-    pf_cost += ds.total / pbatch;
-  }
-  pred->prefill_time = pf1;
-  pred->prefill_cost = pf_cost;
-
-  double kv_req = rg_arch_kv_bytes_per_token(req->model, p->kv_dtype) * prompt;
-  double req_rate, kv_time = 0, rho, f = 0;
-  (void)f;
+  double chunk = p->prefill_chunk > 0 ? p->prefill_chunk : rg__prefill_chunk(req);
+  int auto_chunk = p->prefill_chunk <= 0 && req->prefill_chunk <= 0 && !pd && w->slo_tbt > 0;
+  double pf1 = 0, pf_cost = 0, t_chunk = 0, req_rate = 0, kv_time = 0, rho = 0, f = 0, cap_rate = 0;
+  double share = 0, tbt_q[RG_N_PCT + 1], pcts[RG_N_PCT + 1];
+  for (int i = 0; i < RG_N_PCT; i++) pcts[i] = rg_pct[i] / 100.0;
+  pcts[RG_N_PCT] = w->slo_percentile > 0 ? w->slo_percentile / 100.0 : 0.99;
   // Requests/s reaching one replica: the workload's rate split over the
   // plan's pools by capacity (load_share), then over the pool's replicas.
   // While searching, the split is not known yet and a planning load is used.
   double rate_rep = w->rate > 0 && p->load_share > 0
                         ? w->rate * p->load_share / (p->replicas > 0 ? p->replicas : 1)
                         : 0;
-  // Capacity: requests/s at the batch's decode rate with prefill sharing
-  // the time (colocated) or on its own group (prefill-decode).
-  double decode_tok = p->batch * tokens_per_step / step;  // tokens/s while decoding only
-  double r_kv = INFINITY;
-  if (pd) {
-    rg_link_t l = rg__link_between(req->fleet, &p->groups[p->slot_group[RG_SLOT_PREFILL]],
-                                   &p->groups[p->slot_group[RG_SLOT_ATTENTION]]);
-    kv_time = kv_req / l.bandwidth + l.latency;
-    r_kv = l.bandwidth / kv_req;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    RG_RETURN_IF_ERROR(prefill_time(req, p, chunk, prompt, prefix, &pf1));
+    // Every attention replica of the prefilling group takes its own chunk.
+    const rg_group_t *pg =
+        &p->groups[pd ? p->slot_group[RG_SLOT_PREFILL] : p->slot_group[RG_SLOT_ATTENTION]];
+    double pbatch = floor(chunk / prompt);
+    if (pbatch < 1) pbatch = 1;
+    double n_chunks = ceil(prompt / chunk), q_chunk = prompt / n_chunks;
+    pf_cost = pf1, t_chunk = pf1 / n_chunks;
+    if (pbatch > 1 || pg->dp > 1) {
+      pass_t pfb;
+      RG_RETURN_IF_ERROR(placement_pass(req, p, RG_PHASE_PREFILL, pbatch * pg->dp, q_chunk,
+                                        prefix + (prompt - q_chunk) / 2, &pfb));
+      pf_cost = pfb.total * n_chunks / (pbatch * pg->dp);
+      t_chunk = pfb.total;
+    }
+    if (q > 1) {
+      // The draft prefills the prompt too, on its own group.
+      int dg = p->slot_group[RG_SLOT_DRAFT];
+      rg_step_cost_t ds;
+      int runs[RG_SLOT_COUNT] = {1, 1, 1, 1, 0, 0};
+      RG_RETURN_IF_ERROR(group_pass(req, req->draft, &p->groups[dg], RG_PHASE_PREFILL, pbatch,
+                                    prompt, prefix, p->weight_dtype, p->kv_dtype, runs, 1, &ds));
+      pf_cost += ds.total / pbatch;
+    }
+
+    // Capacity: requests/s at the batch's decode rate with prefill sharing
+    // the time (colocated) or on its own group (prefill-decode).
+    double kv_req = rg_arch_kv_bytes_per_token(req->model, p->kv_dtype) * prompt;
+    double decode_tok = p->batch * tokens_per_step / step;  // tokens/s while decoding only
+    double r_kv = INFINITY;
+    if (pd) {
+      rg_link_t l = rg__link_between(req->fleet, &p->groups[p->slot_group[RG_SLOT_PREFILL]],
+                                     &p->groups[p->slot_group[RG_SLOT_ATTENTION]]);
+      kv_time = kv_req / l.bandwidth + l.latency;
+      r_kv = l.bandwidth / kv_req;
+    }
+    req_rate = capacity(pd, decode_tok, pf_cost, out_tokens, r_kv);
+    // With more slots than sequences in flight (a serving estimate), queueing
+    // is against what the full batch could serve.
+    cap_rate = req_rate;
+    if (p->max_batch > p->batch) {
+      pass_t full;
+      RG_RETURN_IF_ERROR(placement_pass(req, p, RG_PHASE_DECODE, p->max_batch, q, ctx, &full));
+      double full_step =
+          full.total + (step - dec.total);  // the draft's share scales alike; close enough
+      cap_rate =
+          capacity(pd, p->max_batch * tokens_per_step / full_step, pf_cost, out_tokens, r_kv);
+    }
+    rho = rate_rep > 0 ? rate_rep / cap_rate : DEFAULT_LOAD;
+    // The share of time spent prefilling: at the arrival rate when known,
+    // else at the replica's capacity.
+    f = pd ? 0 : (rate_rep > 0 && rate_rep < req_rate ? rate_rep : req_rate) * pf_cost;
+
+    // TBT: a decode step, or one that also carries a prefill chunk. The
+    // share of steps that carry one is what the prefill time share implies;
+    // a percentile above the share of plain steps sees the slow ones.
+    share = f > 0 ? f * step / ((1.0 - f) * t_chunk) : 0;
+    for (int i = 0; i <= RG_N_PCT; i++) {
+      double slow = share >= 1 ? step + share * t_chunk : step + t_chunk;
+      tbt_q[i] = (share >= 1 || pcts[i] > 1 - share ? slow : step) / tokens_per_step;
+      if (pd) tbt_q[i] = step / tokens_per_step;
+    }
+    if (!auto_chunk || tbt_q[RG_N_PCT] <= w->slo_tbt || step / tokens_per_step >= w->slo_tbt) break;
+    // The largest power-of-two chunk whose step fits the SLO (the chunk's
+    // time is close to linear in its tokens), at least 256.
+    double fit = chunk * (w->slo_tbt * tokens_per_step - step) / t_chunk, c = 256;
+    while (c * 2 <= fit && c * 2 < chunk) c *= 2;
+    if (c >= chunk) break;
+    chunk = c;
   }
-  req_rate = capacity(pd, decode_tok, pf_cost, out_tokens, r_kv);
-  // With more slots than sequences in flight (a serving estimate), queueing
-  // is against what the full batch could serve.
-  double cap_rate = req_rate;
-  if (p->max_batch > p->batch) {
-    pass_t full;
-    RG_RETURN_IF_ERROR(placement_pass(req, p, RG_PHASE_DECODE, p->max_batch, q, ctx, &full));
-    double full_step =
-        full.total + (step - dec.total);  // the draft's time scales alike; close enough
-    cap_rate = capacity(pd, p->max_batch * tokens_per_step / full_step, pf_cost, out_tokens, r_kv);
-  }
-  rho = rate_rep > 0 ? rate_rep / cap_rate : DEFAULT_LOAD;
-  // The share of time spent prefilling: at the arrival rate when known,
-  // else at the replica's capacity.
-  if (!pd) f = (rate_rep > 0 && rate_rep < req_rate ? rate_rep : req_rate) * pf_cost;
+  pred->prefill_time = pf1;
+  pred->prefill_cost = pf_cost;
+  pred->prefill_chunk = chunk;
   pred->load = rho;
   if (rho > 0.95) rho = 0.95;
-
-  // TBT: a decode step, or one that also carries a prefill chunk. The share
-  // of steps that carry one is what the prefill time share implies; a
-  // percentile above the share of plain steps sees the slow ones.
   pred->tbt = step / (1.0 - f) / tokens_per_step;
-  double share = f > 0 ? f * step / ((1.0 - f) * t_chunk) : 0;
-  double pcts[RG_N_PCT + 1];
-  for (int i = 0; i < RG_N_PCT; i++) pcts[i] = rg_pct[i] / 100.0;
-  pcts[RG_N_PCT] = w->slo_percentile > 0 ? w->slo_percentile / 100.0 : 0.99;
-  double tbt_q[RG_N_PCT + 1], ttft_q[RG_N_PCT + 1];
-  for (int i = 0; i <= RG_N_PCT; i++) {
-    double slow = share >= 1 ? step + share * t_chunk : step + t_chunk;
-    tbt_q[i] = (share >= 1 || pcts[i] > 1 - share ? slow : step) / tokens_per_step;
-    if (pd) tbt_q[i] = step / tokens_per_step;
-  }
 
   // TTFT: a free sequence slot (when the batch is full), the queue of
   // prefills ahead (served at the batched prefill cost), the running step's
@@ -1026,7 +1037,7 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
   // with the rate unknown (while searching) the pool is taken to have enough
   // of them, and only the prefill queue is charged.
   double c_wait = rate_rep > 0 ? rg__erlang_c(slots, rho * slots) : 0, spare = cap_rate - lambda;
-  double rho_pf = lambda * pf_cost;
+  double rho_pf = lambda * pf_cost, ttft_q[RG_N_PCT + 1];
   if (rho_pf > 0.95) rho_pf = 0.95;
   double boundary = pd ? t_chunk : step;
   double returning = 0;
@@ -1044,7 +1055,7 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
     if (!ses->present && w->prompt.kind != RG_DIST_FIXED) {
       double frac = prompt / w->prompt.mean;  // the share the prefix cache leaves to compute
       RG_RETURN_IF_ERROR(
-          prefill_time(req, p, rg_dist_quantile(&w->prompt, pcts[i]) * frac, prefix, &pf));
+          prefill_time(req, p, chunk, rg_dist_quantile(&w->prompt, pcts[i]) * frac, prefix, &pf));
     }
     double admit = c_wait > 1 - pcts[i] ? log(c_wait / (1 - pcts[i])) / spare : 0;
     ttft_q[i] = admit + rg__wait_quantile(rho_pf, pf_cost, cv2, pcts[i]) + pcts[i] * boundary + pf +

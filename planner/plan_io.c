@@ -251,9 +251,9 @@ static rg_status_t read_group(const rg_node_t *g, const rg_catalog_t *cat, rg_pl
 
 static rg_status_t read_pool(const rg_node_t *n, const rg_catalog_t *cat, rg_plan_request_t *req,
                              rg_placement_t *p) {
-  static const char *const keys[] = {"mode",          "replicas",   "batch",
-                                     "micro_batches", "kv_offload", "groups",
-                                     "stages",        "predicted",  NULL};
+  static const char *const keys[] = {"mode",          "replicas",   "batch",  "micro_batches",
+                                     "prefill_chunk", "kv_offload", "groups", "stages",
+                                     "predicted",     NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(n, keys, "pool"));
   memset(p, 0, sizeof(*p));
   p->weight_dtype = req->weight_dtype;
@@ -270,6 +270,9 @@ static rg_status_t read_pool(const rg_node_t *n, const rg_catalog_t *cat, rg_pla
   v = 1;
   RG_RETURN_IF_ERROR(rg_cfg_int(n, "micro_batches", 0, 1, 2, &v));
   p->micro_batches = (int)v;
+  v = 0;
+  RG_RETURN_IF_ERROR(rg_cfg_int(n, "prefill_chunk", 0, 16, 1 << 20, &v));
+  p->prefill_chunk = (int)v;
   if (p->batch > 0 && p->batch < p->micro_batches)
     return rg_status_at(RG_INVALID_ARGUMENT, &rg_node_get(n, "micro_batches")->pos,
                         "micro_batches: %d micro-batches need a batch of at least %d; got batch %d",

@@ -318,6 +318,9 @@ typedef struct {
   // 1, or 2: two micro-batches in flight, so one's communication (or the
   // other group, attention-FFN) overlaps the other's compute.
   int micro_batches;
+  // Tokens of prompt prefilled per step (0: the request's setting, else
+  // chosen to keep the TBT SLO; the plan records the choice).
+  int prefill_chunk;
   rg_dtype_t weight_dtype, kv_dtype;
   // Where the KV of idle sessions waits (agentic workloads): the KV of
   // running sequences always lives on the attention group. AUTO picks the
@@ -342,6 +345,7 @@ typedef struct {
   double tbt_slo, ttft_slo;                  // at the workload's SLO percentile
   double prefill_time;                       // seconds to prefill one mean prompt
   double prefill_cost;                       // device time per request of prefill, prompts batched
+  double prefill_chunk;                      // tokens per prefill chunk used
   double decode_step;                        // seconds of one decode step (no prefill in it)
   double tokens_per_step;                    // per sequence per step (> 1 with speculation)
   double kv_tokens;                          // expected KV tokens held per running sequence

@@ -263,6 +263,8 @@ static rg_status_t size_batch(search_t *s, rg_placement_t *p) {
     c->p.kv_policy = pred.kv_policy;
     c->p.kv_offload = pred.kv_tier;
   }
+  // And the prefill chunk, so the written plan prefills as predicted.
+  c->p.prefill_chunk = (int)pred.prefill_chunk;
   c->pred = pred;
   c->max_replicas = 1 << 30;
   for (int g = 0; g < p->n_groups; g++)
