@@ -251,11 +251,27 @@ static rg_status_t explain_stages(const rg_plan_request_t *req, const rg_placeme
     int slot = rg_slot_of_stage(c[i].kind);
     if (slot < 0) continue;  // KV moves: bytes only, nothing to place on a roof
     const rg_group_t *g = &p->groups[p->slot_group[slot]];
-    double ridge = rg_class_ridge(g->cls, p->weight_dtype);
-    const char *roof = c[i].intensity >= ridge ? "compute roof" : "memory roof (bandwidth-bound)";
-    fprintf(f, "  %s%-*s intensity %8.1f FLOP/B on %-12s (ridge %5.0f): %s, %.0f%% of the ridge\n",
-            c[i].is_part ? "  " : "", c[i].is_part ? 13 : 15, c[i].name, c[i].intensity,
-            g->cls->name, ridge, roof, 100.0 * c[i].intensity / ridge);
+    const rg_device_class_t *cls = g->cls;
+    // The datasheet ridge says where the roofs cross at peak; which roof a
+    // stage meets depends on what its kernels reach: compute efficiency at
+    // its GEMM's M (a batch per attention replica; the queries sharing a KV
+    // head for the attention core) against the bandwidth efficiency.
+    int core = !strcmp(c[i].name, "attention.core");
+    rg_dtype_t dt = core ? RG_BF16 : p->weight_dtype;
+    double m = (double)s.batch * (double)s.new_tokens / (g->dp > 0 ? g->dp : 1);
+    if (core)
+      m = (double)s.new_tokens *
+          (req->model->mla ? (double)req->model->n_heads
+                           : (double)req->model->n_heads / (double)req->model->n_kv_heads);
+    double em = core && cls->eff_attention > 0 ? cls->eff_attention : cls->eff_memory;
+    double ridge = rg_class_ridge(cls, dt);
+    double working = em > 0 ? ridge * rg_class_eff_compute(cls, dt, m) / em : ridge;
+    const char *roof = c[i].intensity >= working ? "compute roof" : "memory roof (bandwidth-bound)";
+    fprintf(f,
+            "  %s%-*s intensity %8.1f FLOP/B on %-12s (ridge %4.0f, %4.0f as kernels run at M "
+            "%.0f): %s\n",
+            c[i].is_part ? "  " : "", c[i].is_part ? 13 : 15, c[i].name, c[i].intensity, cls->name,
+            ridge, working, m, roof);
   }
   if (p->mode == RG_MODE_PD)
     fprintf(

@@ -1010,10 +1010,20 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
       tbt_q[i] = (share >= 1 || pcts[i] > 1 - share ? slow : step) / tokens_per_step;
       if (pd) tbt_q[i] = step / tokens_per_step;
     }
-    if (!auto_chunk || tbt_q[RG_N_PCT] <= w->slo_tbt || step / tokens_per_step >= w->slo_tbt) break;
+    // A chunk so long that the mean TBT passes the SLO stalls every
+    // sequence for seconds, however rare: engines size chunks against that
+    // too.
+    double mean_tbt = f < 1 ? step / (1.0 - f) / tokens_per_step : INFINITY;
+    if (!auto_chunk || (tbt_q[RG_N_PCT] <= w->slo_tbt && mean_tbt <= w->slo_tbt) ||
+        step / tokens_per_step >= w->slo_tbt)
+      break;
     // The largest power-of-two chunk whose step fits the SLO (the chunk's
-    // time is close to linear in its tokens), at least 256.
-    double fit = chunk * (w->slo_tbt * tokens_per_step - step) / t_chunk, c = 256;
+    // time is close to linear in its tokens), at least 256 tokens a step
+    // over the group: with data-parallel attention an engine's chunk is
+    // split among the attention replicas (SGLang divides it by the DP size).
+    double floor_c = 256;
+    while (floor_c > 16 && floor_c * pg->dp > 256) floor_c /= 2;
+    double fit = chunk * (w->slo_tbt * tokens_per_step - step) / t_chunk, c = floor_c;
     while (c * 2 <= fit && c * 2 < chunk) c *= 2;
     if (c >= chunk) break;
     chunk = c;

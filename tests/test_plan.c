@@ -335,7 +335,13 @@ RG_TEST(cli_plan_human_output_and_exit_statuses) {
   RG_CHECK(rc == 0);
   RG_CHECK_CONTAINS(out, "Why, per stage");
   RG_CHECK_CONTAINS(out, "attention.core");
-  RG_CHECK_CONTAINS(out, "(ridge   295)");
+  // The datasheet ridge, and the one the class's efficiencies give at the
+  // stage's M: the FFN at batch 159 is below the first and above the second.
+  RG_CHECK_CONTAINS(out, "(ridge  295, ");
+  RG_CHECK_CONTAINS(out, "as kernels run at M");
+  const char *ffn = strstr(out, "\n  ffn ");
+  RG_CHECK(ffn && strstr(ffn, "compute roof") &&
+           strstr(ffn, "compute roof") < strchr(ffn + 1, '\n'));
   RG_CHECK_CONTAINS(out, "homogeneous h100-sxm");
   RG_CHECK_CONTAINS(out, "prefill-decode");
   RG_CHECK_CONTAINS(out, "attention-FFN");

@@ -3,6 +3,7 @@
 // checks one property the model must have, against figures computed here
 // from the model's own inputs.
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -317,6 +318,53 @@ RG_TEST(planner_memory_in_vendor_units_and_expected_kv) {
 }
 
 // ----- Latency percentiles, prefix caches, speculation -----------------------------
+
+// With neither the placement nor the request setting a prefill chunk, a
+// colocated replica takes the largest chunk whose chunk-carrying steps keep
+// the TBT SLO; the same placement with the fixed default chunk breaks it.
+RG_TEST(planner_prefill_chunk_keeps_the_tbt_slo) {
+  fx_t *f = fx_open(t, cfg(), "llama-3.1-70b", "mixed", NULL);
+  RG_REQUIRE(f->model);
+  const double slo = f->req.workload->slo_tbt;
+  RG_REQUIRE(slo > 0);
+  rg_placement_t p = colocated(f, "h100-sxm", 4, 128);
+  rg_prediction_t chosen, fixed;
+  RG_REQUIRE_OK(rg_placement_predict(&f->req, &p, &chosen));
+  p.prefill_chunk = RG_DEFAULT_PREFILL_CHUNK;
+  RG_REQUIRE_OK(rg_placement_predict(&f->req, &p, &fixed));
+  RG_CHECK(fixed.tbt_slo > slo);
+  RG_CHECK(chosen.tbt_slo <= slo);
+  RG_CHECK(chosen.prefill_chunk < RG_DEFAULT_PREFILL_CHUNK && chosen.prefill_chunk >= 256);
+  // A power of two: what engines are configured with.
+  double c = chosen.prefill_chunk;
+  while (c > 1 && fmod(c, 2) == 0) c /= 2;
+  RG_CHECK_NEAR(c, 1, 0);
+  // The step that carries a chunk is slower than the plain decode step;
+  // smaller chunks cost more prefill time per request (weights re-read).
+  RG_CHECK(chosen.tbt_slo > chosen.decode_step);
+  RG_CHECK(chosen.prefill_cost > fixed.prefill_cost);
+  // A request's chunk is honoured as given.
+  p.prefill_chunk = 0;
+  f->req.prefill_chunk = 1024;
+  rg_prediction_t asked;
+  RG_REQUIRE_OK(rg_placement_predict(&f->req, &p, &asked));
+  RG_CHECK_NEAR(asked.prefill_chunk, 1024, 0);
+  fx_close(f);
+
+  // Data-parallel attention: the chunk is split among the attention
+  // replicas, so each may take fewer than 256 tokens, but a step carries at
+  // least 256 over the group.
+  f = fx_open(t, cfg(), "deepseek-v3", "mixed", NULL);
+  RG_REQUIRE(f->model);
+  f->req.weight_dtype = RG_FP8;
+  p = colocated(f, "h100-sxm", 16, 345);
+  p.groups[0].tp = 1, p.groups[0].pp = 1, p.groups[0].dp = 16;
+  RG_REQUIRE_OK(rg_placement_predict(&f->req, &p, &chosen));
+  RG_CHECK(chosen.tbt_slo <= f->req.workload->slo_tbt);
+  RG_CHECK(chosen.prefill_chunk < 256);
+  RG_CHECK(chosen.prefill_chunk * 16 >= 256);
+  fx_close(f);
+}
 
 RG_TEST(planner_percentiles_and_the_slo_percentile_binds) {
   fx_t *f = fx_open(t, cfg(), "llama-3.1-8b", "gpu-only", "chat");
