@@ -338,7 +338,8 @@ RG_TEST(configs_fleet_intra_link_fallbacks) {
 }
 
 RG_TEST(configs_workloads_all_load) {
-  static const char *const shipped[] = {"chat", "long-context", "agentic", "batch-offline"};
+  static const char *const shipped[] = {"chat",          "long-context",     "agentic",
+                                        "batch-offline", "chat-speculative", "shared-prefix"};
   for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++) {
     rg_workload_t *w = NULL;
     RG_CHECK_OK(rg_workload_load(shipped[i], rg_test_config_dir(), &w));
@@ -349,6 +350,17 @@ RG_TEST(configs_workloads_all_load) {
     rg_workload_destroy(w);
   }
   rg_workload_t *w = NULL;
+  // The two that show the workload's optional parts.
+  RG_REQUIRE_OK(rg_workload_load("chat-speculative", rg_test_config_dir(), &w));
+  RG_CHECK(w->speculative.present && !strcmp(w->speculative.draft, "llama-3.1-8b"));
+  RG_CHECK(w->speculative.tokens == 4);
+  RG_CHECK_NEAR(rg_speculative_tokens_per_step(&w->speculative),
+                1 + 0.7 + 0.7 * 0.7 + 0.7 * 0.7 * 0.7 + 0.7 * 0.7 * 0.7 * 0.7, 1e-12);
+  rg_workload_destroy(w);
+  RG_REQUIRE_OK(rg_workload_load("shared-prefix", rg_test_config_dir(), &w));
+  RG_CHECK_NEAR(w->shared_prefix, 6144, 1e-12);
+  RG_CHECK_NEAR(w->prefix_hit_rate, 0, 0);
+  rg_workload_destroy(w);
   RG_REQUIRE_OK(rg_workload_load("agentic", rg_test_config_dir(), &w));
   RG_CHECK(w->prompt.kind == RG_DIST_LOGNORMAL);
   RG_CHECK_NEAR(w->prompt.mean, 119875, 1e-12);
