@@ -38,8 +38,6 @@
 
 #include "planner/planner_impl.h"
 
-// Load assumed for TTFT queueing when the workload gives no arrival rate.
-#define DEFAULT_LOAD 0.7
 // Bytes per element of an expert dispatch (fp8 with block scales) and of
 // its combine (bf16), as DeepEP sends them.
 #define EP_DISPATCH_BYTES 1.0
@@ -996,7 +994,14 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
       cap_rate =
           capacity(pd, p->max_batch * tokens_per_step / full_step, pf_cost, out_tokens, r_kv);
     }
-    rho = rate_rep > 0 ? rate_rep / cap_rate : DEFAULT_LOAD;
+    // While searching, a replica is taken to run at the planning load, or
+    // below it when the whole workload's rate, shared by as many replicas
+    // as the fleet holds, would load it less.
+    rho = rate_rep > 0 ? rate_rep / cap_rate : RG__PLANNING_LOAD;
+    if (rate_rep <= 0 && w->rate > 0) {
+      int n = p->planning_replicas > 0 ? p->planning_replicas : p->replicas > 0 ? p->replicas : 1;
+      if (w->rate / (n * cap_rate) < rho) rho = w->rate / (n * cap_rate);
+    }
     // The share of time spent prefilling: at the arrival rate when known,
     // else at the replica's capacity.
     f = pd ? 0 : (rate_rep > 0 && rate_rep < req_rate ? rate_rep : req_rate) * pf_cost;
@@ -1043,10 +1048,12 @@ rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placemen
   double cv2 = ses->present ? 0 : dist_cv2(&w->prompt);
   double lambda = rho * cap_rate;
   double slots = p->max_batch > p->batch ? p->max_batch : p->batch > 0 ? p->batch : 1;
-  // Waiting for a slot is a matter of how many replicas serve the rate:
-  // with the rate unknown (while searching) the pool is taken to have enough
-  // of them, and only the prefill queue is charged.
-  double c_wait = rate_rep > 0 ? rg__erlang_c(slots, rho * slots) : 0, spare = cap_rate - lambda;
+  // Waiting for a free sequence slot (M/M/c over the replica's slots): at
+  // the replica's share of the rate, or while searching at the planning
+  // load, so that a replica with few slots pays for them. Without a rate
+  // (offline work queued without limit) no slot wait is charged, only the
+  // prefill queue.
+  double c_wait = w->rate > 0 ? rg__erlang_c(slots, rho * slots) : 0, spare = cap_rate - lambda;
   double rho_pf = lambda * pf_cost, ttft_q[RG_N_PCT + 1];
   if (rho_pf > 0.95) rho_pf = 0.95;
   double boundary = pd ? t_chunk : step;

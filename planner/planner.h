@@ -331,6 +331,10 @@ typedef struct {
   // Share of the workload's arrival rate this pool serves (derived from the
   // pools' capacities when a plan is finished; 0 while searching).
   double load_share;
+  // While searching (load_share 0): how many replicas of this placement the
+  // fleet holds, so that queueing is judged at no more load than they would
+  // carry sharing the whole rate (0: replicas).
+  int planning_replicas;
 } rg_placement_t;
 
 // Percentiles reported for latencies.

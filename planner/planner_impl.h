@@ -10,6 +10,9 @@ rg_link_t rg__link_between(const rg_fleet_t *f, const rg_group_t *a, const rg_gr
 double rg__group_capacity(const rg_plan_request_t *req, const rg_group_t *g);
 double rg__mem_util(const rg_plan_request_t *req);
 double rg__prefill_chunk(const rg_plan_request_t *req);
+// Utilisation queueing is judged at while searching, before the plan is
+// packed and each replica's share of the workload's rate is known.
+#define RG__PLANNING_LOAD 0.7
 // Objective value of a whole option.
 double rg__option_score(const rg_plan_option_t *o, rg_objective_t obj);
 // Recomputes an option's totals from its pools.

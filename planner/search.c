@@ -68,18 +68,62 @@ double rg__option_score(const rg_plan_option_t *o, rg_objective_t obj) {
   }
 }
 
+// The most requests/s pool p takes while still meeting the SLOs (0 when it
+// misses them even lightly loaded), by bisection up to its capacity.
+static rg_status_t slo_rate(const rg_plan_request_t *req, const rg_placement_t *pool,
+                            double capacity, double *out) {
+  rg_placement_t p = *pool;
+  rg_prediction_t pr;
+  double rate = req->workload->rate, lo = 0, hi = capacity;
+  *out = 0;
+  if (!(hi > 0)) return NULL;
+  p.load_share = hi / rate;
+  RG_RETURN_IF_ERROR(rg_placement_predict(req, &p, &pr));
+  if (pr.meets_slo) {
+    *out = hi;
+    return NULL;
+  }
+  for (int it = 0; it < 24; it++) {
+    double mid = 0.5 * (lo + hi);
+    p.load_share = mid / rate;
+    RG_RETURN_IF_ERROR(rg_placement_predict(req, &p, &pr));
+    if (pr.meets_slo)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  *out = lo;
+  return NULL;
+}
+
 rg_status_t rg__option_finish(const rg_plan_request_t *req, rg_plan_option_t *o) {
   o->tokens_per_s = o->cost_per_s = o->power = o->ttft = o->tbt = 0;
-  // The workload's requests spread over the pools in proportion to what
-  // each can serve; capacities come from a first pass at planning load.
-  double cap = 0;
+  // The workload's requests spread over the pools as a router that knows
+  // them would send them: in proportion to what each serves within the SLOs
+  // when together they serve the whole rate so (every pool then runs at the
+  // same fraction of its SLO-bound rate), else in proportion to what each
+  // can serve at all. Equal utilisation alone would queue a pool whose
+  // prefill is slow far past its TTFT SLO while a fast one idles.
+  // Capacities come from a first pass at planning load.
+  double cap = 0, ok_rate[RG_MAX_POOLS], ok = 0, rate = req->workload->rate;
   for (int i = 0; i < o->n_pools; i++) {
     o->pools[i].load_share = 0;
     RG_RETURN_IF_ERROR(rg_placement_predict(req, &o->pools[i], &o->pred[i]));
     cap += o->pred[i].requests_per_s;
   }
+  if (rate > 0 && o->n_pools > 1)
+    for (int i = 0; i < o->n_pools; i++) {
+      RG_RETURN_IF_ERROR(slo_rate(req, &o->pools[i], o->pred[i].requests_per_s, &ok_rate[i]));
+      ok += ok_rate[i];
+    }
+  int by_slo = rate > 0 && o->n_pools > 1 && ok >= rate;
   for (int i = 0; i < o->n_pools; i++) {
-    o->pools[i].load_share = cap > 0 ? o->pred[i].requests_per_s / cap : 0;
+    o->pools[i].load_share = by_slo    ? ok_rate[i] / ok
+                             : cap > 0 ? o->pred[i].requests_per_s / cap
+                                       : 0;
+    // A pool that gets no requests is priced and counted like the others,
+    // at a share too small to queue anything.
+    if (by_slo && o->pools[i].load_share <= 0) o->pools[i].load_share = 1e-9;
     RG_RETURN_IF_ERROR(rg_placement_predict(req, &o->pools[i], &o->pred[i]));
     o->tokens_per_s += o->pred[i].tokens_per_s;
     o->cost_per_s += o->pred[i].cost_per_s;
@@ -156,6 +200,11 @@ rg_status_t rg__largest_batch(const rg_plan_request_t *req, rg_placement_t *p, i
     else
       hi = mid - 1;
   }
+  // When none meets them, leave p at the batch that came closest, so the
+  // message names it.
+  const rg_workload_t *w = req->workload;
+  double best = INFINITY;
+  int best_b = m;
   for (int b = lo;; b = (int)(b * 0.8)) {
     if (b < m) b = m;
     p->batch = b;
@@ -164,8 +213,13 @@ rg_status_t rg__largest_batch(const rg_plan_request_t *req, rg_placement_t *p, i
       *found = 1;
       return NULL;
     }
+    double r = 0;
+    if (w->slo_tbt > 0) r = fmax(r, pred->tbt_slo / w->slo_tbt);
+    if (w->slo_ttft > 0) r = fmax(r, pred->ttft_slo / w->slo_ttft);
+    if (ok && r < best) best = r, best_b = b;
     if (b == m) break;
   }
+  p->batch = best_b;
   return NULL;
 }
 
@@ -233,6 +287,14 @@ static rg_status_t size_batch(search_t *s, rg_placement_t *p) {
   rg_prediction_t pred;
   int found;
   p->replicas = 1;
+  if (p->planning_replicas <= 0) {
+    int uses[MAX_CLASSES] = {0}, most = 1 << 30;
+    for (int g = 0; g < p->n_groups; g++)
+      uses[class_index(s, p->groups[g].cls)] += p->groups[g].devices;
+    for (int i = 0; i < s->n_cls; i++)
+      if (uses[i] && s->count[i] / uses[i] < most) most = s->count[i] / uses[i];
+    p->planning_replicas = most < 1 ? 1 : most;
+  }
   RG_RETURN_IF_ERROR(rg__largest_batch(s->req, p, max_batch_of(p), &pred, &found, &s->evaluated));
   if (!found) {
     // Say why, from the batch the search ended on: memory short, or the
@@ -670,6 +732,7 @@ static rg_status_t solve_fixed(search_t *s, rg_plan_t *out) {
       s->best_mem_ratio = s->best_slo_ratio = 0;
       size_t before = s->n_cands;
       int r = p.replicas;
+      p.planning_replicas = r > 0 ? r : 1;
       RG_RETURN_IF_ERROR(size_batch(s, &p));
       if (s->n_cands == before)
         return rg_status_make(RG_INFEASIBLE, "pool %d: no batch size fits and meets the SLOs%s%s",

@@ -319,6 +319,59 @@ RG_TEST(planner_memory_in_vendor_units_and_expected_kv) {
 
 // ----- Latency percentiles, prefix caches, speculation -----------------------------
 
+// The workload's requests spread over a plan's pools as a router would send
+// them: by what each serves within the SLOs, so a pool with few slots and a
+// slow prefill is not queued past its TTFT SLO at the load a fast pool
+// carries; when the pools cannot serve the rate within the SLOs at all, by
+// what each serves. While searching (no share known yet) a known rate still
+// charges the wait for a free slot at the planning load.
+RG_TEST(planner_rate_splits_by_what_pools_serve_within_slos) {
+  fx_t *f = fx_open(t, cfg(), "llama-3.1-70b", "mixed", NULL);
+  RG_REQUIRE(f->model);
+  // Two H100 replicas and a Bertha one, at batches that meet the default
+  // workload's SLOs.
+  rg_placement_t fast = colocated(f, "h100-sxm", 4, 159), slow = colocated(f, "bertha-500", 8, 13);
+  fast.replicas = 2;
+  f->req.fixed[0] = fast, f->req.fixed[1] = slow, f->req.n_fixed = 2;
+  // What each serves while no share is known (the first pass).
+  rg_prediction_t a, b;
+  RG_REQUIRE_OK(rg_placement_predict(&f->req, &fast, &a));
+  RG_REQUIRE_OK(rg_placement_predict(&f->req, &slow, &b));
+  const double cap = a.requests_per_s + b.requests_per_s, cap_share = b.requests_per_s / cap;
+  const rg_plan_option_t *o = &f->plan.chosen;
+
+  f->wdef.rate = 0.65 * cap;
+  RG_REQUIRE_OK(rg_plan_solve(&f->req, &f->plan));
+  RG_REQUIRE(o->n_pools == 2);
+  RG_CHECK(o->pred[0].meets_slo && o->pred[1].meets_slo);
+  RG_CHECK_NEAR(o->pools[0].load_share + o->pools[1].load_share, 1, 1e-9);
+  RG_CHECK(o->pools[1].load_share < cap_share);
+  // Split by capacity (equal utilisation), the slow pool misses its SLOs.
+  rg_placement_t q = o->pools[1];
+  q.load_share = cap_share;
+  rg_prediction_t even;
+  RG_REQUIRE_OK(rg_placement_predict(&f->req, &q, &even));
+  RG_CHECK(!even.meets_slo);
+  RG_CHECK(even.ttft_slo > o->pred[1].ttft_slo);
+
+  // More than the pools serve within the SLOs: by capacity, with a warning
+  // to the user (the pools miss them).
+  f->wdef.rate = 0.95 * cap;
+  RG_REQUIRE_OK(rg_plan_solve(&f->req, &f->plan));
+  RG_CHECK_NEAR(o->pools[1].load_share, cap_share, 1e-9);
+  RG_CHECK(!o->pred[1].meets_slo);
+
+  // Searching: the same replica, no share yet, with and without a rate.
+  q.load_share = 0;
+  rg_prediction_t with_rate, without;
+  RG_REQUIRE_OK(rg_placement_predict(&f->req, &q, &with_rate));
+  f->wdef.rate = 0;
+  RG_REQUIRE_OK(rg_placement_predict(&f->req, &q, &without));
+  RG_CHECK(with_rate.ttft_slo > without.ttft_slo);
+  RG_CHECK_NEAR(with_rate.tbt_slo, without.tbt_slo, 1e-12);
+  fx_close(f);
+}
+
 // With neither the placement nor the request setting a prefill chunk, a
 // colocated replica takes the largest chunk whose chunk-carrying steps keep
 // the TBT SLO; the same placement with the fixed default chunk breaks it.
