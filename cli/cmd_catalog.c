@@ -168,6 +168,15 @@ static void print_efficiency(const rg_device_class_t *c) {
   printf("\n  What kernels reach (fraction of peak), %s:\n",
          c->eff_source[0] ? c->eff_source : "no source given");
   printf("    memory     %.0f%% of peak bandwidth\n", c->eff_memory * 100);
+  // The others default to 1 (or, attention, to memory) when not given.
+  if (c->eff_attention > 0)
+    printf("    attention  %.0f%% of peak bandwidth (decode attention over paged KV)\n",
+           c->eff_attention * 100);
+  if (c->eff_link > 0)
+    printf("    link       %.0f%% of each link's bandwidth (collectives)\n", c->eff_link * 100);
+  if (c->eff_experts > 0)
+    printf("    experts    %.0f%% of the dense kernels' efficiency (routed grouped GEMMs)\n",
+           c->eff_experts * 100);
   printf("    compute    %s (dtypes without their own curve)\n",
          fmt_curve(&c->eff_compute_all, b, sizeof b));
   for (int d = 0; d < RG_DTYPE_COUNT; d++)

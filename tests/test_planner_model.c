@@ -156,6 +156,9 @@ RG_TEST(planner_calibrated_class_is_preferred) {
   RG_CHECK_CONTAINS(out, "3.35 TB/s");
   RG_CHECK_CONTAINS(out, "2.01 TB/s");
   RG_CHECK_CONTAINS(out, "0.60");
+  // The measured efficiencies, each with what it applies to.
+  RG_CHECK_CONTAINS(out, "memory     90% of peak bandwidth");
+  RG_CHECK_CONTAINS(out, "attention  80% of peak bandwidth (decode attention over paged KV)");
   free(out);
   snprintf(args, sizeof args, "--config-dir '%s' catalog", dir);
   RG_CHECK(rg_test_run_ridge(t, args, &out) == 0);
