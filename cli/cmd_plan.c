@@ -322,11 +322,22 @@ static rg_status_t print_human(const rg_plan_t *plan, const rg_plan_request_t *r
             : p->mode == RG_MODE_AF ? ", 2 micro-batches (ping-pong)"
                                     : ", 2 micro-batches (two-batch overlap)",
             pr->prefill_chunk);
-    for (int g = 0; g < p->n_groups; g++)
-      fprintf(f, "          %-8s %s of %s per device used; %s-bound\n", p->groups[g].name,
+    for (int g = 0; g < p->n_groups; g++) {
+      // A group idle while decoding (a prefill-decode prefill group) is
+      // bounded by what its prefill step is.
+      const char *bound = pr->bound[g], *only = "";
+      if (!strcmp(bound, "-")) {
+        rg_shape_t ps = rg_placement_prefill_shape(req, p);
+        rg_step_cost_t sc;
+        RG_RETURN_IF_ERROR(rg_group_step_time(req, p, g, RG_PHASE_PREFILL, (double)ps.batch,
+                                              (double)ps.new_tokens, (double)ps.context, &sc));
+        bound = sc.bound ? sc.bound : "compute";
+        only = "prefill only, ";
+      }
+      fprintf(f, "          %-8s %s of %s per device used; %s%s-bound\n", p->groups[g].name,
               rg_fmt_quantity(pr->mem_used[g], RG_UNIT_BYTES, b1, sizeof b1),
-              rg_fmt_quantity(pr->mem_cap[g], RG_UNIT_BYTES, b2, sizeof b2),
-              strcmp(pr->bound[g], "-") ? pr->bound[g] : "prefill only, not");
+              rg_fmt_quantity(pr->mem_cap[g], RG_UNIT_BYTES, b2, sizeof b2), only, bound);
+    }
     fprintf(f, "          %s tokens/s, TTFT %s, TBT %s (means)\n",
             rg_fmt_grouped(pr->tokens_per_s, b1, sizeof b1),
             rg_fmt_quantity(pr->ttft, RG_UNIT_TIME, b2, sizeof b2),

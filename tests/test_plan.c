@@ -337,6 +337,8 @@ RG_TEST(cli_plan_human_output_and_exit_statuses) {
   RG_CHECK_CONTAINS(out, "attention.core");
   // The datasheet ridge, and the one the class's efficiencies give at the
   // stage's M: the FFN at batch 159 is below the first and above the second.
+  // A prefill-decode prefill group says what bounds its prefill step.
+  RG_CHECK_CONTAINS(out, "prefill only, compute-bound");
   RG_CHECK_CONTAINS(out, "(ridge  295, ");
   RG_CHECK_CONTAINS(out, "as kernels run at M");
   const char *ffn = strstr(out, "\n  ffn ");
