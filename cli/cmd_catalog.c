@@ -86,14 +86,15 @@ static rg_status_t print_table(const rg_catalog_t *cat, rg_dtype_t t) {
   rg_table_t tb;
   rg_table_init(&tb, 9, heads, "llrrrrrrr");
   char b[64];
-  int n_fallback = 0;
+  int n_fallback = 0, n_calibrated = 0;
   // Compute classes first, then the memory and storage tiers.
   for (int pass = 0; pass < 2; pass++)
     for (size_t i = 0; i < cat->n; i++) {
       const rg_device_class_t *c = cat->classes[i];
       int computes = rg_class_computes(c);
       if (computes != (pass == 0)) continue;
-      rg_table_cell(&tb, "%s", c->name);
+      rg_table_cell(&tb, "%s%s", c->name, c->calibrated ? " +" : "");
+      if (c->calibrated) n_calibrated++;
       rg_table_cell(&tb, "%s", rg_device_kind_name(c->kind));
       if (computes) {
         int src = peak_source(c, t);
@@ -111,7 +112,14 @@ static rg_status_t print_table(const rg_catalog_t *cat, rg_dtype_t t) {
       }
       double bw = c->n_mem > 0 ? c->mem[0].bandwidth : 0;
       double cap = c->n_mem > 0 ? c->mem[0].capacity : 0;
-      rg_table_cell(&tb, "%s", fmt_or_dash(bw, RG_UNIT_BANDWIDTH, b, sizeof(b)));
+      if (c->calibrated && c->datasheet && c->datasheet->mem[0].bandwidth != bw) {
+        char d[32];
+        rg_table_cell(
+            &tb, "%s (sheet %s)", fmt_or_dash(bw, RG_UNIT_BANDWIDTH, b, sizeof(b)),
+            rg_fmt_quantity(c->datasheet->mem[0].bandwidth, RG_UNIT_BANDWIDTH, d, sizeof d));
+      } else {
+        rg_table_cell(&tb, "%s", fmt_or_dash(bw, RG_UNIT_BANDWIDTH, b, sizeof(b)));
+      }
       rg_table_cell(&tb, "%s", computes ? fmt_ridge(rg_class_ridge(c, t), b, sizeof(b)) : "-");
       rg_table_cell(&tb, "%s", fmt_or_dash(cap, RG_UNIT_BYTES, b, sizeof(b)));
       rg_table_cell(&tb, "%s", fmt_or_dash(c->sram, RG_UNIT_BYTES, b, sizeof(b)));
@@ -130,10 +138,109 @@ static rg_status_t print_table(const rg_catalog_t *cat, rg_dtype_t t) {
   if (n_fallback)
     printf("*dtype: no native %s units; the peak of the dtype named is used (data is upcast).\n",
            rg_dtype_name(t));
+  if (n_calibrated)
+    printf(
+        "+ calibrated: figures measured on a device (configs/devices/calibrated/) replace the "
+        "datasheet's;\n"
+        "  ridge catalog NAME shows both.\n");
   printf(
       "Memory and storage tiers hold KV and weights for others; they compute nothing.\n"
       "One class in full: ridge catalog NAME\n");
   return NULL;
+}
+
+// "16: 12%, 1024: 65%": a compute-efficiency curve in one line.
+static char *fmt_curve(const rg_eff_curve_t *k, char *buf, size_t len) {
+  buf[0] = 0;
+  if (k->n == 1) {
+    snprintf(buf, len, "%.0f%% at every M", k->pt[0].eff * 100);
+    return buf;
+  }
+  for (int i = 0; i < k->n; i++) {
+    size_t u = strlen(buf);
+    snprintf(buf + u, len - u, "%sM %g: %.0f%%", i ? ", " : "", k->pt[i].m, k->pt[i].eff * 100);
+  }
+  return buf;
+}
+
+static void print_efficiency(const rg_device_class_t *c) {
+  char b[256], t1[32], t2[32];
+  printf("\n  What kernels reach (fraction of peak), %s:\n",
+         c->eff_source[0] ? c->eff_source : "no source given");
+  printf("    memory     %.0f%% of peak bandwidth\n", c->eff_memory * 100);
+  // The others default to 1 (or, attention, to memory) when not given.
+  if (c->eff_attention > 0)
+    printf("    attention  %.0f%% of peak bandwidth (decode attention over paged KV)\n",
+           c->eff_attention * 100);
+  if (c->eff_link > 0)
+    printf("    link       %.0f%% of each link's bandwidth (collectives)\n", c->eff_link * 100);
+  if (c->eff_experts > 0)
+    printf("    experts    %.0f%% of the dense kernels' efficiency (routed grouped GEMMs)\n",
+           c->eff_experts * 100);
+  printf("    compute    %s (dtypes without their own curve)\n",
+         fmt_curve(&c->eff_compute_all, b, sizeof b));
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)
+    if (c->eff_compute[d].n > 0)
+      printf("    %-10s %s\n", rg_dtype_name((rg_dtype_t)d),
+             fmt_curve(&c->eff_compute[d], b, sizeof b));
+  printf("  Fixed costs: %s per step, %s per layer (%s)\n",
+         rg_fmt_quantity(c->step_cost, RG_UNIT_TIME, t1, sizeof t1),
+         rg_fmt_quantity(c->layer_floor, RG_UNIT_TIME, t2, sizeof t2),
+         c->overhead_source[0] ? c->overhead_source : "no source given");
+}
+
+// Datasheet and calibrated figures side by side, for a calibrated class.
+static rg_status_t print_calibration(const rg_device_class_t *c) {
+  const rg_device_class_t *d = c->datasheet;
+  printf("\n  Calibrated: %s\n  from       %s\n", c->calibration_source, c->calibration_path);
+  if (!d) return NULL;
+  static const char *const heads[] = {"figure", "datasheet", "calibrated",
+                                      "calibrated / datasheet"};
+  rg_table_t tb;
+  rg_table_init(&tb, 4, heads, "lrrr");
+  char a[64], b[64];
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) {
+    if (d->peak[t] <= 0 && c->peak[t] <= 0) continue;
+    rg_table_cell(&tb, "peak %s", rg_dtype_name((rg_dtype_t)t));
+    rg_table_cell(&tb, "%s", fmt_or_dash(d->peak[t], RG_UNIT_FLOPS, a, sizeof a));
+    rg_table_cell(&tb, "%s", fmt_or_dash(c->peak[t], RG_UNIT_FLOPS, b, sizeof b));
+    rg_table_cell(&tb, d->peak[t] > 0 ? "%.2f" : "-", d->peak[t] > 0 ? c->peak[t] / d->peak[t] : 0);
+  }
+  for (int i = 0; i < c->n_mem; i++) {
+    rg_table_cell(&tb, "%s capacity", c->mem[i].name);
+    rg_table_cell(&tb, "%s", rg_fmt_quantity(d->mem[i].capacity, RG_UNIT_BYTES, a, sizeof a));
+    rg_table_cell(&tb, "%s", rg_fmt_quantity(c->mem[i].capacity, RG_UNIT_BYTES, b, sizeof b));
+    rg_table_cell(&tb, "%.2f", c->mem[i].capacity / d->mem[i].capacity);
+    rg_table_cell(&tb, "%s bandwidth", c->mem[i].name);
+    rg_table_cell(&tb, "%s", rg_fmt_quantity(d->mem[i].bandwidth, RG_UNIT_BANDWIDTH, a, sizeof a));
+    rg_table_cell(&tb, "%s", rg_fmt_quantity(c->mem[i].bandwidth, RG_UNIT_BANDWIDTH, b, sizeof b));
+    rg_table_cell(&tb, "%.2f", c->mem[i].bandwidth / d->mem[i].bandwidth);
+  }
+  rg_table_cell(&tb, "memory efficiency");
+  rg_table_cell(&tb, "%.0f%%", d->eff_memory * 100);
+  rg_table_cell(&tb, "%.0f%%", c->eff_memory * 100);
+  rg_table_cell(&tb, "%.2f", c->eff_memory / d->eff_memory);
+  static const double ms[] = {16, 256, 4096};
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+    double x = rg_class_eff_compute(d, RG_BF16, ms[i]), y = rg_class_eff_compute(c, RG_BF16, ms[i]);
+    rg_table_cell(&tb, "bf16 compute eff, M %g", ms[i]);
+    rg_table_cell(&tb, "%.0f%%", x * 100);
+    rg_table_cell(&tb, "%.0f%%", y * 100);
+    rg_table_cell(&tb, "%.2f", x > 0 ? y / x : 0);
+  }
+  rg_table_cell(&tb, "step cost");
+  rg_table_cell(&tb, "%s", rg_fmt_quantity(d->step_cost, RG_UNIT_TIME, a, sizeof a));
+  rg_table_cell(&tb, "%s", rg_fmt_quantity(c->step_cost, RG_UNIT_TIME, b, sizeof b));
+  rg_table_cell(&tb, d->step_cost > 0 ? "%.2f" : "-",
+                d->step_cost > 0 ? c->step_cost / d->step_cost : 0);
+  rg_table_cell(&tb, "layer floor");
+  rg_table_cell(&tb, "%s", rg_fmt_quantity(d->layer_floor, RG_UNIT_TIME, a, sizeof a));
+  rg_table_cell(&tb, "%s", rg_fmt_quantity(c->layer_floor, RG_UNIT_TIME, b, sizeof b));
+  rg_table_cell(&tb, d->layer_floor > 0 ? "%.2f" : "-",
+                d->layer_floor > 0 ? c->layer_floor / d->layer_floor : 0);
+  rg_status_t st = rg_table_print(&tb, stdout, 4);
+  rg_table_deinit(&tb);
+  return st;
 }
 
 static rg_status_t print_detail(const rg_device_class_t *c, rg_dtype_t t) {
@@ -174,9 +281,7 @@ static rg_status_t print_detail(const rg_device_class_t *c, rg_dtype_t t) {
     rg_status_t s = rg_table_print(&tb, stdout, 4);
     rg_table_deinit(&tb);
     RG_RETURN_IF_ERROR(s);
-    if (c->eff_compute > 0 || c->eff_memory > 0)
-      printf("  Tuned kernels reach about %.0f%% of peak compute and %.0f%% of peak bandwidth.\n",
-             c->eff_compute * 100, c->eff_memory * 100);
+    print_efficiency(c);
   }
   printf("\n  Memory tiers, fastest first%s:\n",
          rg_class_computes(c) ? " (the first holds weights and KV)" : "");
@@ -200,6 +305,7 @@ static rg_status_t print_detail(const rg_device_class_t *c, rg_dtype_t t) {
       any = 1;
     }
   if (!any) printf("  links      none given\n");
+  if (c->calibrated) return print_calibration(c);
   return NULL;
 }
 
@@ -212,6 +318,31 @@ static void json_link(cJSON *o, const char *key, const rg_link_t *l, int *bad) {
   rg_json_str(e, "name", l->name, bad);
   rg_json_num(e, "bandwidth", l->bandwidth, bad);
   rg_json_num(e, "latency", l->latency, bad);
+}
+
+static void json_curve(cJSON *o, const char *key, const rg_eff_curve_t *k, int *bad) {
+  cJSON *a = rg_json_arr(o, key, bad);
+  for (int i = 0; i < k->n; i++) {
+    cJSON *e = rg_json_push_obj(a, bad);
+    rg_json_num(e, "m", k->pt[i].m, bad);
+    rg_json_num(e, "eff", k->pt[i].eff, bad);
+  }
+}
+
+// The figures calibration can change: efficiencies and fixed costs.
+static void json_figures(cJSON *o, const rg_device_class_t *c, int *bad) {
+  cJSON *e = rg_json_obj(o, "efficiency", bad);
+  rg_json_num(e, "memory", c->eff_memory, bad);
+  cJSON *cc = rg_json_obj(e, "compute", bad);
+  json_curve(cc, "all", &c->eff_compute_all, bad);
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)
+    if (c->eff_compute[d].n > 0)
+      json_curve(cc, rg_dtype_name((rg_dtype_t)d), &c->eff_compute[d], bad);
+  rg_json_str(e, "source", c->eff_source, bad);
+  cJSON *ov = rg_json_obj(o, "overhead", bad);
+  rg_json_num(ov, "step_s", c->step_cost, bad);
+  rg_json_num(ov, "layer_s", c->layer_floor, bad);
+  rg_json_str(ov, "source", c->overhead_source, bad);
 }
 
 static void json_class(cJSON *o, const rg_device_class_t *c, rg_dtype_t t, int *bad) {
@@ -249,8 +380,24 @@ static void json_class(cJSON *o, const rg_device_class_t *c, rg_dtype_t t, int *
   json_link(ln, "scale_up", &c->scale_up, bad);
   json_link(ln, "scale_out", &c->scale_out, bad);
   json_link(ln, "host", &c->host, bad);
-  rg_json_num(o, "eff_compute", c->eff_compute, bad);
-  rg_json_num(o, "eff_memory", c->eff_memory, bad);
+  json_figures(o, c, bad);
+  rg_json_bool(o, "calibrated", c->calibrated, bad);
+  if (c->calibrated) {
+    cJSON *cal = rg_json_obj(o, "calibration", bad);
+    rg_json_str(cal, "path", c->calibration_path, bad);
+    rg_json_str(cal, "source", c->calibration_source, bad);
+    if (c->datasheet) {
+      cJSON *ds = rg_json_obj(o, "datasheet", bad);
+      cJSON *dp = rg_json_obj(ds, "peak", bad);
+      for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)
+        if (c->datasheet->peak[d] > 0)
+          rg_json_num(dp, rg_dtype_name((rg_dtype_t)d), c->datasheet->peak[d], bad);
+      rg_json_num(ds, "bandwidth", c->datasheet->n_mem > 0 ? c->datasheet->mem[0].bandwidth : 0,
+                  bad);
+      rg_json_num(ds, "capacity", c->datasheet->n_mem > 0 ? c->datasheet->mem[0].capacity : 0, bad);
+      json_figures(ds, c->datasheet, bad);
+    }
+  }
 }
 
 static rg_status_t parse_dtype(const char *text, rg_dtype_t *out) {

@@ -79,9 +79,9 @@ static const char usage[] =
     "  --device D         where the stages run: cpu:0 (default) or another device `ridge devices` "
     "lists\n"
     "  --threads N        CPU threads (default: one per core)\n"
-    "  --isa I            cap the CPU kernels: scalar, avx2, avx512, avx512-bf16 (default: the "
-    "best this\n"
-    "                     CPU has; avx512 keeps bf16 matmuls' activations in f32)\n"
+    "  --isa I            cap the CPU kernels: scalar, avx2, avx512, avx512-bf16, amx (default: "
+    "the best\n"
+    "                     this CPU has; avx512 keeps the matmuls' activations in f32)\n"
     "\n"
     "Scheduling (defaults suit a CPU of this size):\n"
     "  --max-seqs N       sequences running at once (default 16; with --batch, B)\n"
@@ -953,13 +953,9 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     eo.kv_dtype_set = 1;
   }
   if (a->isa) {
-    int found = 0;
-    for (int i = 0; i < RG_CPU_ISA_COUNT; i++)
-      if (!strcmp(a->isa, rg_cpu_isa_name((rg_cpu_isa_t)i))) eo.isa = i, found = 1;
-    if (!found)
-      return rg_status_make(RG_INVALID_ARGUMENT,
-                            "--isa: expected auto, scalar, avx2, avx512 or avx512-bf16, got '%s'",
-                            a->isa);
+    rg_cpu_isa_t isa;
+    RG_RETURN_IF_ERROR(rg_cpu_isa_parse("--isa", a->isa, &isa));
+    eo.isa = (int)isa;
   }
   rg_sched_preempt_t preempt = RG_SCHED_PREEMPT_RECOMPUTE;
   if (a->preempt)

@@ -36,7 +36,7 @@ static const char usage[] =
     "  --secret-file F    the shared secret (leading and trailing whitespace ignored); default:\n"
     "                     the RIDGE_SECRET environment variable\n"
     "  --threads N        CPU threads (default: one per core)\n"
-    "  --isa I            cap the CPU kernels: scalar, avx2, avx512, avx512-bf16\n"
+    "  --isa I            cap the CPU kernels: scalar, avx2, avx512, avx512-bf16, amx\n"
     "  --provider P       libfabric provider (default: $FI_PROVIDER, else shm, then tcp;ofi_rxm)\n"
     "  --connect-timeout S  seconds to keep trying to reach the coordinator (default 30)\n"
     "\n"
@@ -45,13 +45,6 @@ static const char usage[] =
     "  ridge run --layout attention-ffn --listen 127.0.0.1:7070 --secret-file /tmp/secret &\n"
     "  ridge worker --coordinator 127.0.0.1:7070 --name w0 --secret-file /tmp/secret &\n"
     "  ridge worker --coordinator 127.0.0.1:7070 --name w1 --secret-file /tmp/secret\n";
-
-static rg_status_t parse_isa(const char *s, int *out) {
-  for (int i = 0; i < RG_CPU_ISA_COUNT; i++)
-    if (!strcmp(s, rg_cpu_isa_name((rg_cpu_isa_t)i))) return *out = i, NULL;
-  return rg_status_make(RG_INVALID_ARGUMENT,
-                        "--isa: expected auto, scalar, avx2, avx512 or avx512-bf16, got '%s'", s);
-}
 
 int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common) {
   static const struct option longs[] = {{"coordinator", required_argument, 0, 'c'},
@@ -95,9 +88,12 @@ int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common) {
         o.threads = (int)v;
         break;
       }
-      case 'A':
-        if ((st = parse_isa(optarg, &o.isa))) return rg_cli_fail(CMD, st);
+      case 'A': {
+        rg_cpu_isa_t isa;
+        if ((st = rg_cpu_isa_parse("--isa", optarg, &isa))) return rg_cli_fail(CMD, st);
+        o.isa = (int)isa;
         break;
+      }
       case 'p':
         o.provider = optarg;
         break;

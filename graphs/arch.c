@@ -16,11 +16,11 @@
 // not counted: it is an optional speculative head, and the published 671B
 // total leaves it out too.
 //
-// "Active" parameters are those one token touches: everything above except
-// the routed experts it was not sent to. The embedding table counts in full,
-// as Meta, Mistral, Qwen and DeepSeek count it; OpenAI's gpt-oss model card
-// leaves the embedding out of its active figure (tests/test_graphs.c shows
-// both conventions against the published numbers).
+// "Active" parameters are those one token's matmuls use: everything above
+// except the routed experts it was not sent to and the (untied) embedding
+// table, of which it reads one row. OpenAI's gpt-oss card and DeepSeek count
+// it so; Mistral and Qwen include the table in their active figures
+// (tests/test_graphs.c shows both conventions against the published numbers).
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -172,8 +172,13 @@ double rg_arch_params(const rg_arch_t *a) {
   return a ? outer_params(a) + layers_params(a, 0) : 0.0;
 }
 
+// A token reads one row of the embedding table, so the table is not active
+// (an untied one; tied, it is the lm_head matrix every token multiplies).
+// This is gpt-oss's and DeepSeek's convention ("37B activated").
 double rg_arch_active_params(const rg_arch_t *a) {
-  return a ? outer_params(a) + layers_params(a, 1) : 0.0;
+  if (!a) return 0.0;
+  double embed = a->tie_embeddings ? 0.0 : (double)a->vocab * (double)a->d_model;
+  return outer_params(a) - embed + layers_params(a, 1);
 }
 
 double rg_arch_weight_bytes(const rg_arch_t *a, rg_dtype_t t) {

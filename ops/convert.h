@@ -49,6 +49,9 @@ typedef enum {
 } rg_cpu_isa_t;
 
 const char *rg_cpu_isa_name(rg_cpu_isa_t isa);
+// A level by its name ("auto", "scalar", ..., "amx"); RG_INVALID_ARGUMENT
+// naming `flag` and listing every name otherwise.
+RG_MUST_USE rg_status_t rg_cpu_isa_parse(const char *flag, const char *s, rg_cpu_isa_t *out);
 // The highest level this CPU and OS support (checked once, then cached).
 rg_cpu_isa_t rg_cpu_isa_best(void);
 // Resolves AUTO to the best level; fails with RG_UNAVAILABLE, naming the

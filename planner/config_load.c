@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,19 @@ static rg_status_t rg_want(const rg_node_t *map, const char *key, const char *wh
 
 // Reads a quantity with units; path names the enclosing mapping ("" at the
 // top), what names it in missing-key messages.
+// Largest value of each unit kind ridge plans with: far past any real part
+// (the biggest wafer holds 44 GB at 21 PB/s), yet small enough that sums and
+// products of them stay finite and print as numbers, not "inf".
+static const double rg_unit_max[RG_UNIT_KIND_COUNT] = {
+    [RG_UNIT_BYTES] = 1e18,      // 1 EB
+    [RG_UNIT_BANDWIDTH] = 1e18,  // 1 EB/s
+    [RG_UNIT_FLOPS] = 1e21,      // 1 ZFLOPS
+    [RG_UNIT_POWER] = 1e7,       // 10 MW
+    [RG_UNIT_PRICE] = 1e4,       // $36M/h
+    [RG_UNIT_TIME] = 3.2e7,      // a year
+    [RG_UNIT_RATE] = 1e9,        // a billion requests/s
+};
+
 static rg_status_t rg_read_quantity(const rg_node_t *map, const char *path, const char *what,
                                     const char *key, rg_unit_kind_t kind, int required,
                                     int allow_zero, double *out) {
@@ -96,7 +110,16 @@ static rg_status_t rg_read_quantity(const rg_node_t *map, const char *path, cons
   RG_RETURN_IF_ERROR(rg_want(map, key, what, required, hint, &n));
   if (!n) return NULL;
   rg_label(label, sizeof(label), path, key);
-  return rg_node_quantity(n, label, kind, allow_zero, out);
+  double v;
+  RG_RETURN_IF_ERROR(rg_node_quantity(n, label, kind, allow_zero, &v));
+  if (v > rg_unit_max[kind]) {
+    char most[32];
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos,
+                        "%s: '%s' is beyond any device or fleet; at most %s", label, n->scalar,
+                        rg_fmt_quantity(rg_unit_max[kind], kind, most, sizeof most));
+  }
+  *out = v;
+  return NULL;
 }
 
 // Copies a text value into a fixed-size field, refusing (rather than
@@ -201,6 +224,14 @@ static double rg_peak_16(const rg_device_class_t *c) {
   return c->peak[RG_BF16] > c->peak[RG_F16] ? c->peak[RG_BF16] : c->peak[RG_F16];
 }
 
+// The keys of `peak:` and `efficiency.compute:`: the compute dtypes' names,
+// then `extra` ("tf32", "all"), then NULL; keys has RG_DTYPE_COMPUTE_COUNT + 2.
+static void fill_dtype_keys(const char **keys, const char *extra) {
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) keys[t] = rg_dtype_name((rg_dtype_t)t);
+  keys[RG_DTYPE_COMPUTE_COUNT] = extra;
+  keys[RG_DTYPE_COMPUTE_COUNT + 1] = NULL;
+}
+
 double rg_class_peak(const rg_device_class_t *c, rg_dtype_t t) {
   if ((unsigned)t >= RG_DTYPE_COUNT) return 0;
   t = rg_dtype_compute(t);  // a storage type (q8_0) runs at its compute type's rate
@@ -251,9 +282,7 @@ static rg_status_t rg_read_peak(const rg_node_t *root, rg_device_class_t *c) {
     return NULL;
   }
   const char *rg_peak_keys[RG_DTYPE_COMPUTE_COUNT + 2];
-  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) rg_peak_keys[t] = rg_dtype_name((rg_dtype_t)t);
-  rg_peak_keys[RG_DTYPE_COMPUTE_COUNT] = "tf32";
-  rg_peak_keys[RG_DTYPE_COMPUTE_COUNT + 1] = NULL;
+  fill_dtype_keys(rg_peak_keys, "tf32");
   RG_RETURN_IF_ERROR(rg_node_check_keys(peak, rg_peak_keys, "peak"));
   for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++)
     RG_RETURN_IF_ERROR(
@@ -343,25 +372,135 @@ static rg_status_t rg_read_fraction(const rg_node_t *map, const char *path, cons
   return NULL;
 }
 
+// A curve of compute efficiency by GEMM M: a plain fraction (the same at
+// every M) or a mapping { M: fraction, ... } with M increasing.
+static rg_status_t rg_read_curve(const rg_node_t *n, const char *label, rg_eff_curve_t *c) {
+  memset(c, 0, sizeof(*c));
+  if (n->kind == RG_NODE_SCALAR) {
+    double v;
+    RG_RETURN_IF_ERROR(rg_node_num(n, label, 0, 1, &v));
+    if (v == 0)
+      return rg_status_at(RG_INVALID_ARGUMENT, &n->pos, "%s: must be more than zero, got '%s'",
+                          label, n->scalar);
+    c->n = 1;
+    c->pt[0].m = 1;
+    c->pt[0].eff = v;
+    return NULL;
+  }
+  if (n->kind != RG_NODE_MAP)
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos,
+                        "%s: expected a fraction or a mapping of GEMM M to fraction, like "
+                        "'{ 16: 0.1, 1024: 0.7 }'",
+                        label);
+  if (n->n < 1 || n->n > RG_EFF_POINTS)
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos, "%s: expected 1 to %d points, got %zu", label,
+                        RG_EFF_POINTS, n->n);
+  for (size_t i = 0; i < n->n; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "%s key", label);
+    double m, e;
+    RG_RETURN_IF_ERROR(rg_node_num(n->keys[i], what, 1, 1e9, &m));
+    snprintf(what, sizeof what, "%s.%s", label, n->keys[i]->scalar);
+    RG_RETURN_IF_ERROR(rg_node_num(n->items[i], what, 0, 1, &e));
+    if (e == 0)
+      return rg_status_at(RG_INVALID_ARGUMENT, &n->items[i]->pos, "%s: must be more than zero",
+                          what);
+    if (i > 0 && m <= c->pt[i - 1].m)
+      return rg_status_at(RG_INVALID_ARGUMENT, &n->keys[i]->pos,
+                          "%s: M %g does not follow %g; list points by increasing M", label, m,
+                          c->pt[i - 1].m);
+    c->pt[i].m = m;
+    c->pt[i].eff = e;
+  }
+  c->n = (int)n->n;
+  return NULL;
+}
+
+// Keys of efficiency.compute: every dtype, and `all` for dtypes not listed.
 static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *c) {
-  // Defaults: tuned GEMM kernels reach roughly 70% of a part's peak FLOP/s,
-  // and streaming (decode) kernels roughly 85% of peak memory bandwidth; the
-  // roofline alone would promise more than any real kernel delivers.
-  c->eff_compute = 0.70;
-  c->eff_memory = 0.85;
   const rg_node_t *e;
   RG_RETURN_IF_ERROR(rg_want(root, "efficiency", "device class", 0, NULL, &e));
   if (!e) return NULL;
-  static const char *const keys[] = {"compute", "memory", NULL};
+  static const char *const keys[] = {"compute", "memory", "attention", "link",
+                                     "experts", "source", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(e, keys, "efficiency"));
-  RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "compute", &c->eff_compute));
-  return rg_read_fraction(e, "efficiency", "memory", &c->eff_memory);
+  RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "memory", &c->eff_memory));
+  RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "attention", &c->eff_attention));
+  RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "link", &c->eff_link));
+  RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "experts", &c->eff_experts));
+  RG_RETURN_IF_ERROR(rg_read_text(e, "efficiency", "efficiency", "source", 0, c->eff_source,
+                                  sizeof(c->eff_source)));
+  const rg_node_t *cn;
+  RG_RETURN_IF_ERROR(rg_want(e, "compute", "efficiency", 0, NULL, &cn));
+  if (!cn) return NULL;
+  // A plain fraction or one curve applies to every dtype.
+  if (cn->kind == RG_NODE_SCALAR ||
+      (cn->kind == RG_NODE_MAP && cn->n > 0 && cn->keys[0]->scalar &&
+       cn->keys[0]->scalar[0] >= '0' && cn->keys[0]->scalar[0] <= '9')) {
+    for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) c->eff_compute[t].n = 0;
+    return rg_read_curve(cn, "efficiency.compute", &c->eff_compute_all);
+  }
+  const char *rg_curve_keys[RG_DTYPE_COMPUTE_COUNT + 2];
+  fill_dtype_keys(rg_curve_keys, "all");
+  RG_RETURN_IF_ERROR(rg_node_check_keys(cn, rg_curve_keys, "efficiency.compute"));
+  for (int t = 0; t <= RG_DTYPE_COMPUTE_COUNT; t++) {
+    const rg_node_t *k = rg_node_get(cn, rg_curve_keys[t]);
+    if (!k) continue;
+    char label[64];
+    rg_label(label, sizeof label, "efficiency.compute", rg_curve_keys[t]);
+    RG_RETURN_IF_ERROR(
+        rg_read_curve(k, label, t < RG_DTYPE_COMPUTE_COUNT ? &c->eff_compute[t] : &c->eff_compute_all));
+  }
+  return NULL;
+}
+
+static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c) {
+  const rg_node_t *o;
+  RG_RETURN_IF_ERROR(rg_want(root, "overhead", "device class", 0, NULL, &o));
+  if (!o) return NULL;
+  static const char *const keys[] = {"step", "layer", "source", NULL};
+  RG_RETURN_IF_ERROR(rg_node_check_keys(o, keys, "overhead"));
+  // Zero is meaningful for both: a part with no fixed cost at that level.
+  RG_RETURN_IF_ERROR(
+      rg_read_quantity(o, "overhead", "overhead", "step", RG_UNIT_TIME, 0, 1, &c->step_cost));
+  RG_RETURN_IF_ERROR(
+      rg_read_quantity(o, "overhead", "overhead", "layer", RG_UNIT_TIME, 0, 1, &c->layer_floor));
+  return rg_read_text(o, "overhead", "overhead", "source", 0, c->overhead_source,
+                      sizeof(c->overhead_source));
+}
+
+double rg_eff_curve_at(const rg_eff_curve_t *c, double m) {
+  if (!c || c->n <= 0) return 0;
+  if (c->n == 1 || m <= c->pt[0].m) return c->pt[0].eff;
+  if (m >= c->pt[c->n - 1].m) return c->pt[c->n - 1].eff;
+  int i = 1;
+  while (i < c->n - 1 && c->pt[i].m < m) i++;
+  double x0 = log(c->pt[i - 1].m), x1 = log(c->pt[i].m), w = (log(m) - x0) / (x1 - x0);
+  return c->pt[i - 1].eff + w * (c->pt[i].eff - c->pt[i - 1].eff);
+}
+
+double rg_class_eff_compute(const rg_device_class_t *c, rg_dtype_t t, double m) {
+  if ((unsigned)t < RG_DTYPE_COUNT) t = rg_dtype_compute(t);
+  if ((unsigned)t < RG_DTYPE_COMPUTE_COUNT && c->eff_compute[t].n > 0)
+    return rg_eff_curve_at(&c->eff_compute[t], m);
+  return rg_eff_curve_at(&c->eff_compute_all, m);
+}
+
+// The defaults a class without `efficiency:` gets: the roofline scaled by
+// fractions typical of tuned kernels (docs/planner.md says where they come
+// from), and no fixed costs.
+static void rg_class_defaults(rg_device_class_t *c) {
+  c->eff_compute_all.n = 1;
+  c->eff_compute_all.pt[0].m = 1;
+  c->eff_compute_all.pt[0].eff = 0.70;
+  c->eff_memory = 0.85;
+  snprintf(c->eff_source, sizeof c->eff_source, "ridge default (no efficiency: in the class file)");
 }
 
 static rg_status_t rg_parse_class(const rg_node_t *root, const char *path, rg_device_class_t *c) {
-  static const char *const keys[] = {"name",   "description", "kind",  "peak",
-                                     "memory", "sram",        "power", "price",
-                                     "links",  "efficiency",  NULL};
+  static const char *const keys[] = {"name",   "description", "kind",     "peak",
+                                     "memory", "sram",        "power",    "price",
+                                     "links",  "efficiency",  "overhead", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(root, keys, "device class"));
   RG_RETURN_IF_ERROR(rg_copy_path(path, c->path, sizeof(c->path)));
   RG_RETURN_IF_ERROR(rg_read_name(root, "device class", path, c->name, sizeof(c->name)));
@@ -384,7 +523,9 @@ static rg_status_t rg_parse_class(const rg_node_t *root, const char *path, rg_de
   RG_RETURN_IF_ERROR(
       rg_read_quantity(root, "", "device class", "price", RG_UNIT_PRICE, 1, 0, &c->price));
   RG_RETURN_IF_ERROR(rg_read_links(root, c));
-  return rg_read_efficiency(root, c);
+  rg_class_defaults(c);
+  RG_RETURN_IF_ERROR(rg_read_efficiency(root, c));
+  return rg_read_overhead(root, c);
 }
 
 rg_status_t rg_device_class_load(const char *path, rg_device_class_t **out) {
@@ -410,13 +551,161 @@ fail_doc:
   return st;
 }
 
+// ----- Calibrated classes ------------------------------------------------------
+//
+// configs/devices/calibrated/NAME.yaml overlays class NAME with figures
+// measured on a real device (`ridge profile` writes them):
+//
+//   name: h100-sxm                      # the class it calibrates
+//   measured: { by: "ridge profile", date: 2025-06-01, device: "cuda:0 ..." }
+//   memory: [ { name: hbm3, bandwidth: 2.95 TB/s } ]   # tiers by name; capacity
+//                                                      # and/or bandwidth
+//   peak: { bf16: 760 TFLOPS }          # dtypes given replace the datasheet's
+//   efficiency: { ... }                 # as in a class file
+//   overhead: { ... }                   # as in a class file
+//
+// Every figure it gives replaces the datasheet's; the rest stay. `measured`
+// is required, so a calibrated file always says where its figures came from.
+
+static rg_status_t rg_overlay_memory(const rg_node_t *mem, rg_device_class_t *c) {
+  RG_RETURN_IF_ERROR(rg_node_expect(mem, RG_NODE_SEQ, "memory"));
+  static const char *const keys[] = {"name", "capacity", "bandwidth", NULL};
+  for (size_t i = 0; i < mem->n; i++) {
+    const rg_node_t *tier = mem->items[i];
+    char path[32], name[32];
+    snprintf(path, sizeof(path), "memory[%zu]", i);
+    RG_RETURN_IF_ERROR(rg_node_check_keys(tier, keys, path));
+    RG_RETURN_IF_ERROR(rg_read_text(tier, path, path, "name", 1, name, sizeof(name)));
+    int j = 0;
+    while (j < c->n_mem && strcmp(c->mem[j].name, name)) j++;
+    if (j == c->n_mem)
+      return rg_status_at(RG_INVALID_ARGUMENT, &rg_node_get(tier, "name")->pos,
+                          "%s.name: class '%s' has no memory tier '%s'; its tiers are %s%s%s", path,
+                          c->name, name, c->mem[0].name, c->n_mem > 1 ? ", " : "",
+                          c->n_mem > 1 ? c->mem[1].name : "");
+    RG_RETURN_IF_ERROR(
+        rg_read_quantity(tier, path, path, "capacity", RG_UNIT_BYTES, 0, 0, &c->mem[j].capacity));
+    RG_RETURN_IF_ERROR(rg_read_quantity(tier, path, path, "bandwidth", RG_UNIT_BANDWIDTH, 0, 0,
+                                        &c->mem[j].bandwidth));
+  }
+  return NULL;
+}
+
+static rg_status_t rg_apply_calibration(const rg_node_t *root, const char *path,
+                                        rg_device_class_t *c) {
+  static const char *const keys[] = {"name",       "description", "measured", "peak", "memory",
+                                     "efficiency", "overhead",    "links",    NULL};
+  RG_RETURN_IF_ERROR(rg_node_check_keys(root, keys, "calibrated class"));
+  char name[64];
+  RG_RETURN_IF_ERROR(rg_read_name(root, "calibrated class", path, name, sizeof(name)));
+  if (strcmp(name, c->name))
+    return rg_status_at(RG_INVALID_ARGUMENT, &rg_node_get(root, "name")->pos,
+                        "name '%s' calibrates a different class from '%s'", name, c->name);
+  const rg_node_t *m;
+  RG_RETURN_IF_ERROR(rg_want(root, "measured", "calibrated class", 1,
+                             "{ by, date, device }: what measured these figures, and when", &m));
+  static const char *const mkeys[] = {"by", "date", "device", NULL};
+  RG_RETURN_IF_ERROR(rg_node_check_keys(m, mkeys, "measured"));
+  char by[96] = "", date[32] = "", device[96] = "";
+  RG_RETURN_IF_ERROR(rg_read_text(m, "measured", "measured", "by", 1, by, sizeof by));
+  RG_RETURN_IF_ERROR(rg_read_text(m, "measured", "measured", "date", 1, date, sizeof date));
+  RG_RETURN_IF_ERROR(rg_read_text(m, "measured", "measured", "device", 0, device, sizeof device));
+  RG_RETURN_IF_ERROR(rg_copy_path(path, c->calibration_path, sizeof(c->calibration_path)));
+  snprintf(c->calibration_source, sizeof(c->calibration_source), "measured by %s on %s%s%s", by,
+           date, device[0] ? ", " : "", device);
+  RG_RETURN_IF_ERROR(rg_read_text(root, "", "calibrated class", "description", 0, c->description,
+                                  sizeof(c->description)));
+  const rg_node_t *peak = rg_node_get(root, "peak");
+  if (peak) {
+    if (!rg_class_computes(c))
+      return rg_status_at(RG_INVALID_ARGUMENT, rg_node_key_pos(root, "peak"),
+                          "peak: class '%s' is a %s tier and does no compute", c->name,
+                          rg_device_kind_name(c->kind));
+    const char *rg_peak_keys[RG_DTYPE_COMPUTE_COUNT + 2];
+    fill_dtype_keys(rg_peak_keys, "tf32");
+    RG_RETURN_IF_ERROR(rg_node_check_keys(peak, rg_peak_keys, "peak"));
+    for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++)
+      RG_RETURN_IF_ERROR(rg_read_quantity(peak, "peak", "peak", rg_peak_keys[t], RG_UNIT_FLOPS, 0,
+                                          0, &c->peak[t]));
+  }
+  const rg_node_t *mem = rg_node_get(root, "memory");
+  if (mem) RG_RETURN_IF_ERROR(rg_overlay_memory(mem, c));
+  RG_RETURN_IF_ERROR(rg_read_links(root, c));
+  // A calibrated efficiency block says where it came from by `measured`.
+  char eff_src[sizeof c->eff_source], ovh_src[sizeof c->overhead_source];
+  snprintf(eff_src, sizeof eff_src, "%s", c->eff_source);
+  snprintf(ovh_src, sizeof ovh_src, "%s", c->overhead_source);
+  c->eff_source[0] = c->overhead_source[0] = 0;
+  RG_RETURN_IF_ERROR(rg_read_efficiency(root, c));
+  RG_RETURN_IF_ERROR(rg_read_overhead(root, c));
+  if (!c->eff_source[0])
+    snprintf(c->eff_source, sizeof c->eff_source, "%s",
+             rg_node_get(root, "efficiency") ? c->calibration_source : eff_src);
+  if (!c->overhead_source[0])
+    snprintf(c->overhead_source, sizeof c->overhead_source, "%s",
+             rg_node_get(root, "overhead") ? c->calibration_source : ovh_src);
+  c->calibrated = 1;
+  return NULL;
+}
+
+rg_status_t rg_device_class_calibrate(rg_device_class_t *c, const char *path) {
+  rg_doc_t *doc = NULL;
+  RG_RETURN_IF_ERROR(rg_doc_load_file(path, &doc));
+  rg_status_t st = rg_apply_calibration(rg_doc_root(doc), path, c);
+  rg_doc_destroy(doc);
+  return st;
+}
+
 // ----- Catalog -----------------------------------------------------------------
 
 void rg_catalog_destroy(rg_catalog_t *cat) {
   if (!cat) return;
   for (size_t i = 0; i < cat->n; i++) free(cat->classes[i]);
+  for (size_t i = 0; i < cat->n_sheets; i++) free(cat->sheets[i]);
   free(cat->classes);
+  free(cat->sheets);
   free(cat);
+}
+
+// Overlays every calibrated/*.yaml on its class, keeping a copy of the
+// datasheet figures for side-by-side display.
+static rg_status_t rg_catalog_calibrate(rg_catalog_t *cat, const char *dir) {
+  char cdir[1100];
+  snprintf(cdir, sizeof cdir, "%s/calibrated", dir);
+  struct dirent **list = NULL;
+  int n = rg_list_yaml(cdir, &list);
+  if (n < 0) return errno == ENOENT ? NULL : rg_status_make(RG_IO, "%s: %s", cdir, strerror(errno));
+  rg_status_t st = NULL;
+  cat->sheets = calloc(n ? (size_t)n : 1, sizeof(*cat->sheets));
+  if (!cat->sheets) {
+    st = rg_oom(cdir);
+    goto done;
+  }
+  for (int i = 0; i < n && !st; i++) {
+    char path[1400], stem[256];
+    snprintf(path, sizeof(path), "%s/%s", cdir, list[i]->d_name);
+    rg_file_stem(path, stem, sizeof stem);
+    rg_device_class_t *c = NULL;
+    for (size_t j = 0; j < cat->n; j++)
+      if (!strcmp(cat->classes[j]->name, stem)) c = cat->classes[j];
+    if (!c) {
+      st = rg_catalog_unknown(cat, stem, NULL);
+      st = rg_status_wrap(st, "%s: a calibrated file must be named after a class in %s", path, dir);
+      break;
+    }
+    rg_device_class_t *sheet = malloc(sizeof(*sheet));
+    if (!sheet) {
+      st = rg_oom(path);
+      break;
+    }
+    *sheet = *c;
+    cat->sheets[cat->n_sheets++] = sheet;
+    c->datasheet = sheet;
+    st = rg_device_class_calibrate(c, path);
+  }
+done:
+  rg_free_list(list, n);
+  return st;
 }
 
 rg_status_t rg_catalog_load(const char *config_dir, rg_catalog_t **out) {
@@ -455,6 +744,8 @@ rg_status_t rg_catalog_load(const char *config_dir, rg_catalog_t **out) {
     if (st) goto fail_cat;
     cat->n++;
   }
+  st = rg_catalog_calibrate(cat, dir);
+  if (st) goto fail_cat;
   rg_free_list(list, n);
   *out = cat;
   return NULL;
@@ -761,6 +1052,12 @@ rg_link_t rg_fleet_intra_link(const rg_fleet_t *f, const rg_device_class_t *c) {
   return pcie;
 }
 
+double rg_fleet_nic_bandwidth(const rg_fleet_t *f, const rg_device_class_t *c) {
+  if (c->scale_out.bandwidth > 0) return c->scale_out.bandwidth;
+  int per = rg_fleet_per_node(f, c);
+  return f->network.bandwidth / (per > 0 ? per : 1);
+}
+
 // ----- Workloads ---------------------------------------------------------------
 
 // Token counts: at least one token, at most a billion (far past any context).
@@ -847,6 +1144,10 @@ static rg_status_t rg_read_dist(const rg_node_t *root, const char *key, rg_dist_
   return NULL;
 }
 
+// Fewer requests than one a day is not a load to plan a fleet for; below it
+// every ratio the plan prints is noise.
+#define RG_RATE_MIN (1.0 / 86400.0)
+
 static rg_status_t rg_read_arrival(const rg_node_t *root, rg_workload_t *w) {
   const rg_node_t *a;
   RG_RETURN_IF_ERROR(
@@ -861,8 +1162,86 @@ static rg_status_t rg_read_arrival(const rg_node_t *root, rg_workload_t *w) {
   if (p)
     RG_RETURN_IF_ERROR(
         rg_read_choice(p, "arrival.process", "arrival process", processes, 1, &unused));
-  // A zero rate is allowed: it means "as many as the fleet serves".
-  return rg_read_quantity(a, "arrival", "arrival", "rate", RG_UNIT_RATE, 1, 1, &w->rate);
+  // No rate: as many requests as the fleet serves (offline). A rate given
+  // must be a real one; zero would silently mean the same as leaving it out.
+  const rg_node_t *r;
+  RG_RETURN_IF_ERROR(rg_want(a, "rate", "arrival", 0, NULL, &r));
+  if (!r) return NULL;
+  RG_RETURN_IF_ERROR(
+      rg_read_quantity(a, "arrival", "arrival", "rate", RG_UNIT_RATE, 0, 1, &w->rate));
+  if (w->rate == 0)
+    return rg_status_at(
+        RG_INVALID_ARGUMENT, &r->pos,
+        "arrival.rate: 0 is no load; leave 'rate' out to plan for as many requests as "
+        "the fleet serves");
+  if (w->rate < RG_RATE_MIN)
+    return rg_status_at(RG_INVALID_ARGUMENT, &r->pos,
+                        "arrival.rate: '%s' is less than one request a day; at least %.3g req/s",
+                        r->scalar, RG_RATE_MIN);
+  return NULL;
+}
+
+// prefix_cache: { hit_rate: 0.56 } or { shared_tokens: 2000 }.
+static rg_status_t rg_read_prefix_cache(const rg_node_t *root, rg_workload_t *w) {
+  const rg_node_t *m;
+  RG_RETURN_IF_ERROR(rg_want(root, "prefix_cache", "workload", 0, NULL, &m));
+  if (!m) return NULL;
+  static const char *const keys[] = {"hit_rate", "shared_tokens", NULL};
+  RG_RETURN_IF_ERROR(rg_node_check_keys(m, keys, "prefix_cache"));
+  const rg_node_t *h = rg_node_get(m, "hit_rate"), *s = rg_node_get(m, "shared_tokens");
+  if (!h == !s)
+    return rg_status_at(
+        RG_INVALID_ARGUMENT, &m->pos,
+        "prefix_cache: give one of hit_rate (the share of prompt tokens found cached) or "
+        "shared_tokens (a prefix every prompt shares)");
+  if (h) return rg_node_num(h, "prefix_cache.hit_rate", 0, 0.999, &w->prefix_hit_rate);
+  RG_RETURN_IF_ERROR(
+      rg_node_num(s, "prefix_cache.shared_tokens", 1, RG_TOKENS_MAX, &w->shared_prefix));
+  double shortest = w->prompt.kind == RG_DIST_FIXED     ? w->prompt.mean
+                    : w->prompt.kind == RG_DIST_UNIFORM ? w->prompt.min
+                                                        : 0;
+  if (shortest > 0 && w->shared_prefix >= shortest)
+    return rg_status_at(
+        RG_INVALID_ARGUMENT, &s->pos,
+        "prefix_cache.shared_tokens: %g is not shorter than the prompts (%g tokens); a "
+        "shared prefix leaves each prompt at least one token of its own",
+        w->shared_prefix, shortest);
+  return NULL;
+}
+
+// speculative: { draft: llama-3.1-8b, tokens: 4, acceptance: 0.8 }.
+static rg_status_t rg_read_speculative(const rg_node_t *root, rg_workload_t *w) {
+  const rg_node_t *m;
+  RG_RETURN_IF_ERROR(rg_want(root, "speculative", "workload", 0, NULL, &m));
+  if (!m) return NULL;
+  rg_speculative_t *s = &w->speculative;
+  static const char *const keys[] = {"draft", "tokens", "acceptance", NULL};
+  RG_RETURN_IF_ERROR(rg_node_check_keys(m, keys, "speculative"));
+  RG_RETURN_IF_ERROR(
+      rg_read_text(m, "speculative", "speculative", "draft", 1, s->draft, sizeof s->draft));
+  const rg_node_t *n;
+  RG_RETURN_IF_ERROR(
+      rg_want(m, "tokens", "speculative", 1, "the tokens the draft proposes per step, like 4", &n));
+  long long k;
+  RG_RETURN_IF_ERROR(rg_node_int(n, "speculative.tokens", 1, 16, &k));
+  s->tokens = (int)k;
+  RG_RETURN_IF_ERROR(rg_want(m, "acceptance", "speculative", 1,
+                             "the chance the target accepts a proposed token, like 0.8", &n));
+  RG_RETURN_IF_ERROR(rg_node_num(n, "speculative.acceptance", 0, 1, &s->acceptance));
+  s->present = 1;
+  return NULL;
+}
+
+double rg_speculative_tokens_per_step(const rg_speculative_t *s) {
+  if (!s || !s->present) return 1;
+  // Token i (1-based) of the proposal is kept when it and all before it are
+  // accepted (a^i); the verify step always yields one token of its own.
+  double t = 1, ai = 1;
+  for (int i = 0; i < s->tokens; i++) {
+    ai *= s->acceptance;
+    t += ai;
+  }
+  return t;
 }
 
 static rg_status_t rg_read_slo(const rg_node_t *root, rg_workload_t *w) {
@@ -913,8 +1292,9 @@ static rg_status_t rg_read_session(const rg_node_t *root, rg_session_t *s) {
 }
 
 static rg_status_t rg_parse_workload(const rg_node_t *root, const char *path, rg_workload_t *w) {
-  static const char *const keys[] = {"name",    "description", "prompt_tokens", "output_tokens",
-                                     "arrival", "slo",         "session",       NULL};
+  static const char *const keys[] = {"name",        "description", "prompt_tokens", "output_tokens",
+                                     "arrival",     "slo",         "session",       "prefix_cache",
+                                     "speculative", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(root, keys, "workload"));
   RG_RETURN_IF_ERROR(rg_copy_path(path, w->path, sizeof(w->path)));
   RG_RETURN_IF_ERROR(rg_read_name(root, "workload", path, w->name, sizeof(w->name)));
@@ -924,6 +1304,8 @@ static rg_status_t rg_parse_workload(const rg_node_t *root, const char *path, rg
   RG_RETURN_IF_ERROR(rg_read_dist(root, "output_tokens", &w->output));
   RG_RETURN_IF_ERROR(rg_read_arrival(root, w));
   RG_RETURN_IF_ERROR(rg_read_slo(root, w));
+  RG_RETURN_IF_ERROR(rg_read_prefix_cache(root, w));
+  RG_RETURN_IF_ERROR(rg_read_speculative(root, w));
   return rg_read_session(root, &w->session);
 }
 

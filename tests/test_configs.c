@@ -116,9 +116,10 @@ static rg_status_t load_class(const char *path) {
 RG_TEST(configs_device_classes_all_load) {
   rg_catalog_t *cat;
   RG_REQUIRE_OK(rg_catalog_load(rg_test_config_dir(), &cat));
-  static const char *const shipped[] = {"h100-sxm",   "h200",      "b200",      "mi300x",
-                                        "gaudi3",     "trainium2", "groq-lpu",  "cerebras-cs3",
-                                        "bertha-500", "local-cpu", "host-dram", "nvme-ssd"};
+  static const char *const shipped[] = {
+      "h100-sxm", "h200",         "b200",       "mi300x",    "gaudi3",    "trainium2",
+      "groq-lpu", "cerebras-cs3", "bertha-500", "local-cpu", "host-dram", "nvme-ssd",
+      "h800",     "h20",          "a100-80gb",  "l40s",      "mi325x",    "gb200"};
   for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++) {
     const rg_device_class_t *c = rg_catalog_find(cat, shipped[i]);
     if (!c) {
@@ -129,7 +130,7 @@ RG_TEST(configs_device_classes_all_load) {
     RG_CHECK(rg_class_computes(c) == !memory_tier);
     RG_CHECK(c->n_mem >= 1 && c->mem[0].capacity > 0 && c->mem[0].bandwidth > 0);
     RG_CHECK(c->power > 0 && c->price > 0);
-    RG_CHECK(c->eff_compute > 0 && c->eff_memory > 0);
+    RG_CHECK(rg_class_eff_compute(c, RG_BF16, 4096) > 0 && c->eff_memory > 0);
     RG_CHECK(memory_tier || rg_class_peak(c, RG_BF16) > 0);
   }
   // Sorted by name, so listings and plans do not depend on the file system.
@@ -146,7 +147,8 @@ RG_TEST(configs_h100_ridge_point) {
   RG_REQUIRE(c);
   RG_CHECK_NEAR(c->peak[RG_BF16], 989.5e12, 1e-9);
   RG_CHECK_NEAR(c->mem[0].bandwidth, 3.35e12, 1e-9);
-  RG_CHECK_NEAR(c->mem[0].capacity, 80e9, 1e-9);
+  // "80 GB" of HBM is 80 GiB: nvidia-smi reports 81,559 MiB.
+  RG_CHECK_NEAR(c->mem[0].capacity, 81559.0 * 1024 * 1024, 1e-9);
   // DIGEST.md: 989.5 TFLOPS / 3.35 TB/s = ~295 FLOP per byte.
   RG_CHECK_NEAR(rg_class_ridge(c, RG_BF16), 295.0, 0.01);
   RG_CHECK_NEAR(c->scale_up.bandwidth, 450e9, 1e-9);
@@ -188,9 +190,20 @@ RG_TEST(configs_class_peak_fallback_and_defaults) {
   RG_CHECK_NEAR(rg_class_peak(groq, RG_INT8), 750e12, 1e-9);    // its own rate
   RG_CHECK(rg_class_peak(dram, RG_BF16) == 0);
   RG_CHECK(rg_class_ridge(dram, RG_BF16) == 0);
-  // Defaults when a class gives no efficiency.
-  RG_CHECK_NEAR(h100->eff_compute, 0.70, 1e-12);
-  RG_CHECK_NEAR(h100->eff_memory, 0.85, 1e-12);
+  // Defaults when a class gives no efficiency (Gaudi 3: no published row
+  // to fit one against), and no fixed costs.
+  const rg_device_class_t *gaudi = rg_catalog_find(cat, "gaudi3");
+  RG_REQUIRE(gaudi);
+  RG_CHECK_NEAR(rg_class_eff_compute(gaudi, RG_BF16, 4096), 0.70, 1e-12);
+  RG_CHECK_NEAR(gaudi->eff_memory, 0.85, 1e-12);
+  RG_CHECK(gaudi->step_cost == 0 && gaudi->layer_floor == 0);
+  // A class that gives them: the H100's fitted figures, each with a source.
+  RG_CHECK(h100->eff_memory > 0.5 && h100->eff_memory < 0.9);
+  RG_CHECK(h100->eff_attention > 0 && h100->eff_link > 0 && h100->eff_experts > 0);
+  RG_CHECK(rg_class_eff_compute(h100, RG_FP8, 16) < rg_class_eff_compute(h100, RG_FP8, 4096));
+  RG_CHECK(h100->step_cost > 0 && h100->layer_floor > 0);
+  RG_CHECK(strstr(h100->eff_source, "bench/fidelity.yaml") != NULL);
+  RG_CHECK(strstr(h100->overhead_source, "bench/fidelity.yaml") != NULL);
   rg_catalog_destroy(cat);
 }
 
@@ -207,7 +220,7 @@ RG_TEST(configs_efficiency_and_tf32_read) {
              path, sizeof(path));
   rg_device_class_t *c = NULL;
   RG_REQUIRE_OK(rg_device_class_load(path, &c));
-  RG_CHECK_NEAR(c->eff_compute, 0.5, 1e-12);
+  RG_CHECK_NEAR(rg_class_eff_compute(c, RG_BF16, 4096), 0.5, 1e-12);
   RG_CHECK_NEAR(c->eff_memory, 0.9, 1e-12);
   RG_CHECK_NEAR(c->peak[RG_BF16], 200e12, 1e-12);
   RG_CHECK(c->peak[RG_F32] == 0);  // tf32 is read but not taken as f32
@@ -217,8 +230,8 @@ RG_TEST(configs_efficiency_and_tf32_read) {
 RG_TEST(configs_fleets_all_load) {
   rg_catalog_t *cat;
   RG_REQUIRE_OK(rg_catalog_load(rg_test_config_dir(), &cat));
-  static const char *const shipped[] = {"gpu-only", "mixed", "trainium-cerebras", "local",
-                                        "big-1000"};
+  static const char *const shipped[] = {"gpu-only", "mixed",     "trainium-cerebras", "local",
+                                        "big-1000", "big-10000", "gb200-nvl72"};
   for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++) {
     rg_fleet_t *f = NULL;
     RG_CHECK_OK(rg_fleet_load(shipped[i], rg_test_config_dir(), cat, &f));
@@ -278,6 +291,31 @@ RG_TEST(configs_fleet_big_1000) {
   rg_catalog_destroy(cat);
 }
 
+RG_TEST(configs_fleet_big_10000_and_nvl72) {
+  rg_catalog_t *cat;
+  RG_REQUIRE_OK(rg_catalog_load(rg_test_config_dir(), &cat));
+  rg_fleet_t *f = NULL;
+  RG_REQUIRE_OK(rg_fleet_load("big-10000", rg_test_config_dir(), cat, &f));
+  int devices = 0, classes = 0;
+  for (size_t i = 0; i < cat->n; i++) {
+    int n = rg_fleet_count(f, cat->classes[i]);
+    if (n > 0 && rg_class_computes(cat->classes[i])) devices += n, classes++;
+  }
+  RG_CHECK(devices == 10000);
+  RG_CHECK(classes == 12);
+  rg_fleet_destroy(f);
+  // GB200 NVL72: 72 GPUs in one NVLink domain, so a group of 72 is one tp
+  // domain rather than nine pipeline stages.
+  RG_REQUIRE_OK(rg_fleet_load("gb200-nvl72", rg_test_config_dir(), cat, &f));
+  const rg_device_class_t *gb = rg_catalog_find(cat, "gb200");
+  RG_REQUIRE(gb);
+  RG_CHECK(rg_fleet_per_node(f, gb) == 72 && rg_fleet_count(f, gb) == 72);
+  RG_CHECK_NEAR(rg_fleet_intra_link(f, gb).bandwidth, 900e9, 1e-9);
+  RG_CHECK_NEAR(rg_fleet_nic_bandwidth(f, gb), 50e9, 1e-9);  // its own 400 Gb/s NIC
+  rg_fleet_destroy(f);
+  rg_catalog_destroy(cat);
+}
+
 RG_TEST(configs_fleet_intra_link_fallbacks) {
   rg_catalog_t *cat;
   RG_REQUIRE_OK(rg_catalog_load(rg_test_config_dir(), &cat));
@@ -300,7 +338,8 @@ RG_TEST(configs_fleet_intra_link_fallbacks) {
 }
 
 RG_TEST(configs_workloads_all_load) {
-  static const char *const shipped[] = {"chat", "long-context", "agentic", "batch-offline"};
+  static const char *const shipped[] = {"chat",          "long-context",     "agentic",
+                                        "batch-offline", "chat-speculative", "shared-prefix"};
   for (size_t i = 0; i < sizeof(shipped) / sizeof(shipped[0]); i++) {
     rg_workload_t *w = NULL;
     RG_CHECK_OK(rg_workload_load(shipped[i], rg_test_config_dir(), &w));
@@ -311,6 +350,17 @@ RG_TEST(configs_workloads_all_load) {
     rg_workload_destroy(w);
   }
   rg_workload_t *w = NULL;
+  // The two that show the workload's optional parts.
+  RG_REQUIRE_OK(rg_workload_load("chat-speculative", rg_test_config_dir(), &w));
+  RG_CHECK(w->speculative.present && !strcmp(w->speculative.draft, "llama-3.1-8b"));
+  RG_CHECK(w->speculative.tokens == 4);
+  RG_CHECK_NEAR(rg_speculative_tokens_per_step(&w->speculative),
+                1 + 0.7 + 0.7 * 0.7 + 0.7 * 0.7 * 0.7 + 0.7 * 0.7 * 0.7 * 0.7, 1e-12);
+  rg_workload_destroy(w);
+  RG_REQUIRE_OK(rg_workload_load("shared-prefix", rg_test_config_dir(), &w));
+  RG_CHECK_NEAR(w->shared_prefix, 6144, 1e-12);
+  RG_CHECK_NEAR(w->prefix_hit_rate, 0, 0);
+  rg_workload_destroy(w);
   RG_REQUIRE_OK(rg_workload_load("agentic", rg_test_config_dir(), &w));
   RG_CHECK(w->prompt.kind == RG_DIST_LOGNORMAL);
   RG_CHECK_NEAR(w->prompt.mean, 119875, 1e-12);
@@ -582,7 +632,8 @@ RG_TEST(configs_bad_dist_kind) {
            tail);
   write_file(t, "w.yaml", text, path, sizeof(path));
   CHECK_MSG(rg_workload_load(path, NULL, &w), RG_INVALID_ARGUMENT,
-            "%s:2:24: prompt_tokens.dist: unknown distribution 'normal'; did you mean 'lognormal'? expected one of: fixed, "
+            "%s:2:24: prompt_tokens.dist: unknown distribution 'normal'; did you mean 'lognormal'? "
+            "expected one of: fixed, "
             "uniform, lognormal",
             path);
   snprintf(text, sizeof(text),

@@ -34,6 +34,17 @@ const char *rg_cpu_isa_name(rg_cpu_isa_t isa) {
   return (unsigned)isa < RG_CPU_ISA_COUNT ? isa_names[isa] : "?";
 }
 
+rg_status_t rg_cpu_isa_parse(const char *flag, const char *s, rg_cpu_isa_t *out) {
+  for (int i = 0; i < RG_CPU_ISA_COUNT; i++)
+    if (!strcmp(s, isa_names[i])) return *out = (rg_cpu_isa_t)i, NULL;
+  char list[160] = "";
+  size_t u = 0;
+  for (int i = 0; i < RG_CPU_ISA_COUNT && u < sizeof list; i++)
+    u += (size_t)snprintf(list + u, sizeof list - u, "%s%s", i ? (i + 1 < RG_CPU_ISA_COUNT ? ", " : " or ") : "",
+                          isa_names[i]);
+  return rg_status_make(RG_INVALID_ARGUMENT, "%s: expected %s, got '%s'", flag, list, s);
+}
+
 // Also names the first missing feature of the next level up, for messages.
 static const char *isa_missing[RG_CPU_ISA_COUNT];
 
