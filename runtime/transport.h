@@ -139,6 +139,13 @@ const char *rg_transport_provider(const rg_transport_t *t);
 // (reliable datagram endpoints, tagged messages, RMA) as "a, b, c".
 RG_MUST_USE rg_status_t rg_transport_providers(char *buf, size_t cap);
 
+// Removes what libfabric's shm provider leaves in /dev/shm for a local
+// process that died without closing its endpoint (each endpoint keeps a
+// 16 MiB region there, named after its process). The launcher calls it
+// after reaping a killed worker. Does nothing while that process lives.
+// Returns how many files were removed.
+int rg_transport_forget_process(int pid);
+
 // ---------------------------------------------------------------------------
 // Addresses and peers.
 

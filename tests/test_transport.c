@@ -4,7 +4,6 @@
 // the fork). A socketpair stands in for the control plane: addresses, region
 // descriptors, "go" signals, and side B's verdict travel over it.
 #include <errno.h>
-#include <glob.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
@@ -271,16 +270,9 @@ static void pair_close(rg_test_ctx_t *t, pair_t *p) {
     int st;
     if (p->killed) kill(p->pid, SIGKILL);
     waitpid(p->pid, &st, 0);
-    // shm keeps each endpoint's region in /dev/shm, named after its
-    // process, and a killed process cannot remove its own.
-    if (p->killed && p->where == ON_SHM) {
-      char pat[64];
-      snprintf(pat, sizeof(pat), "/dev/shm/%d:*", (int)p->pid);
-      glob_t g;
-      if (glob(pat, 0, NULL, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
-      globfree(&g);
-    }
+    // shm keeps each endpoint's region in /dev/shm, and a killed process
+    // cannot remove its own.
+    if (p->killed && p->where == ON_SHM) RG_CHECK(rg_transport_forget_process(p->pid) >= 1);
   }
   close(p->ctl);
 }
@@ -1243,6 +1235,9 @@ RG_TEST(transport_inproc_bad_arguments) {
                "does not accept writes with this key");
   rg_transport_region_deregister(gs);
   rg_transport_region_deregister(gd);
+  // Never touches what a live process (this one) or no process owns.
+  RG_CHECK(rg_transport_forget_process((int)getpid()) == 0);
+  RG_CHECK(rg_transport_forget_process(0) == 0);
   RG_CHECK(strcmp(rg_transport_provider(a), "inproc") == 0);
   RG_CHECK_CONTAINS(rg_transport_describe(a), "inproc endpoint");
   rg_transport_destroy(a);

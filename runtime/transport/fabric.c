@@ -49,6 +49,7 @@
 //   send overtaking a later one would swap two messages with the same tag; writes are split into
 //   pieces posted a few dozen at a time, each fi_writemsg carrying up to the provider's iov limits.
 #include <errno.h>
+#include <glob.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <rdma/fabric.h>
@@ -60,11 +61,13 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/transport/transport_impl.h"
 
@@ -196,6 +199,21 @@ rg_status_t rg__fabric_providers(char *buf, size_t cap) {
   }
   fi_freeinfo(info);
   return NULL;
+}
+
+// shm names an endpoint's region "<pid>:<uid>:<index>" (smr_ep_name in
+// libfabric 1.17, from the "fi_shm://<pid>" source address).
+int rg_transport_forget_process(int pid) {
+  if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH) return 0;
+  char pat[64];
+  snprintf(pat, sizeof(pat), "/dev/shm/%d:%u:*", pid, (unsigned)getuid());
+  glob_t g;
+  int n = 0;
+  if (glob(pat, 0, NULL, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; i++) n += unlink(g.gl_pathv[i]) == 0;
+    globfree(&g);
+  }
+  return n;
 }
 
 static void describe_mr(uint64_t mode, char *buf, size_t cap) {
