@@ -19,6 +19,7 @@
 #include "runtime/engine.h"
 #include "runtime/model.h"
 #include "runtime/serve.h"
+#include "runtime/transport.h"
 #include "tests/test.h"
 
 static const char *model_dir(rg_test_ctx_t *t, rg_testmodel_arch_t arch, const char *sub) {
@@ -306,6 +307,7 @@ static void reap(pid_t pid) {
   if (pid <= 0) return;
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
+  rg_transport_forget_process(pid);
 }
 
 // One step: prefill `n` tokens of sequence 0 (blocks 0..), logits of the last.

@@ -158,6 +158,7 @@ static rg_status_t spawn(rg_cluster_t *c, int i) {
 static int exited(cworker_t *w, char *buf, size_t len) {
   int status;
   if (w->pid <= 0 || waitpid(w->pid, &status, WNOHANG) != w->pid) return 0;
+  if (WIFSIGNALED(status)) rg_transport_forget_process(w->pid);  // its shm region
   w->pid = -1;
   if (WIFSIGNALED(status))
     snprintf(buf, len, "it was killed by signal %d", WTERMSIG(status));
@@ -878,6 +879,7 @@ void rg_cluster_destroy(rg_cluster_t *c) {
       }
       nap(0.01);
     }
+    rg_transport_forget_process(c->w[i].pid);  // what a killed worker left in /dev/shm
     c->w[i].pid = -1;
   }
   write_trace(c);
