@@ -6,6 +6,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh || exit 1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+# LeakSanitizer's tracer in Debian 12's toolchain crashes reading the dynamic
+# TLS of the LLVM libraries PoCL loads (DTLS ranges glibc 2.36 lays out
+# differently). Without TLS among its roots LSan can only report more, never
+# hide a leak, so the check stays as strict.
+export LSAN_OPTIONS=use_tls=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
