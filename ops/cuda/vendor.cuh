@@ -1,0 +1,38 @@
+// ops/cuda/vendor.cuh — the few names that differ between CUDA and HIP, so
+// that one set of kernel sources builds with nvcc for NVIDIA GPUs and with
+// hipcc for AMD ones (ggml's vendors/hip.h does the same).
+//
+// The kernels think in 32-lane warps. AMD's CDNA wavefronts have 64 lanes:
+// every shuffle here passes width 32, so a wavefront holds two logical
+// warps that never exchange values, and a block's thread count is always a
+// multiple of 64 where it matters.
+#ifndef RG_OPS_CUDA_VENDOR_CUH
+#define RG_OPS_CUDA_VENDOR_CUH
+
+#include <stdint.h>
+
+#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#define RG_HIP 1
+#define rg_shfl_xor(v, o) __shfl_xor((v), (o), 32)
+#define rg_shfl(v, l) __shfl((v), (l), 32)
+// Every kernel calls rg_syncwarp with all of its block's threads, so the
+// block barrier serves (and orders memory, which HIP's wavefront lockstep
+// alone does not promise).
+#define rg_syncwarp() __syncthreads()
+// No cache-streaming hint: a plain load.
+#define rg_ld_stream(p) (*(p))
+#else
+#include <cuda_runtime.h>
+#define RG_HIP 0
+#define rg_shfl_xor(v, o) __shfl_xor_sync(0xffffffffu, (v), (o), 32)
+#define rg_shfl(v, l) __shfl_sync(0xffffffffu, (v), (l), 32)
+#define rg_syncwarp() __syncwarp()
+// Weights are read once per call: load them evict-first, so they do not
+// push activations out of L1 and L2.
+#define rg_ld_stream(p) __ldcs(p)
+#endif
+
+#define RG_WARP 32
+
+#endif  // RG_OPS_CUDA_VENDOR_CUH
