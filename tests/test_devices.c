@@ -5,6 +5,7 @@
 // libcuda built here, so its probe, error conversion, buffers and queues run
 // without NVIDIA hardware.
 #include <cjson/cJSON.h>
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,7 +13,11 @@
 #include <unistd.h>
 
 #include "devices/backend.h"
+#include "devices/cuda/cuda_api.h"
+#include "devices/cuda/gpu_images.h"
 #include "devices/devices.h"
+#include "ops/cuda/kernels.h"
+#include "ops/ops.h"
 #include "tests/test.h"
 
 static const char *const vendor_drivers[] = {"cuda", "hip", "level_zero", "opencl"};
@@ -498,7 +503,40 @@ static const char fake_cuda_src[] =
     "R cuStreamDestroy_v2(void *s) { (void)s; streams--; return 0; }\n"
     "R cuGetErrorName(R r, const char **s) {\n"
     "  *s = r == 100 ? \"CUDA_ERROR_NO_DEVICE\" : r == 2 ? \"CUDA_ERROR_OUT_OF_MEMORY\" : 0;\n"
-    "  return *s ? 0 : 1; }\n";
+    "  return *s ? 0 : 1; }\n"
+    // Async copies run at once; events complete at once, or never in mode
+    // "pending" (a wedged GPU).
+    "R cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, void *st) {\n"
+    "  (void)st; memcpy((void *)(size_t)d, s, n); return 0; }\n"
+    "R cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, void *st) {\n"
+    "  (void)st; memcpy(d, (void *)(size_t)s, n); return 0; }\n"
+    "R cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void *st) {\n"
+    "  (void)st; memmove((void *)(size_t)d, (void *)(size_t)s, n); return 0; }\n"
+    "static int waits;\n"
+    "int fake_cuda_waits(void) { return waits; }\n"
+    "R cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; waits++;\n"
+    "  return 0; }\n"
+    "R cuEventCreate(void **e, unsigned f) { (void)f; *e = malloc(1); return *e ? 0 : 2; }\n"
+    "R cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }\n"
+    "R cuEventQuery(void *e) { const char *m = getenv(\"FAKE_CUDA\"); (void)e;\n"
+    "  return m && !strcmp(m, \"pending\") ? 600 : 0; }\n"
+    "R cuEventDestroy_v2(void *e) { free(e); return 0; }\n"
+    // Modules: the image must start with the fatbin magic; kernels are
+    // found by name and every launch is handed to the test's hook, which
+    // checks the grid and the argument struct (nothing runs).
+    "R cuModuleLoadData(void **m, const void *img) { const unsigned char *p = img;\n"
+    "  if (p[0] != 0x50 || p[1] != 0xed || p[2] != 0x55 || p[3] != 0xba) return 200;\n"
+    "  *m = malloc(1); return *m ? 0 : 2; }\n"
+    "R cuModuleUnload(void *m) { free(m); return 0; }\n"
+    "R cuModuleGetFunction(void **f, void *m, const char *name) { (void)m;\n"
+    "  if (strncmp(name, \"rg_\", 3)) return 500; *f = (void *)name; return 0; }\n"
+    "typedef void (*hook_t)(const char *, const unsigned *, void **);\n"
+    "static hook_t hook;\n"
+    "void fake_cuda_set_launch_hook(hook_t h) { hook = h; }\n"
+    "R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,\n"
+    "  unsigned bz, unsigned smem, void *s, void **params, void **extra) {\n"
+    "  unsigned g[7] = {gx, gy, gz, bx, by, bz, smem}; (void)s; (void)extra;\n"
+    "  if (hook) hook((const char *)f, g, params); return 0; }\n";
 
 // Builds the stand-in into the test's directory; NULL when no C compiler.
 static const char *build_fake_cuda(rg_test_ctx_t *t, char *lib, size_t len) {
@@ -555,7 +593,9 @@ RG_TEST(devices_cuda_backend_against_a_stand_in_libcuda) {
   RG_CHECK(!strcmp(info->features, "sm_90 f16 bf16 fp8"));
   RG_CHECK_CONTAINS(info->detail, "compute capability 9.0; CUDA driver 12.4");
   RG_CHECK(rg_device_cpu_pool(dev) == NULL);
-  RG_CHECK(rg_device_supports_op(dev, RG_OP_MATMUL) == 0);
+  // The embedded kernel images load (the stand-in checks their fatbin
+  // magic), or, built without nvcc, every op says why there are none.
+  RG_CHECK(rg_device_supports_op(dev, RG_OP_MATMUL) == (rg__cuda_image_count > 0));
 
   // Device memory: not host visible; copies go through the driver.
   rg_buffer_t *buf;
@@ -602,6 +642,221 @@ RG_TEST(devices_cuda_backend_against_a_stand_in_libcuda) {
   RG_CHECK_CONTAINS(text, "NVIDIA H100 80GB HBM3");
   RG_CHECK_CONTAINS(text, "h100-sxm");
   free(text);
+  unsetenv("FAKE_CUDA");
+  unsetenv("RIDGE_CUDA_LIBRARY");
+}
+
+// What the cuda backend hands the driver for each op: the kernel, its grid
+// and its argument struct, seen by the stand-in's launch hook. Nothing runs
+// (the stand-in has no GPU); the addresses in the structs are checked by
+// reading through them, since the stand-in's device memory is host memory.
+typedef struct {
+  char name[48];
+  unsigned g[7];  // grid x, y, z; block x, y, z; dynamic shared bytes
+  unsigned char args[512];
+} launch_t;
+
+static launch_t launches[8];
+static int n_launches;
+
+static void record_launch(const char *name, const unsigned *g, void **params) {
+  if (n_launches >= 8) return;
+  launch_t *l = &launches[n_launches++];
+  snprintf(l->name, sizeof l->name, "%s", name);
+  memcpy(l->g, g, sizeof l->g);
+  // Copy exactly the struct this kernel takes: reading past it would read
+  // past the caller's stack variable.
+  size_t size = !strncmp(name, "rg_gemv", 7) || !strcmp(name, "rg_gemm_tiled")
+                    ? sizeof(rg_cuk_matmul_t)
+                : !strncmp(name, "rg_attention", 12) ? sizeof(rg_cuk_attention_t)
+                : !strcmp(name, "rg_add")            ? sizeof(rg_cuk_binary_t)
+                : !strcmp(name, "rg_argmax")         ? sizeof(rg_cuk_argmax_t)
+                                                     : 0;
+  memcpy(l->args, params[0], size);
+}
+
+static float read_f32_at(uint64_t addr) {
+  float v;
+  memcpy(&v, (const void *)(uintptr_t)addr, sizeof v);
+  return v;
+}
+
+RG_TEST(devices_cuda_ops_become_launches_on_a_stand_in) {
+  char lib[512];
+  if (!build_fake_cuda(t, lib, sizeof(lib)))
+    RG_SKIP("no C compiler (cc) to build a stand-in libcuda");
+  rg_device_info_t list[RG_DEVICES_MAX];
+  size_t n = 0;
+  int np;
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  // A real driver, or the stand-in an earlier test loaded (a library stays
+  // for the process): only the stand-in has the hook, checked below.
+  (void)entries_for(list, n, "cuda", &np);
+  setenv("RIDGE_CUDA_LIBRARY", lib, 1);
+  setenv("FAKE_CUDA", "ok", 1);
+  // No cuBLAS for this process: large matmuls must fall back to the tiled
+  // kernel (the library is looked for once, at the first large matmul).
+  setenv("RIDGE_CUBLAS_LIBRARY", "/nonexistent/libcublas.so", 1);
+  const rg_cuda_syms_t *cu;
+  rg_status_t s = rg__cuda_load(&cu);
+  if (s) {
+    rg_status_free(s);
+    RG_SKIP("the stand-in libcuda does not load");
+  }
+  void (*set_hook)(void (*)(const char *, const unsigned *, void **)) =
+      (void (*)(void (*)(const char *, const unsigned *, void **)))dlsym(
+          cu->lib, "fake_cuda_set_launch_hook");
+  int (*waits)(void) = (int (*)(void))dlsym(cu->lib, "fake_cuda_waits");
+  if (!set_hook || !waits) RG_SKIP("a real CUDA driver is loaded here");
+
+  rg_device_t *dev;
+  RG_REQUIRE_OK(rg_device_open("cuda", 0, NULL, &dev));
+  rg_queue_t *q, *q2;
+  RG_REQUIRE_OK(rg_queue_create(dev, &q));
+  RG_REQUIRE_OK(rg_queue_create(dev, &q2));
+  rg_buffer_t *b;
+  RG_REQUIRE_OK(rg_buffer_alloc(dev, 1 << 20, &b));
+  if (!rg__cuda_image_count) {
+    rg_op_t add = {.kind = RG_OP_ADD, .add = {{b, 0}, {b, 0}, {b, 0}, 4}};
+    RG_CHECK_ERR(rg_queue_submit(q, &add), "no kernels built (nvcc not found at build time)");
+    goto out;
+  }
+  set_hook(record_launch);
+
+  // add, in place: one grid-stride launch whose pointers are the operands'.
+  float marks[3] = {1.5f, 2.5f, 3.5f};
+  RG_CHECK_OK(rg_buffer_write(b, 64, &marks[0], 4));
+  RG_CHECK_OK(rg_buffer_write(b, 4096, &marks[1], 4));
+  n_launches = 0;
+  rg_op_t add = {.kind = RG_OP_ADD, .add = {{b, 64}, {b, 4096}, {b, 64}, 1000}};
+  RG_CHECK_OK(rg_queue_submit(q, &add));
+  RG_REQUIRE(n_launches == 1);
+  RG_CHECK(!strcmp(launches[0].name, "rg_add"));
+  RG_CHECK(launches[0].g[0] == 4 && launches[0].g[3] == 256);
+  rg_cuk_binary_t ba;
+  memcpy(&ba, launches[0].args, sizeof ba);
+  RG_CHECK(ba.n == 1000 && ba.out == ba.a);
+  RG_CHECK(read_f32_at(ba.a) == 1.5f && read_f32_at(ba.b) == 2.5f);
+
+  // matmul at decode: the bf16 GEMV for m = 1, 16-byte loads when aligned.
+  rg_op_t mm = {.kind = RG_OP_MATMUL,
+                .matmul = {{b, 0}, {b, 1024}, {NULL, 0}, {b, 40960}, RG_BF16, 1, 96, 128}};
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &mm));
+  RG_REQUIRE(n_launches == 1);
+  RG_CHECK(!strcmp(launches[0].name, "rg_gemv_bf16_1"));
+  rg_cuk_matmul_t ma;
+  memcpy(&ma, launches[0].args, sizeof ma);
+  RG_CHECK(launches[0].g[0] == 6 && launches[0].g[3] == 256);  // 16 rows of W per block
+  RG_CHECK(ma.m == 1 && ma.n == 96 && ma.k == 128 && ma.w_row_bytes == 256 && ma.aligned == 1);
+  RG_CHECK(ma.bias == 0 && ma.w - ma.x == 1024 && ma.y - ma.x == 40960);
+  mm.matmul.w.offset = 1026;  // bf16 at a 2-byte boundary: element loads
+  mm.matmul.m = 5;
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &mm));
+  RG_REQUIRE(n_launches == 1);
+  memcpy(&ma, launches[0].args, sizeof ma);
+  RG_CHECK(!strcmp(launches[0].name, "rg_gemv_bf16_5") && ma.aligned == 0);
+  // Prefill-sized, with no cuBLAS: the tiled kernel, 64x64 tiles.
+  mm.matmul = (rg_op_matmul_t){{b, 0}, {b, 0}, {NULL, 0}, {b, 0}, RG_F16, 200, 64, 32};
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &mm));
+  RG_REQUIRE(n_launches == 1);
+  RG_CHECK(!strcmp(launches[0].name, "rg_gemm_tiled"));
+  RG_CHECK(launches[0].g[0] == 1 && launches[0].g[1] == 4 && launches[0].g[3] == 256);
+
+  // What the kernels cannot take is refused before any launch, by name.
+  mm.matmul = (rg_op_matmul_t){{b, 2}, {b, 0}, {NULL, 0}, {b, 0}, RG_F32, 1, 4, 4};
+  RG_CHECK_ERR(rg_queue_submit(q, &mm), "need operand x at a multiple of 4 bytes, not offset 2");
+  mm.matmul.x.offset = 0, mm.matmul.wtype = RG_FP8;
+  RG_CHECK_ERR(rg_queue_submit(q, &mm),
+               "cuda:0 has no matmul kernel for fp8 weights (it runs f32, bf16, f16 and q8_0)");
+
+  // attention: one block per (token, KV head), a warp per query head of
+  // the group, q in shared memory; a long table splits the context.
+  rg_op_t at = {.kind = RG_OP_ATTENTION};
+  at.attention.kv = (rg_kv_ref_t){{b, 0}, {b, 0}, RG_F16, 4, 16, 2, 64};
+  at.attention.meta = (rg_attn_meta_t){1, 1, 2, {b, 0}, {b, 0}, {b, 0}, {b, 0}};
+  at.attention.q = (rg_ref_t){b, 0};
+  at.attention.o = (rg_ref_t){b, 8192};
+  at.attention.n_heads = 8;
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &at));
+  RG_REQUIRE(n_launches == 1);
+  RG_CHECK(!strcmp(launches[0].name, "rg_attention_f16_2"));
+  RG_CHECK(launches[0].g[0] == 1 && launches[0].g[1] == 2 && launches[0].g[2] == 1);
+  RG_CHECK(launches[0].g[3] == 128 && launches[0].g[6] == 4 * 64 * 4);
+  rg_cuk_attention_t aa;
+  memcpy(&aa, launches[0].args, sizeof aa);
+  RG_CHECK(aa.splits == 1 && aa.scale == 0.125f && aa.kv.n_table == 2 && aa.part == 0);
+  at.attention.kv.n_blocks = 64;
+  at.attention.meta.n_table = 64;  // up to 1024 positions: 4 splits of 256
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &at));
+  RG_REQUIRE(n_launches == 2);
+  memcpy(&aa, launches[0].args, sizeof aa);
+  RG_CHECK(launches[0].g[2] == 4 && aa.splits == 4 && aa.split_len == 256 && aa.part != 0);
+  RG_CHECK(!strcmp(launches[1].name, "rg_attention_merge") && launches[1].g[1] == 8);
+  at.attention.kv.head_dim = 512;
+  at.attention.kv.n_blocks = at.attention.meta.n_table = 2;
+  RG_CHECK_ERR(rg_queue_submit(q, &at), "take head_dim up to 256, not 512");
+
+  // sample: greedy rows on the device; a sampled row is drawn on the host
+  // from the logits read back, exactly as the CPU draws it.
+  {
+    enum { V = 64 };
+    float logits[2 * V];
+    for (int i = 0; i < 2 * V; i++) logits[i] = (float)((i * 37) % 23) * 0.25f;
+    RG_CHECK_OK(rg_buffer_write(b, 0, logits, sizeof logits));
+    int32_t fill[2] = {-1, -1}, got[2];
+    RG_CHECK_OK(rg_buffer_write(b, 8192, fill, sizeof fill));
+    rg_sampler_config_t cfg[2] = {{0, 0, 1, 0}, {0.9f, 10, 0.8f, 0}};
+    double u[2] = {0.5, 0.7};
+    rg_op_t sm = {.kind = RG_OP_SAMPLE,
+                  .sample = {{b, 0}, {b, 8192}, 2, V, cfg, u}};
+    n_launches = 0;
+    RG_CHECK_OK(rg_queue_submit(q, &sm));
+    RG_REQUIRE(n_launches == 1);
+    RG_CHECK(!strcmp(launches[0].name, "rg_argmax") && launches[0].g[0] == 2);
+    RG_CHECK_OK(rg_buffer_read(b, 8192, got, sizeof got));
+    int32_t idx[V];
+    float prob[V];
+    RG_CHECK(got[0] == -1);  // the stand-in runs no kernel: row 0 untouched
+    RG_CHECK(got[1] == rg_sample_draw_ref(&cfg[1], logits + V, V, u[1], idx, prob));
+    cfg[1].top_p = 0;
+    RG_CHECK_ERR(rg_queue_submit(q, &sm), "row 1: sampler temperature 0.9, top-k 10, top-p 0");
+  }
+
+  // Copies on the stream; events; one queue waiting on another's event on
+  // the device; a deadline that runs out on work that never completes.
+  {
+    unsigned char src[256], back[256];
+    for (int i = 0; i < 256; i++) src[i] = (unsigned char)(i * 7);
+    RG_CHECK_OK(rg_queue_write(q, b, 100, src, sizeof src));
+    RG_CHECK_OK(rg_queue_copy(q, b, 1000, b, 100, sizeof src));
+    RG_CHECK_OK(rg_queue_read(q, b, 1000, back, sizeof back));
+    RG_CHECK_OK(rg_queue_wait(q));
+    RG_CHECK(!memcmp(src, back, sizeof src));
+    rg_event_t *ev;
+    RG_REQUIRE_OK(rg_queue_record(q, &ev));
+    RG_CHECK(rg_event_done(ev));
+    RG_CHECK_OK(rg_event_wait(ev, 1.0));
+    int before = waits();
+    RG_CHECK_OK(rg_queue_wait_event(q2, ev));
+    RG_CHECK(waits() == before + 1);
+    setenv("FAKE_CUDA", "pending", 1);
+    RG_CHECK(!rg_event_done(ev));
+    RG_CHECK_ERR(rg_event_wait(ev, 0.01),
+                 "waiting for an event on cuda:0: the work is not done after 0.01 s");
+    setenv("FAKE_CUDA", "ok", 1);
+    rg_event_release(ev);
+  }
+  set_hook(NULL);
+out:
+  rg_buffer_release(b);
+  rg_queue_destroy(q2);
+  rg_queue_destroy(q);
+  rg_device_close(dev);
   unsetenv("FAKE_CUDA");
   unsetenv("RIDGE_CUDA_LIBRARY");
 }

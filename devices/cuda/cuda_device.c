@@ -369,27 +369,36 @@ static rg_status_t gpu_write(void *ctx, uint64_t dst, const void *src, size_t le
   return RG_CUDA_CALL(d->cu, cuStreamSynchronize, c->stream);
 }
 
+// The queue's cuBLAS handle, created on first use; 0 when cuBLAS is absent
+// or will not start (then never asked again for this queue).
+static int gpu_have_gemm(void *ctx) {
+  cuda_queue_t *c = ctx;
+  if (c->blas) return 1;
+  if (c->blas_absent) return 0;
+  const rg_cublas_syms_t *b;
+  rg_status_t s = rg__cublas_load(&b);
+  if (!s) s = rg__cublas_status(b, b->cublasCreate_v2(&c->blas), "cublasCreate");
+  // Plain f32 math for f32 inputs: TF32 would round x and W to 10 bits.
+  if (!s)
+    s = rg__cublas_status(b, b->cublasSetMathMode(c->blas, RG_CUBLAS_DEFAULT_MATH),
+                          "cublasSetMathMode");
+  if (s) {
+    c->blas_absent = 1;
+    rg_status_free(s);
+    return 0;
+  }
+  return 1;
+}
+
 // cuBLAS is column-major: y^T (n, m) = W (k, n)^T x^T (k, m), with W and x
 // as stored (row-major) read as column-major k x n and k x m.
 static rg_status_t gpu_gemm(void *ctx, rg_dtype_t type, uint64_t x, uint64_t w, uint64_t y,
                             int64_t m, int64_t n, int64_t k) {
   cuda_queue_t *c = ctx;
-  if (c->blas_absent || m > 2147483647 || n > 2147483647 || k > 2147483647)
-    return rg_status_make(RG_UNIMPLEMENTED, "no cuBLAS");
+  if (m > 2147483647 || n > 2147483647 || k > 2147483647)
+    return rg_status_make(RG_UNIMPLEMENTED, "cuBLAS takes dimensions below 2^31");
   const rg_cublas_syms_t *b;
-  rg_status_t s = rg__cublas_load(&b);
-  if (!s && !c->blas) {
-    s = rg__cublas_status(b, b->cublasCreate_v2(&c->blas), "cublasCreate");
-    // Plain f32 math for f32 inputs: TF32 would round x and W to 10 bits.
-    if (!s)
-      s = rg__cublas_status(b, b->cublasSetMathMode(c->blas, RG_CUBLAS_DEFAULT_MATH),
-                            "cublasSetMathMode");
-  }
-  if (s) {
-    c->blas_absent = 1;
-    rg_status_free(s);
-    return rg_status_make(RG_UNIMPLEMENTED, "no cuBLAS");
-  }
+  RG_RETURN_IF_ERROR(rg__cublas_load(&b));
   RG_RETURN_IF_ERROR(
       rg__cublas_status(b, b->cublasSetStream_v2(c->blas, c->stream), "cublasSetStream"));
   int dt = type == RG_F32 ? RG_CUDA_R_32F : type == RG_BF16 ? RG_CUDA_R_16BF : RG_CUDA_R_16F;
@@ -414,7 +423,8 @@ static rg_status_t cuda_queue_submit(rg_queue_t *q, const rg_op_t *op) {
       .scratch = gpu_scratch,
       .read = gpu_read,
       .write = gpu_write,
-      .gemm = cq(q)->blas_absent ? NULL : gpu_gemm,
+      .have_gemm = gpu_have_gemm,
+      .gemm = gpu_gemm,
   };
   RG_RETURN_IF_ERROR(push(d));
   rg_status_t s = rg__gpu_submit(&g, op);

@@ -185,7 +185,8 @@ static rg_status_t matmul(const rg__gpu_queue_t *q, const rg_op_matmul_t *o) {
   RG_RETURN_IF_ERROR(rg_dtype_row_bytes(o->wtype, o->k, &row_bytes));
   rg_cuk_matmul_t a = {q->addr(&o->x), q->addr(&o->w), q->addr(&o->bias),  q->addr(&o->y),    o->m,
                        o->n,           o->k,           (int64_t)row_bytes, (int32_t)o->wtype, 0};
-  const char *path = rg__gpu_matmul_path(o->m, o->wtype, q->gemm != NULL);
+  int blas = o->m >= RG_GPU_BLAS_MIN_M && q->have_gemm && q->gemm && q->have_gemm(q->ctx);
+  const char *path = rg__gpu_matmul_path(o->m, o->wtype, blas);
   if (!strcmp(path, "gemv")) {
     // 16-byte loads need x and every W row at 16-byte boundaries, and rows
     // that are whole 8-element steps; q8_0 reads its blocks 2 bytes at a
@@ -208,15 +209,11 @@ static rg_status_t matmul(const rg__gpu_queue_t *q, const rg_op_matmul_t *o) {
       RG_RETURN_IF_ERROR(LAUNCH(q, RG_CUK_ROWS_TO_16, blocks_for(c.n, ELEMWISE_THREADS), 1, 1,
                                 ELEMWISE_THREADS, 0, c));
     }
-    rg_status_t s = q->gemm(q->ctx, o->wtype, x, a.w, a.y, o->m, o->n, o->k);
-    if (!s) {
-      if (!a.bias) return NULL;
-      rg_cuk_bias_t b = {a.y, a.bias, o->m, o->n};
-      return LAUNCH(q, RG_CUK_BIAS_ADD, blocks_for(o->m * o->n, ELEMWISE_THREADS), 1, 1,
-                    ELEMWISE_THREADS, 0, b);
-    }
-    if (rg_status_code(s) != RG_UNIMPLEMENTED) return s;
-    rg_status_free(s);  // no BLAS after all: the tiled kernel
+    RG_RETURN_IF_ERROR(q->gemm(q->ctx, o->wtype, x, a.w, a.y, o->m, o->n, o->k));
+    if (!a.bias) return NULL;
+    rg_cuk_bias_t b = {a.y, a.bias, o->m, o->n};
+    return LAUNCH(q, RG_CUK_BIAS_ADD, blocks_for(o->m * o->n, ELEMWISE_THREADS), 1, 1,
+                  ELEMWISE_THREADS, 0, b);
   }
   return LAUNCH(q, RG_CUK_GEMM_TILED, (unsigned)((o->n + RG_CUK_TILE_N - 1) / RG_CUK_TILE_N),
                 (unsigned)((o->m + RG_CUK_TILE_M - 1) / RG_CUK_TILE_M), 1, RG_CUK_TILE_THREADS, 0,

@@ -41,9 +41,11 @@ typedef struct {
   // Waits for the stream, then copies synchronously.
   rg_status_t (*read)(void *ctx, void *dst, uint64_t src, size_t len);
   rg_status_t (*write)(void *ctx, uint64_t dst, const void *src, size_t len);
+  // 1 when the vendor BLAS can run gemm on this queue (loading it, and
+  // creating its handle, on the first call); NULL or 0: the tiled kernel.
+  int (*have_gemm)(void *ctx);
   // y (m, n) f32 = x (m, k) W (n, k)^T with x and W both of `type` (RG_F32,
-  // RG_BF16 or RG_F16), f32 accumulation, on the vendor BLAS. NULL, or
-  // RG_UNIMPLEMENTED from it, when there is none (the tiled kernel runs).
+  // RG_BF16 or RG_F16), f32 accumulation, on the vendor BLAS.
   rg_status_t (*gemm)(void *ctx, rg_dtype_t type, uint64_t x, uint64_t w, uint64_t y, int64_t m,
                       int64_t n, int64_t k);
 } rg__gpu_queue_t;
