@@ -466,7 +466,7 @@ static rg_status_t cuda_queue_create(rg_device_t *dev, rg_queue_t **out) {
 // ----- Kernels -------------------------------------------------------------------
 
 static const char *const kernel_names[] = {
-#define RG_X_(e, s) s,
+#define RG_X_(e, s, a) #s,
     RG_CUDA_KERNELS(RG_X_)
 #undef RG_X_
 };

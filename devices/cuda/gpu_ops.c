@@ -166,8 +166,25 @@ static unsigned row_threads(int64_t len) {
   return (unsigned)(t < 32 ? 32 : t > 256 ? 256 : t);
 }
 
+// Each kernel's argument struct, from the one table: a launch with the
+// wrong struct is a bug caught here rather than a kernel reading garbage.
+static const size_t arg_size[] = {
+#define RG_X_(e, s, a) sizeof(a),
+    RG_CUDA_KERNELS(RG_X_)
+#undef RG_X_
+};
+
+static rg_status_t launch(const rg__gpu_queue_t *q, rg_cuk_t k, unsigned gx, unsigned gy,
+                          unsigned gz, unsigned threads, unsigned smem, const void *args,
+                          size_t size) {
+  if (size != arg_size[k])
+    return rg_status_make(RG_INTERNAL, "%s: kernel %d launched with a %zu-byte struct, not %zu",
+                          q->label, (int)k, size, arg_size[k]);
+  return q->launch(q->ctx, k, gx, gy, gz, threads, smem, args, size);
+}
+
 #define LAUNCH(q, k, gx, gy, gz, threads, smem, args) \
-  (q)->launch((q)->ctx, (k), (gx), (gy), (gz), (threads), (smem), &(args), sizeof(args))
+  launch((q), (k), (gx), (gy), (gz), (threads), (smem), &(args), sizeof(args))
 
 const char *rg__gpu_matmul_path(int64_t m, rg_dtype_t wtype, int have_blas) {
   if (m <= RG_CUK_GEMV_MAX_M) return "gemv";

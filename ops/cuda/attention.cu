@@ -87,13 +87,14 @@ RG_DEV float finish(float m, float l, float acc, float sink) {
 
 template <int T, int EPL>
 RG_DEV void attention(const rg_cuk_attention_t &a) {
-  extern __shared__ float qs[];  // (group, head_dim)
+  RG_DYNAMIC_SHARED(float, qs);  // (group, head_dim)
   const rg_cuk_kv_t &kv = a.kv;
   const int64_t t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, hd = kv.head_dim;
   const int lane = threadIdx.x % RG_WARP, w = threadIdx.x / RG_WARP;
   const int64_t group = a.n_heads / kv.n_kv_heads, qh = kvh * group + w;
   float *q = qs + w * hd;
-  for (int64_t i = lane; i < hd; i += RG_WARP) q[i] = RG_P(const float, a.q)[(t * a.n_heads + qh) * hd + i];
+  for (int64_t i = lane; i < hd; i += RG_WARP)
+    q[i] = RG_P(const float, a.q)[(t * a.n_heads + qh) * hd + i];
   rg_syncwarp();
 
   float m = -INFINITY, l = 0.0f, acc[EPL];
@@ -157,8 +158,10 @@ RG_DEV void attention(const rg_cuk_attention_t &a) {
   }
 }
 
-#define RG_ATTN_(T, t, E) \
-  extern "C" __global__ void rg_attention_##t##_##E(const rg_cuk_attention_t a) { attention<T, E>(a); }
+#define RG_ATTN_(T, t, E)                                                         \
+  extern "C" __global__ void rg_attention_##t##_##E(const rg_cuk_attention_t a) { \
+    attention<T, E>(a);                                                           \
+  }
 #define RG_ATTN_ALL_(T, t) RG_ATTN_(T, t, 1) RG_ATTN_(T, t, 2) RG_ATTN_(T, t, 4) RG_ATTN_(T, t, 8)
 RG_ATTN_ALL_(RG_CUK_F32, f32)
 RG_ATTN_ALL_(RG_CUK_BF16, bf16)

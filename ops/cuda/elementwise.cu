@@ -8,7 +8,7 @@
 // sum by ~1e-7 relative, far inside the suite's tolerances.
 #include "ops/cuda/common.cuh"
 
-#define GRID_STRIDE(i, n)                                                           \
+#define GRID_STRIDE(i, n)                                                   \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (int64_t)gridDim.x * blockDim.x)
 

@@ -23,48 +23,54 @@
 
 #include <stdint.h>
 
-// X(enum, symbol). GEMV kernels exist per weight type and per m = 1..8 (the
-// rows of x each weight row is applied to in registers); attention per KV
-// type and per head_dim / 32 rounded up to 1, 2, 4 or 8.
+// X(enum, symbol, argument struct). GEMV kernels exist per weight type and
+// per m = 1..8 (the rows of x each weight row is applied to in registers);
+// attention per KV type and per head_dim / 32 rounded up to 1, 2, 4 or 8.
 // clang-format off
-#define RG_CUK_GEMV_M(X, T, t)                                         \
-  X(RG_CUK_GEMV_##T##_1, "rg_gemv_" t "_1") X(RG_CUK_GEMV_##T##_2, "rg_gemv_" t "_2") \
-  X(RG_CUK_GEMV_##T##_3, "rg_gemv_" t "_3") X(RG_CUK_GEMV_##T##_4, "rg_gemv_" t "_4") \
-  X(RG_CUK_GEMV_##T##_5, "rg_gemv_" t "_5") X(RG_CUK_GEMV_##T##_6, "rg_gemv_" t "_6") \
-  X(RG_CUK_GEMV_##T##_7, "rg_gemv_" t "_7") X(RG_CUK_GEMV_##T##_8, "rg_gemv_" t "_8")
-#define RG_CUK_ATTN_E(X, T, t)                                                  \
-  X(RG_CUK_ATTN_##T##_1, "rg_attention_" t "_1") X(RG_CUK_ATTN_##T##_2, "rg_attention_" t "_2") \
-  X(RG_CUK_ATTN_##T##_4, "rg_attention_" t "_4") X(RG_CUK_ATTN_##T##_8, "rg_attention_" t "_8")
+#define RG_CUK_GEMV_M(X, T, t)                                                   \
+  X(RG_CUK_GEMV_##T##_1, rg_gemv_##t##_1, rg_cuk_matmul_t)                       \
+  X(RG_CUK_GEMV_##T##_2, rg_gemv_##t##_2, rg_cuk_matmul_t)                       \
+  X(RG_CUK_GEMV_##T##_3, rg_gemv_##t##_3, rg_cuk_matmul_t)                       \
+  X(RG_CUK_GEMV_##T##_4, rg_gemv_##t##_4, rg_cuk_matmul_t)                       \
+  X(RG_CUK_GEMV_##T##_5, rg_gemv_##t##_5, rg_cuk_matmul_t)                       \
+  X(RG_CUK_GEMV_##T##_6, rg_gemv_##t##_6, rg_cuk_matmul_t)                       \
+  X(RG_CUK_GEMV_##T##_7, rg_gemv_##t##_7, rg_cuk_matmul_t)                       \
+  X(RG_CUK_GEMV_##T##_8, rg_gemv_##t##_8, rg_cuk_matmul_t)
+#define RG_CUK_ATTN_E(X, T, t)                                                   \
+  X(RG_CUK_ATTN_##T##_1, rg_attention_##t##_1, rg_cuk_attention_t)               \
+  X(RG_CUK_ATTN_##T##_2, rg_attention_##t##_2, rg_cuk_attention_t)               \
+  X(RG_CUK_ATTN_##T##_4, rg_attention_##t##_4, rg_cuk_attention_t)               \
+  X(RG_CUK_ATTN_##T##_8, rg_attention_##t##_8, rg_cuk_attention_t)
 
-#define RG_CUDA_KERNELS(X)                                   \
-  RG_CUK_GEMV_M(X, F32, "f32")                               \
-  RG_CUK_GEMV_M(X, BF16, "bf16")                             \
-  RG_CUK_GEMV_M(X, F16, "f16")                               \
-  RG_CUK_GEMV_M(X, Q8_0, "q8_0")                             \
-  X(RG_CUK_GEMM_TILED, "rg_gemm_tiled")                      \
-  X(RG_CUK_ROWS_TO_16, "rg_rows_to_16")                      \
-  X(RG_CUK_BIAS_ADD, "rg_bias_add")                          \
-  X(RG_CUK_RMSNORM, "rg_rmsnorm")                            \
-  X(RG_CUK_ROPE, "rg_rope")                                  \
-  X(RG_CUK_SOFTMAX, "rg_softmax")                            \
-  X(RG_CUK_KV_WRITE, "rg_kv_write")                          \
-  RG_CUK_ATTN_E(X, F32, "f32")                               \
-  RG_CUK_ATTN_E(X, BF16, "bf16")                             \
-  RG_CUK_ATTN_E(X, F16, "f16")                               \
-  X(RG_CUK_ATTN_MERGE, "rg_attention_merge")                 \
-  X(RG_CUK_SWIGLU, "rg_swiglu")                              \
-  X(RG_CUK_ADD, "rg_add")                                    \
-  X(RG_CUK_MOE_ROUTE, "rg_moe_route")                        \
-  X(RG_CUK_MOE_GROUP, "rg_moe_group")                        \
-  X(RG_CUK_MOE_GATHER, "rg_moe_gather")                      \
-  X(RG_CUK_MOE_SCATTER_ADD, "rg_moe_scatter_add")            \
-  X(RG_CUK_EMBED, "rg_embed")                                \
-  X(RG_CUK_CONVERT, "rg_convert")                            \
-  X(RG_CUK_ARGMAX, "rg_argmax")                              \
-  X(RG_CUK_STREAM_READ, "rg_stream_read")
+#define RG_CUDA_KERNELS(X)                                                       \
+  RG_CUK_GEMV_M(X, F32, f32)                                                     \
+  RG_CUK_GEMV_M(X, BF16, bf16)                                                   \
+  RG_CUK_GEMV_M(X, F16, f16)                                                     \
+  RG_CUK_GEMV_M(X, Q8_0, q8_0)                                                   \
+  X(RG_CUK_GEMM_TILED, rg_gemm_tiled, rg_cuk_gemm_t)                             \
+  X(RG_CUK_ROWS_TO_16, rg_rows_to_16, rg_cuk_rows16_t)                           \
+  X(RG_CUK_BIAS_ADD, rg_bias_add, rg_cuk_bias_t)                                 \
+  X(RG_CUK_RMSNORM, rg_rmsnorm, rg_cuk_rmsnorm_t)                                \
+  X(RG_CUK_ROPE, rg_rope, rg_cuk_rope_t)                                         \
+  X(RG_CUK_SOFTMAX, rg_softmax, rg_cuk_softmax_t)                                \
+  X(RG_CUK_KV_WRITE, rg_kv_write, rg_cuk_kv_write_t)                             \
+  RG_CUK_ATTN_E(X, F32, f32)                                                     \
+  RG_CUK_ATTN_E(X, BF16, bf16)                                                   \
+  RG_CUK_ATTN_E(X, F16, f16)                                                     \
+  X(RG_CUK_ATTN_MERGE, rg_attention_merge, rg_cuk_attention_t)                   \
+  X(RG_CUK_SWIGLU, rg_swiglu, rg_cuk_binary_t)                                   \
+  X(RG_CUK_ADD, rg_add, rg_cuk_binary_t)                                         \
+  X(RG_CUK_MOE_ROUTE, rg_moe_route, rg_cuk_moe_route_t)                          \
+  X(RG_CUK_MOE_GROUP, rg_moe_group, rg_cuk_moe_group_t)                          \
+  X(RG_CUK_MOE_GATHER, rg_moe_gather, rg_cuk_moe_rows_t)                         \
+  X(RG_CUK_MOE_SCATTER_ADD, rg_moe_scatter_add, rg_cuk_moe_rows_t)               \
+  X(RG_CUK_EMBED, rg_embed, rg_cuk_embed_t)                                      \
+  X(RG_CUK_CONVERT, rg_convert, rg_cuk_convert_t)                                \
+  X(RG_CUK_ARGMAX, rg_argmax, rg_cuk_argmax_t)                                   \
+  X(RG_CUK_STREAM_READ, rg_stream_read, rg_cuk_stream_t)
 
 typedef enum {
-#define RG_X_(e, s) e,
+#define RG_X_(e, s, a) e,
   RG_CUDA_KERNELS(RG_X_)
 #undef RG_X_
   RG_CUK_COUNT

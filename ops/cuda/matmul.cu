@@ -144,11 +144,15 @@ RG_DEV void gemv(const rg_cuk_matmul_t &a) {
     }
 }
 
-#define RG_GEMV_(T, t, M) \
-  extern "C" __global__ void __launch_bounds__(RG_CUK_GEMV_THREADS) rg_gemv_##t##_##M(const rg_cuk_matmul_t a) { gemv<T, M>(a); }
-#define RG_GEMV_ALL_(T, t)                                                                \
-  RG_GEMV_(T, t, 1) RG_GEMV_(T, t, 2) RG_GEMV_(T, t, 3) RG_GEMV_(T, t, 4) RG_GEMV_(T, t, 5) \
-  RG_GEMV_(T, t, 6) RG_GEMV_(T, t, 7) RG_GEMV_(T, t, 8)
+#define RG_GEMV_(T, t, M)                                           \
+  extern "C" __global__ void __launch_bounds__(RG_CUK_GEMV_THREADS) \
+      rg_gemv_##t##_##M(const rg_cuk_matmul_t a) {                  \
+    gemv<T, M>(a);                                                  \
+  }
+#define RG_GEMV_ALL_(T, t)                                                                  \
+  RG_GEMV_(T, t, 1)                                                                         \
+  RG_GEMV_(T, t, 2) RG_GEMV_(T, t, 3) RG_GEMV_(T, t, 4) RG_GEMV_(T, t, 5) RG_GEMV_(T, t, 6) \
+      RG_GEMV_(T, t, 7) RG_GEMV_(T, t, 8)
 RG_GEMV_ALL_(RG_CUK_F32, f32)
 RG_GEMV_ALL_(RG_CUK_BF16, bf16)
 RG_GEMV_ALL_(RG_CUK_F16, f16)
@@ -157,7 +161,8 @@ RG_GEMV_ALL_(RG_CUK_Q8_0, q8_0)
 // ----- Tiled GEMM --------------------------------------------------------------
 
 #define TK 16
-extern "C" __global__ void __launch_bounds__(RG_CUK_TILE_THREADS) rg_gemm_tiled(const rg_cuk_gemm_t a) {
+extern "C" __global__ void __launch_bounds__(RG_CUK_TILE_THREADS)
+    rg_gemm_tiled(const rg_cuk_gemm_t a) {
   __shared__ float xs[TK][RG_CUK_TILE_M + 1];
   __shared__ float ws[TK][RG_CUK_TILE_N + 1];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;

@@ -35,7 +35,7 @@ RG_DEV int32_t pick(const float *l, const unsigned char *taken, int64_t E) {
 }
 
 extern "C" __global__ void rg_moe_route(const rg_cuk_moe_route_t a) {
-  extern __shared__ unsigned char taken[];  // (E)
+  RG_DYNAMIC_SHARED(unsigned char, taken);  // (E)
   const int64_t t = blockIdx.x;
   const float *l = RG_P(const float, a.logits) + t * a.E;
   int32_t *idx = RG_P(int32_t, a.idx) + t * a.k;
@@ -55,7 +55,9 @@ extern "C" __global__ void rg_moe_route(const rg_cuk_moe_route_t a) {
   top = rg_warp_sum_d(top);
   for (int64_t j = threadIdx.x; j < a.k; j += RG_WARP) {
     double p = exp((double)l[idx[j]] - mx);
-    w[j] = a.mode == 0 ? (float)((p / all) / (top / all)) : a.mode == 1 ? (float)(p / all) : (float)(p / top);
+    w[j] = a.mode == 0   ? (float)((p / all) / (top / all))
+           : a.mode == 1 ? (float)(p / all)
+                         : (float)(p / top);
   }
 }
 

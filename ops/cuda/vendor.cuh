@@ -11,7 +11,17 @@
 
 #include <stdint.h>
 
-#if defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
+#if defined(RG_CUDA_EMU)
+// tests/cuda_emu.cpp: these sources compiled as host C++ and run on CPU
+// threads, so the tests check the kernels' logic where there is no GPU. It
+// defines the CUDA names it emulates before including this.
+#define RG_HIP 0
+#define rg_shfl_xor(v, o) rg_emu_shfl_xor((v), (o))
+#define rg_shfl(v, l) rg_emu_shfl((v), (l))
+#define rg_syncwarp() rg_emu_syncwarp()
+#define rg_ld_stream(p) (*(p))
+#define RG_DYNAMIC_SHARED(type, name) type *name = (type *)rg_emu_dynamic_shared()
+#elif defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #define RG_HIP 1
 #define rg_shfl_xor(v, o) __shfl_xor((v), (o), 32)
@@ -22,6 +32,7 @@
 #define rg_syncwarp() __syncthreads()
 // No cache-streaming hint: a plain load.
 #define rg_ld_stream(p) (*(p))
+#define RG_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #else
 #include <cuda_runtime.h>
 #define RG_HIP 0
@@ -31,6 +42,7 @@
 // Weights are read once per call: load them evict-first, so they do not
 // push activations out of L1 and L2.
 #define rg_ld_stream(p) __ldcs(p)
+#define RG_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 
 #define RG_WARP 32
