@@ -27,6 +27,7 @@
 #include "devices/backend.h"
 #include "devices/cuda/cublas_api.h"
 #include "devices/cuda/cuda_api.h"
+#include "devices/cuda/cuda_bench.h"
 #include "devices/cuda/cuda_status.h"
 #include "devices/cuda/gpu_images.h"
 #include "devices/cuda/gpu_ops.h"
@@ -554,4 +555,47 @@ rg_status_t rg__cuda_device_open(rg_driver_t *drv, const rg_device_info_t *info,
   load_kernels(d);
   *out = &d->base;
   return NULL;
+}
+
+// ----- Measurements for the benchmarks (cuda_bench.h) ------------------------------
+
+static rg_status_t bench_queue(rg_queue_t *q, const char *what) {
+  if (!q || q->vt != &cuda_queue_vt)
+    return rg_status_make(RG_INVALID_ARGUMENT, "%s: not a cuda queue", what);
+  cuda_device_t *d = cuda_dev(q->device);
+  if (d->no_kernels[0]) return rg_status_make(RG_UNAVAILABLE, "%s: %s", what, d->no_kernels);
+  return NULL;
+}
+
+rg_status_t rg__cuda_stream_read(rg_queue_t *q, rg_buffer_t *src, rg_buffer_t *sink) {
+  RG_RETURN_IF_ERROR(bench_queue(q, "stream read"));
+  if (src->device != q->device || sink->device != q->device || sink->size < 256)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "stream read: the buffers must be on %s, the sink 256 bytes",
+                          q->device->label);
+  cuda_device_t *d = cuda_dev(q->device);
+  rg_cuk_stream_t a = {dptr(src), dptr(sink), (int64_t)(src->size / 16)};
+  unsigned blocks = (unsigned)(d->base.info.compute_units > 0 ? d->base.info.compute_units : 1) * 8;
+  RG_RETURN_IF_ERROR(push(d));
+  rg_status_t s = gpu_launch(q, RG_CUK_STREAM_READ, blocks, 1, 1, 512, 0, &a, sizeof a);
+  pop(d);
+  return s;
+}
+
+rg_status_t rg__cuda_blas_gemm(rg_queue_t *q, rg_dtype_t type, rg_buffer_t *x, rg_buffer_t *w,
+                               rg_buffer_t *y, int64_t m, int64_t n, int64_t k) {
+  RG_RETURN_IF_ERROR(bench_queue(q, "cuBLAS GEMM"));
+  cuda_device_t *d = cuda_dev(q->device);
+  RG_RETURN_IF_ERROR(push(d));
+  rg_status_t s = NULL;
+  if (!gpu_have_gemm(q)) {
+    const rg_cublas_syms_t *b;
+    s = rg__cublas_load(&b);
+    if (!s)
+      s = rg_status_make(RG_UNAVAILABLE, "cuBLAS (%s) would not start on %s", b->lib_name,
+                         d->base.label);
+  }
+  if (!s) s = gpu_gemm(q, type, dptr(x), dptr(w), dptr(y), m, n, k);
+  pop(d);
+  return s;
 }
