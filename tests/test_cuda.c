@@ -144,7 +144,8 @@ static float frand(float lo, float hi) {
 
 // Prefill-sized matmuls take cuBLAS (bf16/f16/f32, x narrowed to the weight
 // type for the tensor cores) or the tiled kernel (q8_0, or no cuBLAS);
-// k = 40 takes the GEMV's element loads (rows not whole 16-byte steps).
+// k = 40 takes the GEMV's element loads (rows not whole 16-byte steps), and
+// long rows its unrolled loads with a partial last step.
 RG_TEST(cuda_gpu_matmul_prefill_shapes_and_odd_rows) {
   GPU_OR_SKIP(g);
   const struct {
@@ -152,8 +153,16 @@ RG_TEST(cuda_gpu_matmul_prefill_shapes_and_odd_rows) {
     int64_t m, n, k;
     double tol;
   } cases[] = {
-      {RG_BF16, 200, 160, 256, 2e-5}, {RG_F16, 200, 160, 256, 1e-6}, {RG_F32, 130, 96, 128, 1e-9},
-      {RG_Q8_0, 150, 64, 96, 1e-9},   {RG_F32, 3, 70, 40, 1e-9},     {RG_BF16, 7, 33, 40, 1e-9},
+      {RG_BF16, 200, 160, 256, 2e-5},
+      {RG_F16, 200, 160, 256, 1e-6},
+      {RG_F32, 130, 96, 128, 1e-9},
+      {RG_Q8_0, 150, 64, 96, 1e-9},
+      {RG_F32, 3, 70, 40, 1e-9},
+      {RG_BF16, 7, 33, 40, 1e-9},
+      // Rows longer than the GEMV's unrolled steps, with a partial last one.
+      {RG_BF16, 1, 50, 2056, 1e-9},
+      {RG_F32, 8, 20, 1032, 1e-9},
+      {RG_Q8_0, 2, 40, 1056, 1e-9},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     int64_t m = cases[c].m, n = cases[c].n, k = cases[c].k;

@@ -23,20 +23,36 @@
 
 // ----- GEMV --------------------------------------------------------------------
 
-// 8 consecutive weights of an aligned f32, bf16 or f16 row from element i.
+// 16 bytes of weights: 8 bf16/f16 values, or half of 8 f32 values.
+struct w16_t {
+  uint4 u[2];  // f32 uses both, 16-bit types the first
+};
+
 template <int T>
-RG_DEV void w8(const unsigned char *row, int64_t i, float *out) {
+RG_DEV w16_t w_load(const unsigned char *row, int64_t i) {
+  w16_t v;
   if (T == RG_CUK_F32) {
-    const float4 *p = (const float4 *)(row + i * 4);
-    float4 a = rg_ld_stream(p), b = rg_ld_stream(p + 1);
-    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
-    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+    const uint4 *p = (const uint4 *)(row + i * 4);
+    v.u[0] = rg_ld_stream(p), v.u[1] = rg_ld_stream(p + 1);
   } else {
-    uint4 u = rg_ld_stream((const uint4 *)(row + i * 2));
-    uint32_t v[4] = {u.x, u.y, u.z, u.w};
+    v.u[0] = rg_ld_stream((const uint4 *)(row + i * 2));
+  }
+  return v;
+}
+
+// The 8 weights of a w16_t as f32.
+template <int T>
+RG_DEV void w_widen(const w16_t &v, float *out) {
+  if (T == RG_CUK_F32) {
+    const uint32_t b[8] = {v.u[0].x, v.u[0].y, v.u[0].z, v.u[0].w,
+                           v.u[1].x, v.u[1].y, v.u[1].z, v.u[1].w};
+#pragma unroll
+    for (int j = 0; j < 8; j++) out[j] = __uint_as_float(b[j]);
+  } else {
+    const uint32_t b[4] = {v.u[0].x, v.u[0].y, v.u[0].z, v.u[0].w};
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-      uint16_t lo = (uint16_t)(v[j] & 0xffffu), hi = (uint16_t)(v[j] >> 16);
+      uint16_t lo = (uint16_t)(b[j] & 0xffffu), hi = (uint16_t)(b[j] >> 16);
       out[2 * j] = T == RG_CUK_BF16 ? rg_bf16_f32(lo) : rg_f16_f32(lo);
       out[2 * j + 1] = T == RG_CUK_BF16 ? rg_bf16_f32(hi) : rg_f16_f32(hi);
     }
@@ -50,12 +66,18 @@ RG_DEV void x8(const float *x, int64_t i, float *out) {
   out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 }
 
+// Steps of 8 weights per lane whose loads are all issued before any is
+// used: with RG_CUK_GEMV_ROWS rows that is 4 KiB (8 KiB of f32) in flight
+// per warp, which is what keeps HBM busy when a matrix has few rows (2048
+// rows make only ~8 warps per SM on an H100).
+#define GEMV_UNROLL 4
+
 template <int T, int M>
 RG_DEV void gemv(const rg_cuk_matmul_t &a) {
   const int R = RG_CUK_GEMV_ROWS;
   const int lane = threadIdx.x % RG_WARP, warp = threadIdx.x / RG_WARP;
   const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / RG_WARP) + warp) * R;
-  if (row0 >= a.n) return;
+  if (row0 >= a.n) return;  // whole warps: no shuffle below misses a lane
   const float *x = RG_P(const float, a.x);
   const unsigned char *w = RG_P(const unsigned char, a.w);
   const int64_t k = a.k;
@@ -72,58 +94,69 @@ RG_DEV void gemv(const rg_cuk_matmul_t &a) {
 #pragma unroll
     for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
 
-  if (T == RG_CUK_Q8_0) {
-    // One 32-element block per lane per step.
+  if (T == RG_CUK_Q8_0 && a.aligned) {
+    // One 32-element block per lane per step; x is 16-byte aligned.
     const int64_t nb = k / 32;
+#pragma unroll 1
     for (int64_t b = lane; b < nb; b += RG_WARP) {
 #pragma unroll
       for (int r = 0; r < R; r++) {
         const uint16_t *blk = (const uint16_t *)(rows[r] + b * 34);
-        float d = rg_f16_f32(rg_ld_stream(blk));
-        float q[32];
+        const float d = rg_f16_f32(rg_ld_stream(blk));
+        float s[M];
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-          uint16_t u = rg_ld_stream(blk + 1 + j);
-          q[2 * j] = (float)(int8_t)(u & 0xff);
-          q[2 * j + 1] = (float)(int8_t)(u >> 8);
-        }
+        for (int m = 0; m < M; m++) s[m] = 0.0f;
+          // 8 quants at a time, so that M rows of x need few registers.
 #pragma unroll
-        for (int m = 0; m < M; m++) {
-          float s = 0.0f;
-          const float *xr = x + m * k + b * 32;
-          if (a.aligned) {
+        for (int j = 0; j < 32; j += 8) {
+          float q[8];
 #pragma unroll
-            for (int j = 0; j < 32; j += 8) {
-              float xv[8];
-              x8(xr, j, xv);
-#pragma unroll
-              for (int e = 0; e < 8; e++) s += q[j + e] * xv[e];
-            }
-          } else {
-#pragma unroll
-            for (int j = 0; j < 32; j++) s += q[j] * xr[j];
+          for (int e = 0; e < 4; e++) {
+            uint16_t u = rg_ld_stream(blk + 1 + j / 2 + e);
+            q[2 * e] = (float)(int8_t)(u & 0xff);
+            q[2 * e + 1] = (float)(int8_t)(u >> 8);
           }
-          acc[r][m] += d * s;
+#pragma unroll
+          for (int m = 0; m < M; m++) {
+            float xv[8];
+            x8(x + m * k + b * 32, j, xv);
+#pragma unroll
+            for (int e = 0; e < 8; e++) s[m] += q[e] * xv[e];
+          }
         }
+#pragma unroll
+        for (int m = 0; m < M; m++) acc[r][m] += d * s[m];
       }
     }
-  } else if (a.aligned) {
-#pragma unroll 2
-    for (int64_t i = (int64_t)lane * 8; i < k; i += RG_WARP * 8) {
-      float wv[R][8];
+  } else if (T != RG_CUK_Q8_0 && a.aligned) {
+    const int64_t step = RG_WARP * 8;
+    for (int64_t i0 = (int64_t)lane * 8; i0 < k; i0 += step * GEMV_UNROLL) {
+      w16_t wr[GEMV_UNROLL][R];
 #pragma unroll
-      for (int r = 0; r < R; r++) w8<T>(rows[r], i, wv[r]);
-#pragma unroll
-      for (int m = 0; m < M; m++) {
-        float xv[8];
-        x8(x + m * k, i, xv);
+      for (int u = 0; u < GEMV_UNROLL; u++)
 #pragma unroll
         for (int r = 0; r < R; r++)
+          if (i0 + u * step < k) wr[u][r] = w_load<T>(rows[r], i0 + u * step);
 #pragma unroll
-          for (int e = 0; e < 8; e++) acc[r][m] += wv[r][e] * xv[e];
+      for (int u = 0; u < GEMV_UNROLL; u++) {
+        const int64_t i = i0 + u * step;
+        if (i >= k) break;
+        float wv[R][8];
+#pragma unroll
+        for (int r = 0; r < R; r++) w_widen<T>(wr[u][r], wv[r]);
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+          float xv[8];
+          x8(x + m * k, i, xv);
+#pragma unroll
+          for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[r][m] += wv[r][e] * xv[e];
+        }
       }
     }
   } else {
+    // Unaligned operands: element loads (q8_0 bytewise).
     for (int64_t i = lane; i < k; i += RG_WARP) {
 #pragma unroll
       for (int r = 0; r < R; r++) {
@@ -151,8 +184,9 @@ RG_DEV void gemv(const rg_cuk_matmul_t &a) {
   }
 #define RG_GEMV_ALL_(T, t)                                                                  \
   RG_GEMV_(T, t, 1)                                                                         \
-  RG_GEMV_(T, t, 2) RG_GEMV_(T, t, 3) RG_GEMV_(T, t, 4) RG_GEMV_(T, t, 5) RG_GEMV_(T, t, 6) \
-      RG_GEMV_(T, t, 7) RG_GEMV_(T, t, 8)
+  RG_GEMV_(T, t, 2)                                                                         \
+  RG_GEMV_(T, t, 3) RG_GEMV_(T, t, 4) RG_GEMV_(T, t, 5) RG_GEMV_(T, t, 6) RG_GEMV_(T, t, 7) \
+      RG_GEMV_(T, t, 8)
 RG_GEMV_ALL_(RG_CUK_F32, f32)
 RG_GEMV_ALL_(RG_CUK_BF16, bf16)
 RG_GEMV_ALL_(RG_CUK_F16, f16)
