@@ -812,8 +812,7 @@ RG_TEST(devices_cuda_ops_become_launches_on_a_stand_in) {
     RG_CHECK_OK(rg_buffer_write(b, 8192, fill, sizeof fill));
     rg_sampler_config_t cfg[2] = {{0, 0, 1, 0}, {0.9f, 10, 0.8f, 0}};
     double u[2] = {0.5, 0.7};
-    rg_op_t sm = {.kind = RG_OP_SAMPLE,
-                  .sample = {{b, 0}, {b, 8192}, 2, V, cfg, u}};
+    rg_op_t sm = {.kind = RG_OP_SAMPLE, .sample = {{b, 0}, {b, 8192}, 2, V, cfg, u}};
     n_launches = 0;
     RG_CHECK_OK(rg_queue_submit(q, &sm));
     RG_REQUIRE(n_launches == 1);
@@ -859,4 +858,118 @@ out:
   rg_device_close(dev);
   unsetenv("FAKE_CUDA");
   unsetenv("RIDGE_CUDA_LIBRARY");
+}
+
+// ----- The hip backend against a stand-in libamdhip64 --------------------------------
+
+// Enough of the HIP runtime for the backend, over host memory: one MI300X.
+// Modules load and kernels resolve; launches do nothing (no test here reads
+// a kernel's result).
+static const char fake_hip_src[] =
+    "#include <stdlib.h>\n"
+    "#include <string.h>\n"
+    "typedef int E;\n"
+    "E hipInit(unsigned f) { (void)f; return 0; }\n"
+    "E hipDriverGetVersion(int *v) { *v = 60241134; return 0; }\n"
+    "E hipGetDeviceCount(int *n) { *n = 1; return 0; }\n"
+    "E hipDeviceGet(int *d, int i) { if (i) return 101; *d = 0; return 0; }\n"
+    "E hipDeviceGetName(char *s, int n, int d) { (void)d;\n"
+    "  strncpy(s, \"AMD Instinct MI300X\", (size_t)n); return 0; }\n"
+    "E hipDeviceTotalMem(size_t *b, int d) { (void)d; *b = (size_t)192 << 30; return 0; }\n"
+    "E hipDeviceGetAttribute(int *v, int a, int d) { (void)d;\n"
+    "  *v = a == 63 ? 304 : a == 23 ? 9 : a == 61 ? 4 : 0; return 0; }\n"
+    "E hipSetDevice(int d) { return d == 0 ? 0 : 101; }\n"
+    "E hipMalloc(void **p, size_t n) { if (n > ((size_t)1 << 30)) return 2;\n"
+    "  *p = malloc(n); return *p ? 0 : 2; }\n"
+    "E hipFree(void *p) { free(p); return 0; }\n"
+    "E hipMemcpy(void *d, const void *s, size_t n, int k) { (void)k; memmove(d, s, n);\n"
+    "  return 0; }\n"
+    "E hipMemcpyAsync(void *d, const void *s, size_t n, int k, void *st) { (void)k; (void)st;\n"
+    "  memmove(d, s, n); return 0; }\n"
+    "static int streams;\n"
+    "E hipStreamCreateWithFlags(void **s, unsigned f) { (void)f; *s = &streams; streams++;\n"
+    "  return 0; }\n"
+    "E hipStreamSynchronize(void *s) { return s == &streams ? 0 : 400; }\n"
+    "E hipStreamDestroy(void *s) { (void)s; streams--; return 0; }\n"
+    "E hipStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return 0; }\n"
+    "E hipEventCreateWithFlags(void **e, unsigned f) { (void)f; *e = malloc(1);\n"
+    "  return *e ? 0 : 2; }\n"
+    "E hipEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }\n"
+    "E hipEventQuery(void *e) { (void)e; return 0; }\n"
+    "E hipEventDestroy(void *e) { free(e); return 0; }\n"
+    "E hipModuleLoadData(void **m, const void *i) { (void)i; *m = malloc(1); return 0; }\n"
+    "E hipModuleUnload(void *m) { free(m); return 0; }\n"
+    "E hipModuleGetFunction(void **f, void *m, const char *n) { (void)m; *f = (void *)n;\n"
+    "  return 0; }\n"
+    "E hipModuleLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d,\n"
+    "  unsigned e, unsigned g, unsigned h, void *s, void **p, void **x) {\n"
+    "  (void)f; (void)a; (void)b; (void)c; (void)d; (void)e; (void)g; (void)h; (void)s;\n"
+    "  (void)p; (void)x; return 0; }\n"
+    "const char *hipGetErrorName(E r) { return r == 2 ? \"hipErrorOutOfMemory\" : 0; }\n";
+
+RG_TEST(devices_hip_backend_against_a_stand_in_libamdhip64) {
+  rg_device_info_t list[RG_DEVICES_MAX];
+  size_t n = 0;
+  int np;
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  if (!entries_for(list, n, "hip", &np)) RG_SKIP("a HIP runtime is loaded here");
+  const char *src = rg_test_write(t, "fake_hip.c", fake_hip_src);
+  char lib[512], cmd[1200];
+  snprintf(lib, sizeof lib, "%s/libfakehip.so", rg_test_tmpdir(t));
+  snprintf(cmd, sizeof cmd, "cc -shared -fPIC -O0 -o '%s' '%s' 2>/dev/null", lib, src);
+  if (system(cmd) != 0) RG_SKIP("no C compiler (cc) to build a stand-in libamdhip64");
+  setenv("RIDGE_HIP_LIBRARY", lib, 1);
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  RG_CHECK(entries_for(list, n, "hip", &np) == NULL && np == 1);
+  rg_device_t *dev;
+  RG_REQUIRE_OK(rg_device_open("hip", 0, NULL, &dev));
+  const rg_device_info_t *info = rg_device_info(dev);
+  RG_CHECK(!strcmp(info->name, "AMD Instinct MI300X") && info->compute_units == 304);
+  RG_CHECK(info->memory == (uint64_t)192 << 30);
+
+  // Device memory through the runtime, checked ranges, the driver's errors.
+  rg_buffer_t *b;
+  RG_REQUIRE_OK(rg_buffer_alloc(dev, 4096, &b));
+  RG_CHECK(rg_buffer_host_ptr(b) == NULL);
+  unsigned char in[200], out[200];
+  for (int i = 0; i < 200; i++) in[i] = (unsigned char)(i * 3);
+  RG_CHECK_OK(rg_buffer_write(b, 10, in, sizeof in));
+  RG_CHECK_OK(rg_buffer_read(b, 10, out, sizeof out));
+  RG_CHECK(!memcmp(in, out, sizeof in));
+  rg_buffer_t *big;
+  RG_CHECK_ERR(rg_buffer_alloc(dev, (size_t)2 << 30, &big),
+               "cannot allocate 2 GiB (2147483648 bytes) on hip:0: hipMalloc failed: "
+               "hipErrorOutOfMemory (2)");
+
+  // A stream: async copies, events, another queue waiting on the device.
+  rg_queue_t *q, *q2;
+  RG_REQUIRE_OK(rg_queue_create(dev, &q));
+  RG_REQUIRE_OK(rg_queue_create(dev, &q2));
+  memset(out, 0, sizeof out);
+  RG_CHECK_OK(rg_queue_write(q, b, 1000, in, sizeof in));
+  RG_CHECK_OK(rg_queue_copy(q, b, 2000, b, 1000, sizeof in));
+  rg_event_t *ev;
+  RG_REQUIRE_OK(rg_queue_record(q, &ev));
+  RG_CHECK_OK(rg_queue_wait_event(q2, ev));
+  RG_CHECK_OK(rg_queue_read(q2, b, 2000, out, sizeof out));
+  RG_CHECK_OK(rg_queue_wait(q2));
+  RG_CHECK_OK(rg_event_wait(ev, 1.0));
+  RG_CHECK(!memcmp(in, out, sizeof in));
+  rg_event_release(ev);
+
+  // Ops: the kernels hipcc built, or the reason there are none.
+  rg_op_t add = {.kind = RG_OP_ADD, .add = {{b, 0}, {b, 0}, {b, 0}, 16}};
+  if (rg__hip_image_count) {
+    RG_CHECK(rg_device_supports_op(dev, RG_OP_ATTENTION));
+    RG_CHECK_OK(rg_queue_submit(q, &add));
+  } else {
+    RG_CHECK(!rg_device_supports_op(dev, RG_OP_ADD));
+    RG_CHECK_ERR(rg_queue_submit(q, &add),
+                 "hip:0 has no add kernel: no kernels built (hipcc not found at build time)");
+  }
+  rg_buffer_release(b);
+  rg_queue_destroy(q2);
+  rg_queue_destroy(q);
+  rg_device_close(dev);
+  unsetenv("RIDGE_HIP_LIBRARY");
 }
