@@ -15,8 +15,10 @@
 typedef int rg_hip_error_t;   // hipError_t
 typedef int rg_hip_device_t;  // hipDevice_t
 typedef void *rg_hip_deviceptr_t;
-// The struct tags are hip_runtime_api.h's, so the types match where both
-// are seen (hip_sdk_check.c).
+// The struct tags are hip_runtime_api.h's. No compile-time check against
+// those headers exists yet (cuda has cuda_sdk_check.c): none were at hand
+// where this was written, and a check that was never compiled could break
+// the build on a ROCm machine.
 typedef struct ihipStream_t *rg_hip_stream_t;
 typedef struct ihipEvent_t *rg_hip_event_t;
 typedef struct ihipModule_t *rg_hip_module_t;
