@@ -907,7 +907,9 @@ static const char fake_hip_src[] =
     "  (void)p; (void)x; return 0; }\n"
     "const char *hipGetErrorName(E r) { return r == 2 ? \"hipErrorOutOfMemory\" : 0; }\n";
 
-RG_TEST(devices_hip_backend_against_a_stand_in_libamdhip64) {
+// Named to run after the listing and opening tests: a loaded library stays
+// for the process, and those tests want some driver to be absent.
+RG_TEST(devices_stand_in_hip_runs_buffers_queues_and_events) {
   rg_device_info_t list[RG_DEVICES_MAX];
   size_t n = 0;
   int np;
@@ -972,4 +974,98 @@ RG_TEST(devices_hip_backend_against_a_stand_in_libamdhip64) {
   rg_queue_destroy(q);
   rg_device_close(dev);
   unsetenv("RIDGE_HIP_LIBRARY");
+}
+
+// ----- The level_zero backend against a stand-in libze_loader -------------------------
+
+// One GPU whose memory is host memory; copies are memmove.
+static const char fake_ze_src[] =
+    "#include <stdint.h>\n"
+    "#include <stdlib.h>\n"
+    "#include <string.h>\n"
+    "typedef uint32_t R;\n"
+    "static int drv, dev, ctx, list;\n"
+    "R zeInit(uint32_t f) { (void)f; return 0; }\n"
+    "R zeDriverGet(uint32_t *n, void **d) { if (d && *n) d[0] = &drv; *n = 1; return 0; }\n"
+    "R zeDeviceGet(void *d, uint32_t *n, void **v) { (void)d; if (v && *n) v[0] = &dev;\n"
+    "  *n = 1; return 0; }\n"
+    "R zeDeviceGetProperties(void *d, void *p) { (void)d; unsigned char *b = p;\n"
+    "  uint32_t *u = (uint32_t *)(b + 16); u[0] = 1; u[1] = 0x8086; u[2] = 0x0bd5;\n"
+    // ze_device_properties_t: threads per EU, SIMD width, EUs per subslice,
+    // subslices per slice and slices from byte 56; name at 112.
+    "  u[10] = 16; u[11] = 8; u[12] = 8; u[13] = 8; u[14] = 4;\n"
+    "  strcpy((char *)b + 112, \"Intel(R) Data Center GPU Max 1100\"); return 0; }\n"
+    "R zeDeviceGetMemoryProperties(void *d, uint32_t *n, void *p) { (void)d;\n"
+    "  if (p && *n) { uint64_t *t = (uint64_t *)((unsigned char *)p + 32);\n"
+    "    *t = (uint64_t)48 << 30; } *n = 1; return 0; }\n"
+    "R zeContextCreate(void *d, const void *desc, void **c) { (void)d; (void)desc; *c = &ctx;\n"
+    "  return 0; }\n"
+    "R zeContextDestroy(void *c) { (void)c; return 0; }\n"
+    "R zeMemAllocDevice(void *c, const void *desc, size_t n, size_t a, void *d, void **p) {\n"
+    "  (void)c; (void)desc; (void)a; (void)d; if (n > ((size_t)1 << 30)) return 0x70000003;\n"
+    "  *p = malloc(n); return *p ? 0 : 0x70000003; }\n"
+    "R zeMemFree(void *c, void *p) { (void)c; free(p); return 0; }\n"
+    "R zeCommandListCreateImmediate(void *c, void *d, const void *desc, void **l) {\n"
+    "  (void)c; (void)d; const uint32_t *q = desc;\n"
+    "  if (q[0] != 0xe || q[7] != 1) return 0x78000004; *l = &list; return 0; }\n"
+    "R zeCommandListAppendMemoryCopy(void *l, void *d, const void *s, size_t n, void *e,\n"
+    "  uint32_t nw, void **w) { (void)l; (void)e; (void)nw; (void)w; memmove(d, s, n);\n"
+    "  return 0; }\n"
+    "R zeCommandListDestroy(void *l) { (void)l; return 0; }\n";
+
+// After the listing and opening tests, as the hip one.
+RG_TEST(devices_stand_in_level_zero_runs_memory_and_copies) {
+  rg_device_info_t list[RG_DEVICES_MAX];
+  size_t n = 0;
+  int np;
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  if (!entries_for(list, n, "level_zero", &np)) RG_SKIP("a Level Zero loader is loaded here");
+  const char *src = rg_test_write(t, "fake_ze.c", fake_ze_src);
+  char lib[512], cmd[1200];
+  snprintf(lib, sizeof lib, "%s/libfakeze.so", rg_test_tmpdir(t));
+  snprintf(cmd, sizeof cmd, "cc -shared -fPIC -O0 -o '%s' '%s' 2>/dev/null", lib, src);
+  if (system(cmd) != 0) RG_SKIP("no C compiler (cc) to build a stand-in libze_loader");
+  setenv("RIDGE_LEVEL_ZERO_LIBRARY", lib, 1);
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  RG_CHECK(entries_for(list, n, "level_zero", &np) == NULL && np == 1);
+  rg_device_t *dev;
+  RG_REQUIRE_OK(rg_device_open("level_zero", 0, NULL, &dev));
+  const rg_device_info_t *info = rg_device_info(dev);
+  RG_CHECK(!strcmp(info->name, "Intel(R) Data Center GPU Max 1100"));
+  RG_CHECK(info->memory == (uint64_t)48 << 30 && info->compute_units == 8 * 8 * 4);
+
+  // Device memory and copies, through synchronous immediate command lists.
+  rg_buffer_t *b, *big;
+  RG_REQUIRE_OK(rg_buffer_alloc(dev, 1024, &b));
+  RG_CHECK(rg_buffer_host_ptr(b) == NULL);
+  unsigned char in[100], out[100];
+  for (int i = 0; i < 100; i++) in[i] = (unsigned char)(i * 5 + 1);
+  RG_CHECK_OK(rg_buffer_write(b, 0, in, sizeof in));
+  rg_queue_t *q;
+  RG_REQUIRE_OK(rg_queue_create(dev, &q));
+  RG_CHECK_OK(rg_queue_copy(q, b, 500, b, 0, sizeof in));
+  RG_CHECK_OK(rg_queue_read(q, b, 500, out, sizeof out));
+  RG_CHECK(!memcmp(in, out, sizeof in));
+  RG_CHECK_ERR(rg_buffer_alloc(dev, (size_t)2 << 30, &big),
+               "cannot allocate 2 GiB (2147483648 bytes) on level_zero:0: zeMemAllocDevice failed: "
+               "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY");
+  // To and from another device: staged through the host by the queue.
+  rg_device_t *cpu;
+  RG_REQUIRE_OK(rg_device_open("cpu", 0, NULL, &cpu));
+  rg_buffer_t *hb;
+  RG_REQUIRE_OK(rg_buffer_alloc(cpu, 100, &hb));
+  RG_CHECK_OK(rg_queue_copy(q, hb, 0, b, 500, 100));
+  RG_CHECK(!memcmp(rg_buffer_host_ptr(hb), in, sizeof in));
+
+  // No kernels, and every op says why.
+  RG_CHECK(!rg_device_supports_op(dev, RG_OP_MATMUL));
+  rg_op_t add = {.kind = RG_OP_ADD, .add = {{b, 0}, {b, 0}, {b, 0}, 16}};
+  RG_CHECK_ERR(rg_queue_submit(q, &add),
+               "level_zero:0 has no add kernel: no kernels built (ridge has no SPIR-V toolchain");
+  rg_buffer_release(hb);
+  rg_device_close(cpu);
+  rg_buffer_release(b);
+  rg_queue_destroy(q);
+  rg_device_close(dev);
+  unsetenv("RIDGE_LEVEL_ZERO_LIBRARY");
 }
