@@ -193,6 +193,21 @@ void set_ids(int t) {
   cur_lane = t % 32, cur_warp = t / 32;
 }
 
+// Runs fiber t until it waits or returns. Its own frame holds the jump
+// target, so the scheduler's loop variables never live across a longjmp.
+__attribute__((noinline)) void resume(block_t &b, int t) {
+  fiber_t &f = b.fibers[t];
+  b.cur = t;
+  set_ids(t);
+  if (_setjmp(b.sched_jb)) return;
+  if (!f.started) {
+    f.started = 1;
+    swapcontext(&b.sched_uc, &f.start);
+  } else {
+    _longjmp(f.jb, 1);
+  }
+}
+
 void run_block(unsigned smem) {
   static std::vector<std::vector<unsigned char>> stacks;
   const size_t stack_bytes = 256 * 1024;
@@ -217,19 +232,9 @@ void run_block(unsigned smem) {
   for (unsigned left = n; left;) {
     left = 0;
     for (unsigned t = 0; t < n; t++) {
-      fiber_t &f = b.fibers[t];
-      if (f.done) continue;
-      b.cur = (int)t;
-      set_ids((int)t);
-      if (!_setjmp(b.sched_jb)) {
-        if (!f.started) {
-          f.started = 1;
-          swapcontext(&b.sched_uc, &f.start);
-        } else {
-          _longjmp(f.jb, 1);
-        }
-      }
-      left += !f.done;
+      if (b.fibers[t].done) continue;
+      resume(b, (int)t);
+      left += !b.fibers[t].done;
     }
   }
 }
