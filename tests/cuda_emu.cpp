@@ -17,7 +17,6 @@
 //
 // Loaded through RIDGE_CUDA_LIBRARY by the tests (tests/test_cuda.c), in a
 // child process, since a process keeps the first libcuda it loads.
-#include <setjmp.h>
 #include <ucontext.h>
 
 #include <array>
@@ -52,9 +51,9 @@ struct barrier_t {
   unsigned gen = 0;
 };
 struct fiber_t {
-  ucontext_t start;  // how the fiber is first entered
-  jmp_buf jb;        // where it waits, once started
-  int started = 0, done = 0;
+  void *sp = nullptr;  // where it waits (x86-64 switch)
+  ucontext_t uc;       // elsewhere: swapcontext, slower
+  int done = 0;
 };
 struct block_t {
   barrier_t bar;
@@ -62,17 +61,42 @@ struct block_t {
   std::vector<std::array<uint64_t, 32>> slots;
   std::vector<unsigned char> dynamic_shared;
   std::vector<fiber_t> fibers;
+  void *sched_sp = nullptr;
   ucontext_t sched_uc;
-  jmp_buf sched_jb;
   int cur = 0;
 };
 block_t *cur_block;
 int cur_lane, cur_warp;
+}  // namespace
 
-// Switches are _setjmp/_longjmp, which save no signal mask: swapcontext
-// makes a system call per switch, and a warp shuffle is 64 switches.
+// A context switch of a few instructions: the callee-saved registers on
+// the old stack, its pointer saved, the new one loaded. swapcontext makes
+// a system call per switch, and the sanitizers intercept longjmp; a warp
+// shuffle is 64 switches.
+#if defined(__x86_64__)
+__asm__(
+    ".text\n"
+    ".globl rg_emu_switch\n"
+    ".hidden rg_emu_switch\n"
+    ".type rg_emu_switch,@function\n"
+    "rg_emu_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size rg_emu_switch, .-rg_emu_switch\n");
+extern "C" void rg_emu_switch(void **save_sp, void *to_sp);
+#endif
+
+namespace {
 void yield_to_scheduler() {
-  if (!_setjmp(cur_block->fibers[cur_block->cur].jb)) _longjmp(cur_block->sched_jb, 1);
+  fiber_t &f = cur_block->fibers[cur_block->cur];
+#if defined(__x86_64__)
+  rg_emu_switch(&f.sp, cur_block->sched_sp);
+#else
+  swapcontext(&f.uc, &cur_block->sched_uc);
+#endif
 }
 
 void arrive(barrier_t &b) {
@@ -183,7 +207,8 @@ void fiber_main() {
   b.fibers[t].done = 1;
   leave(b.bar);
   leave(b.warp_bars[t / 32]);
-  _longjmp(b.sched_jb, 2);  // never returns through uc_link
+  yield_to_scheduler();  // never resumed: it is done
+  abort();
 }
 
 void set_ids(int t) {
@@ -193,19 +218,15 @@ void set_ids(int t) {
   cur_lane = t % 32, cur_warp = t / 32;
 }
 
-// Runs fiber t until it waits or returns. Its own frame holds the jump
-// target, so the scheduler's loop variables never live across a longjmp.
-__attribute__((noinline)) void resume(block_t &b, int t) {
-  fiber_t &f = b.fibers[t];
+// Runs fiber t until it waits or returns.
+void resume(block_t &b, int t) {
   b.cur = t;
   set_ids(t);
-  if (_setjmp(b.sched_jb)) return;
-  if (!f.started) {
-    f.started = 1;
-    swapcontext(&b.sched_uc, &f.start);
-  } else {
-    _longjmp(f.jb, 1);
-  }
+#if defined(__x86_64__)
+  rg_emu_switch(&b.sched_sp, b.fibers[t].sp);
+#else
+  swapcontext(&b.sched_uc, &b.fibers[t].uc);
+#endif
 }
 
 void run_block(unsigned smem) {
@@ -223,11 +244,21 @@ void run_block(unsigned smem) {
   while (stacks.size() < n) stacks.emplace_back(stack_bytes);
   cur_block = &b;
   for (unsigned t = 0; t < n; t++) {
-    getcontext(&b.fibers[t].start);
-    b.fibers[t].start.uc_stack.ss_sp = stacks[t].data();
-    b.fibers[t].start.uc_stack.ss_size = stack_bytes;
-    b.fibers[t].start.uc_link = nullptr;
-    makecontext(&b.fibers[t].start, fiber_main, 0);
+#if defined(__x86_64__)
+    // A frame rg_emu_switch can return into: six zeroed registers, then
+    // fiber_main as the return address, 16-byte aligned as a call leaves it.
+    uintptr_t *sp = (uintptr_t *)((uintptr_t)(stacks[t].data() + stack_bytes) & ~(uintptr_t)15);
+    *--sp = 0;
+    *--sp = (uintptr_t)fiber_main;
+    for (int r = 0; r < 6; r++) *--sp = 0;
+    b.fibers[t].sp = sp;
+#else
+    getcontext(&b.fibers[t].uc);
+    b.fibers[t].uc.uc_stack.ss_sp = stacks[t].data();
+    b.fibers[t].uc.uc_stack.ss_size = stack_bytes;
+    b.fibers[t].uc.uc_link = nullptr;
+    makecontext(&b.fibers[t].uc, fiber_main, 0);
+#endif
   }
   for (unsigned left = n; left;) {
     left = 0;
