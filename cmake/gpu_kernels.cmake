@@ -110,7 +110,10 @@ set(RIDGE_GPU_EMBED_SOURCES "")
 set(RIDGE_GPU_IMAGES "")
 
 if(RIDGE_NVCC)
-  set(_rg_flags -std=c++17 -O3 -fatbin -Xfatbin=-compress-all)
+  # Uncompressed (some 2.7 MB in the binary): the driver loads it without
+  # inflating it, and tests/test_cuda.c can read which kernels and which
+  # SM versions each image holds.
+  set(_rg_flags -std=c++17 -O3 -fatbin -no-compress)
   foreach(arch ${RIDGE_CUDA_ARCHS})
     list(APPEND _rg_flags -gencode arch=compute_${arch},code=sm_${arch})
     set(_rg_last ${arch})

@@ -21,6 +21,7 @@
 #include "devices/cuda/gpu_images.h"
 #include "devices/cuda/gpu_ops.h"
 #include "devices/devices.h"
+#include "ops/cuda/kernels.h"
 #include "ops/matmul.h"
 #include "ops/ops.h"
 #include "tests/test.h"
@@ -451,4 +452,83 @@ RG_TEST(cuda_kernels_on_the_cpu_emulator) {
   RG_CHECK(failed == 0 && skipped == 0);
   RG_CHECK(passed == RG_OP_COUNT + 5);  // every op, and the five cuda_gpu_* tests
 #endif
+}
+
+// ----- What the build embedded ------------------------------------------------------
+
+static const unsigned char *find_bytes(const unsigned char *h, size_t n, const void *needle,
+                                       size_t len, size_t from) {
+  return from <= n ? memmem(h + from, n - from, needle, len) : NULL;
+}
+
+// Every kernel the backend looks up is in the fatbins, as SASS for each
+// SM version the build names ("for sm 80;90") and as PTX of the last one;
+// an image missing a kernel or an architecture fails here, not on a GPU.
+RG_TEST(cuda_embedded_fatbins_hold_every_kernel_for_each_sm) {
+  if (!rg__cuda_image_count) RG_SKIP(rg__cuda_images_note);
+  const char *at = strstr(rg__cuda_images_note, "for sm ");
+  RG_REQUIRE(at != NULL);
+  int archs[8], n_archs = 0;
+  for (const char *p = at + 7; *p && n_archs < 8;) {
+    archs[n_archs++] = atoi(p);
+    while (*p && *p != ';') p++;
+    if (*p == ';') p++;
+  }
+  RG_REQUIRE(n_archs > 0);
+  static const char *const names[] = {
+#define RG_X_(e, s, a) #s,
+      RG_CUDA_KERNELS(RG_X_)
+#undef RG_X_
+  };
+  int found[RG_CUK_COUNT] = {0};
+  for (size_t i = 0; i < rg__cuda_image_count; i++) {
+    const unsigned char *img = rg__cuda_images[i].data;
+    size_t size = rg__cuda_image_size(i);
+    RG_CHECK(size > 16 && img[0] == 0x50 && img[1] == 0xed && img[2] == 0x55 && img[3] == 0xba);
+    // The CUDA ELFs (e_machine 190) in the image and their SM versions.
+    size_t elf[16];
+    int sm[16], n_elf = 0;
+    for (const unsigned char *e = img; n_elf < 16 && (e = find_bytes(img, size,
+                                                                     "\x7f"
+                                                                     "ELF",
+                                                                     4, (size_t)(e - img)));
+         e += 4) {
+      if ((size_t)(e - img) + 64 > size || e[18] != 190 || e[19] != 0) continue;
+      uint32_t flags;
+      memcpy(&flags, e + 48, 4);
+      elf[n_elf] = (size_t)(e - img);
+      sm[n_elf++] = e[8] >= 8 ? (int)((flags >> 8) & 0xff) : (int)(flags & 0xff);
+    }
+    for (int a = 0; a < n_archs; a++) {
+      int have = 0;
+      for (int j = 0; j < n_elf; j++) have |= sm[j] == archs[a];
+      if (!have)
+        rg_test_fail(t, __FILE__, __LINE__, "ops/cuda/%s.cu: no SASS for sm_%d in its fatbin",
+                     rg__cuda_images[i].name, archs[a]);
+    }
+    char ptx_target[32];
+    snprintf(ptx_target, sizeof ptx_target, ".target sm_%d", archs[n_archs - 1]);
+    RG_CHECK(find_bytes(img, size, ptx_target, strlen(ptx_target), 0) != NULL);
+    // A kernel of this image is an entry of its PTX and a symbol of every
+    // ELF in it.
+    for (int k = 0; k < RG_CUK_COUNT; k++) {
+      char entry[80], sym[80];
+      snprintf(entry, sizeof entry, ".entry %s(", names[k]);
+      snprintf(sym, sizeof sym, "%c%s", 0, names[k]);
+      if (!find_bytes(img, size, entry, strlen(entry), 0)) continue;
+      int in_all = n_elf > 0;
+      for (int j = 0; j < n_elf; j++) {
+        size_t end = j + 1 < n_elf ? elf[j + 1] : size;
+        const unsigned char *hit = find_bytes(img, end, sym, strlen(names[k]) + 1, elf[j]);
+        in_all &= hit != NULL && hit[strlen(names[k]) + 1] == 0;
+      }
+      if (!in_all)
+        rg_test_fail(t, __FILE__, __LINE__, "kernel %s is missing from an ELF of ops/cuda/%s.cu",
+                     names[k], rg__cuda_images[i].name);
+      found[k]++;
+    }
+  }
+  for (int k = 0; k < RG_CUK_COUNT; k++)
+    if (found[k] != 1)
+      rg_test_fail(t, __FILE__, __LINE__, "kernel %s is in %d images, not 1", names[k], found[k]);
 }
