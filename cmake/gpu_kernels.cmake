@@ -11,7 +11,7 @@
 # and the backend lists its devices but refuses every op, saying the
 # kernels were not built and why.
 #
-# Cost. nvcc takes about 20 s of CPU for these sources and two SASS targets,
+# Cost. nvcc takes about 15 s of CPU for these sources and two SASS targets,
 # longer than the rest of ridge's compile on two cores, and CI builds ridge
 # twice. So every image is cached by the SHA-256 of its sources, headers,
 # compiler version and flags (cmake/gpu_kernel_cached.cmake) in
@@ -110,7 +110,7 @@ set(RIDGE_GPU_EMBED_SOURCES "")
 set(RIDGE_GPU_IMAGES "")
 
 if(RIDGE_NVCC)
-  # Uncompressed (some 2.7 MB in the binary): the driver loads it without
+  # Uncompressed (some 5 MB in the binary): the driver loads it without
   # inflating it, and tests/test_cuda.c can read which kernels and which
   # SM versions each image holds.
   set(_rg_flags -std=c++17 -O3 -fatbin -no-compress)
