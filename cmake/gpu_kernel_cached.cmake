@@ -21,7 +21,7 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "${COMPILER} failed on ${SRC}")
 endif()
 file(RENAME ${OUT}.tmp ${OUT})
-# A cache that cannot be written (read-only home, a sandbox) only costs the
+# A cache that cannot be written (a read-only home directory) only costs the
 # next build its compile.
 execute_process(COMMAND ${CMAKE_COMMAND} -E make_directory ${CACHE} RESULT_VARIABLE dir_rc
                 OUTPUT_QUIET ERROR_QUIET)

@@ -146,3 +146,11 @@ else()
 endif()
 list(APPEND RIDGE_GPU_EMBED_SOURCES ${_rg_src})
 message(STATUS "ridge GPU kernels: nvcc ${RIDGE_NVCC}, hipcc ${RIDGE_HIPCC}, cache ${RIDGE_KERNEL_CACHE}")
+
+# The compile-time comparison of ridge's CUDA and cuBLAS declarations with
+# the toolkit's headers (devices/cuda/cuda_sdk_check.c) needs those headers
+# on its include path, and only it: nothing else may see a vendor header.
+if(RIDGE_CUDA_INCLUDE)
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/devices/cuda/cuda_sdk_check.c PROPERTIES
+                              INCLUDE_DIRECTORIES ${RIDGE_CUDA_INCLUDE})
+endif()

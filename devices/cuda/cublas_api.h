@@ -13,13 +13,16 @@
 #include "base/status.h"
 #include "devices/cuda/cuda_api.h"
 
-typedef int rg_cublas_status_t;  // cublasStatus_t
+// The enums are unsigned int where all their values are non-negative and
+// int where one is negative (cublasGemmAlgo_t), as C compilers type them;
+// cuda_sdk_check.c holds every signature to cublas_api.h's.
+typedef unsigned int rg_cublas_status_t;  // cublasStatus_t
 typedef struct cublasContext *rg_cublas_handle_t;
-typedef int rg_cublas_op_t;       // cublasOperation_t
-typedef int rg_cuda_data_type_t;  // cudaDataType
-typedef int rg_cublas_compute_t;  // cublasComputeType_t
-typedef int rg_cublas_algo_t;     // cublasGemmAlgo_t
-typedef int rg_cublas_math_t;     // cublasMath_t
+typedef unsigned int rg_cublas_op_t;       // cublasOperation_t
+typedef unsigned int rg_cuda_data_type_t;  // cudaDataType
+typedef unsigned int rg_cublas_compute_t;  // cublasComputeType_t
+typedef int rg_cublas_algo_t;              // cublasGemmAlgo_t
+typedef unsigned int rg_cublas_math_t;     // cublasMath_t
 
 enum {
   RG_CUBLAS_STATUS_SUCCESS = 0,

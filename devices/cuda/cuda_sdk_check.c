@@ -57,6 +57,32 @@ RG_SAME_(RG_CU_STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING)
 RG_CUDA_SYMBOLS(RG_SIG_, RG_SIG_)
 #undef RG_SIG_
 
+// cuBLAS, loaded for large matmuls (cublas_api.h): the same comparison.
+#if __has_include(<cublas_api.h>)
+#include <cublas_api.h>
+
+#include "devices/cuda/cublas_api.h"
+
+#define RG_SAME_(ours, theirs) _Static_assert((long)(ours) == (long)(theirs), #theirs);
+RG_SAME_(RG_CUBLAS_STATUS_SUCCESS, CUBLAS_STATUS_SUCCESS)
+RG_SAME_(RG_CUBLAS_OP_N, CUBLAS_OP_N)
+RG_SAME_(RG_CUBLAS_OP_T, CUBLAS_OP_T)
+RG_SAME_(RG_CUDA_R_32F, CUDA_R_32F)
+RG_SAME_(RG_CUDA_R_16F, CUDA_R_16F)
+RG_SAME_(RG_CUDA_R_16BF, CUDA_R_16BF)
+RG_SAME_(RG_CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F)
+RG_SAME_(RG_CUBLAS_GEMM_DEFAULT, CUBLAS_GEMM_DEFAULT)
+RG_SAME_(RG_CUBLAS_DEFAULT_MATH, CUBLAS_DEFAULT_MATH)
+#undef RG_SAME_
+_Static_assert(__builtin_types_compatible_p(rg_cublas_handle_t, cublasHandle_t), "cublasHandle_t");
+_Static_assert(__builtin_types_compatible_p(rg_cu_stream_t, cudaStream_t), "cudaStream_t");
+#define RG_SIG_(field, sym, ret, params)                                          \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&field), ret(*) params), \
+                 #field " differs from cublas_api.h");
+RG_CUBLAS_SYMBOLS(RG_SIG_, RG_SIG_)
+#undef RG_SIG_
+#endif
+
 #else
 // Without the toolkit there is nothing to compare against.
 typedef int rg_cuda_sdk_check_unused_t;
