@@ -468,7 +468,9 @@ RG_TEST(devices_cli_text_help_and_bad_flags) {
 
 // Enough of the CUDA driver API for the backend, over host memory. FAKE_CUDA
 // picks the behaviour: "nodevice" fails cuInit as a machine without a GPU
-// does; anything else shows one H100 whose allocations above 1 GiB fail.
+// does; "oldgpu" refuses every kernel image (a GPU older than the SASS and
+// PTX built); "pending" never completes an event; anything else shows one
+// H100 whose allocations above 1 GiB fail.
 static const char fake_cuda_src[] =
     "#include <stdlib.h>\n"
     "#include <string.h>\n"
@@ -525,6 +527,7 @@ static const char fake_cuda_src[] =
     // found by name and every launch is handed to the test's hook, which
     // checks the grid and the argument struct (nothing runs).
     "R cuModuleLoadData(void **m, const void *img) { const unsigned char *p = img;\n"
+    "  const char *md = getenv(\"FAKE_CUDA\"); if (md && !strcmp(md, \"oldgpu\")) return 209;\n"
     "  if (p[0] != 0x50 || p[1] != 0xed || p[2] != 0x55 || p[3] != 0xba) return 200;\n"
     "  *m = malloc(1); return *m ? 0 : 2; }\n"
     "R cuModuleUnload(void *m) { free(m); return 0; }\n"
@@ -851,6 +854,24 @@ RG_TEST(devices_cuda_ops_become_launches_on_a_stand_in) {
     rg_event_release(ev);
   }
   set_hook(NULL);
+
+  // A GPU the built images do not cover: it opens, and every op says why.
+  setenv("FAKE_CUDA", "oldgpu", 1);
+  {
+    rg_device_t *old;
+    RG_REQUIRE_OK(rg_device_open("cuda", 0, NULL, &old));
+    RG_CHECK(!rg_device_supports_op(old, RG_OP_ADD));
+    rg_op_t op = {.kind = RG_OP_SOFTMAX};
+    RG_CHECK_ERR(rg_device_check_op(old, &op),
+                 "cuda:0 has no softmax kernel: the kernels of ops/cuda/attention.cu (built by ");
+    s = rg_device_check_op(old, &op);
+    RG_CHECK_CONTAINS(rg_status_message(s), rg__cuda_images_note);
+    RG_CHECK_CONTAINS(rg_status_message(s),
+                      ") do not load on this GPU: cuModuleLoadData failed: "
+                      "CUDA_ERROR_NO_BINARY_FOR_GPU (209)");
+    rg_status_free(s);
+    rg_device_close(old);
+  }
 out:
   rg_buffer_release(b);
   rg_queue_destroy(q2);
