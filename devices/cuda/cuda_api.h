@@ -84,6 +84,7 @@ enum { RG_CU_EVENT_DISABLE_TIMING = 0x2 };
   REQ(cuCtxPopCurrent, "cuCtxPopCurrent_v2", rg_cu_result_t, (rg_cu_context_t *))                  \
   REQ(cuMemAlloc, "cuMemAlloc_v2", rg_cu_result_t, (rg_cu_deviceptr_t *, size_t))                  \
   REQ(cuMemFree, "cuMemFree_v2", rg_cu_result_t, (rg_cu_deviceptr_t))                              \
+  REQ(cuCtxSynchronize, "cuCtxSynchronize", rg_cu_result_t, (void))                                \
   REQ(cuMemcpyHtoD, "cuMemcpyHtoD_v2", rg_cu_result_t, (rg_cu_deviceptr_t, const void *, size_t))  \
   REQ(cuMemcpyDtoH, "cuMemcpyDtoH_v2", rg_cu_result_t, (void *, rg_cu_deviceptr_t, size_t))        \
   REQ(cuStreamCreate, "cuStreamCreate", rg_cu_result_t, (rg_cu_stream_t *, unsigned int))          \

@@ -14,7 +14,7 @@
 // (attention's split partials, x narrowed for cuBLAS) and, once a large
 // matmul asks, its own cuBLAS handle. Work is asynchronous: rg_queue_wait or
 // an event tells when it is done. A buffer released while queued work still
-// uses it is safe: cuMemFree waits for the device's work on it first.
+// uses it is safe: its release waits for the device's work first.
 //
 // Lifecycle of a queue's scratch: it only grows; growing waits for the
 // stream (the old allocation may be in use by queued kernels) before the
@@ -87,7 +87,10 @@ static void cuda_buffer_destroy(rg_buffer_t *b) {
   if (cb->ptr) {
     rg_status_t s = push(d);
     if (!s) {
-      // A failed free leaves nothing to do but to go on.
+      // Queued work may still read or write this memory (the HAL lets a
+      // caller release a buffer right after submitting an op on it): wait
+      // for the device first. A failed free leaves nothing to do but to go on.
+      (void)d->cu->cuCtxSynchronize();
       (void)d->cu->cuMemFree(cb->ptr);
       pop(d);
     }

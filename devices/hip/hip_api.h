@@ -65,6 +65,7 @@ enum {
   REQ(hipSetDevice, "hipSetDevice", rg_hip_error_t, (int))                                       \
   REQ(hipMalloc, "hipMalloc", rg_hip_error_t, (void **, size_t))                                 \
   REQ(hipFree, "hipFree", rg_hip_error_t, (void *))                                              \
+  REQ(hipDeviceSynchronize, "hipDeviceSynchronize", rg_hip_error_t, (void))                      \
   REQ(hipMemcpy, "hipMemcpy", rg_hip_error_t, (void *, const void *, size_t, int))               \
   REQ(hipMemcpyAsync, "hipMemcpyAsync", rg_hip_error_t,                                          \
       (void *, const void *, size_t, int, rg_hip_stream_t))                                      \

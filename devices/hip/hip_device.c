@@ -72,6 +72,8 @@ static void hip_buffer_destroy(rg_buffer_t *b) {
   hip_device_t *d = hip_dev(b->device);
   if (hptr(b)) {
     rg_status_t s = use(d);
+    // Queued work may still use the memory: wait for the device first.
+    if (!s) (void)d->hip->hipDeviceSynchronize();
     if (!s) (void)d->hip->hipFree(hptr(b));
     rg_status_free(s);
   }
