@@ -151,10 +151,6 @@ template <class T>
 static T rg_emu_shfl(T v, int l) {
   return rg_emu_exchange(v, (int)l);
 }
-template <class T>
-static T __ldg(const T *p) {
-  return *p;
-}
 static inline float __uint_as_float(uint32_t b) {
   float f;
   memcpy(&f, &b, 4);

@@ -61,7 +61,7 @@ RG_DEV void w_widen(const w16_t &v, float *out) {
 
 RG_DEV void x8(const float *x, int64_t i, float *out) {
   const float4 *p = (const float4 *)(x + i);
-  float4 a = __ldg(p), b = __ldg(p + 1);
+  float4 a = rg_ldg(p), b = rg_ldg(p + 1);
   out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
   out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 }
@@ -182,11 +182,11 @@ RG_DEV void gemv(const rg_cuk_matmul_t &a) {
       rg_gemv_##t##_##M(const rg_cuk_matmul_t a) {                  \
     gemv<T, M>(a);                                                  \
   }
-#define RG_GEMV_ALL_(T, t)                                                                  \
-  RG_GEMV_(T, t, 1)                                                                         \
-  RG_GEMV_(T, t, 2)                                                                         \
-  RG_GEMV_(T, t, 3) RG_GEMV_(T, t, 4) RG_GEMV_(T, t, 5) RG_GEMV_(T, t, 6) RG_GEMV_(T, t, 7) \
-      RG_GEMV_(T, t, 8)
+#define RG_GEMV_ALL_(T, t) \
+  RG_GEMV_(T, t, 1)        \
+  RG_GEMV_(T, t, 2)        \
+  RG_GEMV_(T, t, 3)        \
+  RG_GEMV_(T, t, 4) RG_GEMV_(T, t, 5) RG_GEMV_(T, t, 6) RG_GEMV_(T, t, 7) RG_GEMV_(T, t, 8)
 RG_GEMV_ALL_(RG_CUK_F32, f32)
 RG_GEMV_ALL_(RG_CUK_BF16, bf16)
 RG_GEMV_ALL_(RG_CUK_F16, f16)

@@ -20,6 +20,7 @@
 #define rg_shfl(v, l) rg_emu_shfl((v), (l))
 #define rg_syncwarp() rg_emu_syncwarp()
 #define rg_ld_stream(p) (*(p))
+#define rg_ldg(p) (*(p))
 #define RG_DYNAMIC_SHARED(type, name) type *name = (type *)rg_emu_dynamic_shared()
 #elif defined(__HIP_PLATFORM_AMD__) || defined(__HIPCC__)
 #include <hip/hip_runtime.h>
@@ -30,8 +31,10 @@
 // block barrier serves (and orders memory, which HIP's wavefront lockstep
 // alone does not promise).
 #define rg_syncwarp() __syncthreads()
-// No cache-streaming hint: a plain load.
+// No cache hints: plain loads (HIP's __ldg does not cover every vector
+// type on every ROCm release).
 #define rg_ld_stream(p) (*(p))
+#define rg_ldg(p) (*(p))
 #define RG_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #else
 #include <cuda_runtime.h>
@@ -42,6 +45,8 @@
 // Weights are read once per call: load them evict-first, so they do not
 // push activations out of L1 and L2.
 #define rg_ld_stream(p) __ldcs(p)
+// Activations are read by many warps: through the read-only cache.
+#define rg_ldg(p) __ldg(p)
 #define RG_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 
