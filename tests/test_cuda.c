@@ -231,27 +231,37 @@ RG_TEST(cuda_gpu_attention_long_contexts_split_and_merge) {
               *bsk = up(t, &g, sinks, sizeof sinks), *bseq = up(t, &g, seq, sizeof seq),
               *bpos = up(t, &g, pos, sizeof pos), *boff = up(t, &g, off, sizeof off),
               *btab = up(t, &g, table, (size_t)nt * 4);
-  for (int variant = 0; variant < 2; variant++) {
-    rg_attn_params_t ap = {(size_t)nh, 0, variant ? 200 : 0, variant ? sinks : NULL};
+  // Variant 2 places the pool 2 bytes into its buffers: K rows are then
+  // read an element at a time.
+  rg_buffer_t *bk2 = up(t, &g, NULL, pool * 2 + 2), *bv2 = up(t, &g, NULL, pool * 2 + 2);
+  RG_CHECK_OK(rg_buffer_write(bk2, 2, k16, pool * 2));
+  RG_CHECK_OK(rg_buffer_write(bv2, 2, v16, pool * 2));
+  for (int variant = 0; variant < 3; variant++) {
+    rg_attn_params_t ap = {(size_t)nh, 0, variant == 1 ? 200 : 0, variant == 1 ? sinks : NULL};
     RG_CHECK_OK(rg_op_attention_ref(NULL, &ref, &ab, &ap, q, want));
     rg_op_t op = {.kind = RG_OP_ATTENTION};
-    op.attention.kv = (rg_kv_ref_t){{bk, 0}, {bv, 0}, RG_BF16, n_blocks, bs, nkv, hd};
+    op.attention.kv = variant == 2
+                          ? (rg_kv_ref_t){{bk2, 2}, {bv2, 2}, RG_BF16, n_blocks, bs, nkv, hd}
+                          : (rg_kv_ref_t){{bk, 0}, {bv, 0}, RG_BF16, n_blocks, bs, nkv, hd};
     op.attention.meta = (rg_attn_meta_t){3, 2, nt, {bseq, 0}, {bpos, 0}, {boff, 0}, {btab, 0}};
     op.attention.q = (rg_ref_t){bq, 0};
     op.attention.o = (rg_ref_t){bo, 0};
-    op.attention.sinks = variant ? (rg_ref_t){bsk, 0} : (rg_ref_t){0};
+    op.attention.sinks = variant == 1 ? (rg_ref_t){bsk, 0} : (rg_ref_t){0};
     op.attention.n_heads = nh;
-    op.attention.window = variant ? 200 : 0;
+    op.attention.window = variant == 1 ? 200 : 0;
     RG_CHECK_OK(rg_queue_submit(g.q, &op));
     RG_CHECK_OK(rg_queue_wait(g.q));
     float *got = down(t, bo, qn * 4);
     double e = nmse(got, want, qn);
     printf("    bf16 contexts 301/601%s: nmse %.2g (tol 1e-8)\n",
-           variant ? ", window 200, sinks" : "", e);
+           variant == 1   ? ", window 200, sinks"
+           : variant == 2 ? ", pool at a 2-byte offset"
+                          : "",
+           e);
     RG_CHECK(e <= 1e-8);
     free(got);
   }
-  rg_buffer_t *bufs[] = {bk, bv, bq, bo, bsk, bseq, bpos, boff, btab};
+  rg_buffer_t *bufs[] = {bk, bv, bk2, bv2, bq, bo, bsk, bseq, bpos, boff, btab};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) rg_buffer_release(bufs[i]);
   free(k16), free(v16), free(kf), free(vf), free(q), free(want);
   gpu_close(&g);

@@ -793,6 +793,7 @@ RG_TEST(devices_cuda_ops_become_launches_on_a_stand_in) {
   rg_cuk_attention_t aa;
   memcpy(&aa, launches[0].args, sizeof aa);
   RG_CHECK(aa.splits == 1 && aa.scale == 0.125f && aa.kv.n_table == 2 && aa.part == 0);
+  RG_CHECK(aa.k_vec == 1);  // head_dim 64, the pool at offset 0: 16-byte K loads
   at.attention.kv.n_blocks = 64;
   at.attention.meta.n_table = 64;  // up to 1024 positions: 4 splits of 256
   n_launches = 0;

@@ -291,7 +291,8 @@ static rg_status_t attention(const rg__gpu_queue_t *q, const rg_op_attention_t *
                           splits,
                           len,
                           o->scale != 0 ? o->scale : (float)(1.0 / sqrt((double)hd)),
-                          0};
+                          0};  // k_vec below
+  a.k_vec = hd % 8 == 0 && a.kv.k % 16 == 0;
   if (splits > 1)
     RG_RETURN_IF_ERROR(q->scratch(
         q->ctx, (size_t)(o->meta.n_tokens * o->n_heads * splits * (hd + 2)) * sizeof(float),

@@ -26,6 +26,27 @@ RG_DEV float kv_load(const void *base, int64_t e) {
   return T == RG_CUK_BF16 ? rg_bf16_f32(h) : rg_f16_f32(h);
 }
 
+// 8 elements of a K row from element e (e % 8 == 0, the pool 16-byte
+// aligned): one 16-byte load for bf16/f16, two for f32.
+template <int T>
+RG_DEV void kv_load8(const void *base, int64_t e, float *out) {
+  if (T == RG_CUK_F32) {
+    const float4 *p = (const float4 *)((const float *)base + e);
+    float4 a = p[0], b = p[1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+    out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  } else {
+    uint4 u = *(const uint4 *)((const uint16_t *)base + e);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      uint16_t lo = (uint16_t)(w[j] & 0xffffu), hi = (uint16_t)(w[j] >> 16);
+      out[2 * j] = T == RG_CUK_BF16 ? rg_bf16_f32(lo) : rg_f16_f32(lo);
+      out[2 * j + 1] = T == RG_CUK_BF16 ? rg_bf16_f32(hi) : rg_f16_f32(hi);
+    }
+  }
+}
+
 // The token's table and position, or 0 when its metadata is out of range.
 struct rg_tok {
   int64_t lo, p;  // the sequence's first table entry; the token's position
@@ -115,7 +136,18 @@ RG_DEV void attention(const rg_cuk_attention_t &a) {
         row = kv_row(kv, tk, j, kvh);
         if (row >= 0) {
           float d = 0.0f;
-          for (int64_t i = 0; i < hd; i++) d += q[i] * kv_load<T>(K, row + i);
+          if (a.k_vec) {
+            // Each lane reads its own key's row: 16-byte loads cut the
+            // instructions per key eightfold (bf16/f16).
+            for (int64_t i = 0; i < hd; i += 8) {
+              float kv8[8];
+              kv_load8<T>(K, row + i, kv8);
+#pragma unroll
+              for (int e = 0; e < 8; e++) d += q[i + e] * kv8[e];
+            }
+          } else {
+            for (int64_t i = 0; i < hd; i++) d += q[i] * kv_load<T>(K, row + i);
+          }
           score = d * a.scale;
         }
       }

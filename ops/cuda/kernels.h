@@ -171,7 +171,8 @@ typedef struct {
   rg_cuk_kv_t kv;
   uint64_t q, o, sinks, part;  // sinks 0: none
   int64_t n_heads, window, splits, split_len;
-  float scale, pad_;
+  float scale;
+  int32_t k_vec;  // 1: K rows are read 16 bytes at a time (head_dim % 8 == 0, aligned pool)
 } rg_cuk_attention_t;
 
 // Elementwise, grid-stride.
