@@ -40,6 +40,27 @@ RG_TEST(cuda_matmul_path_follows_m_and_the_weight_type) {
   RG_CHECK(!strcmp(rg__gpu_matmul_path(512, RG_BF16, 0), "tiled"));
 }
 
+RG_TEST(cuda_gemv_splits_rows_of_small_matrices_across_warps) {
+  int32_t w;
+  // The 1b model on an H100's 132 SMs: k and v (512 rows) would make 32
+  // blocks; eight warps a row group make 256.
+  rg__gpu_gemv_split(512, 2048, RG_BF16, 1, 132, &w);
+  RG_CHECK(w == 8);
+  rg__gpu_gemv_split(2048, 2048, RG_BF16, 1, 132, &w);  // q, o
+  RG_CHECK(w == 4);
+  rg__gpu_gemv_split(2048, 8192, RG_Q8_0, 1, 132, &w);  // down
+  RG_CHECK(w == 4);
+  rg__gpu_gemv_split(8192, 2048, RG_BF16, 1, 132, &w);  // gate, up: enough rows
+  RG_CHECK(w == 1);
+  // Never more slices than k has whole steps (256 elements; q8_0 1024).
+  rg__gpu_gemv_split(512, 256, RG_F16, 1, 132, &w);
+  RG_CHECK(w == 1);
+  rg__gpu_gemv_split(512, 2048, RG_Q8_0, 1, 132, &w);
+  RG_CHECK(w == 2);
+  rg__gpu_gemv_split(512, 64, RG_F32, 0, 132, &w);  // element loads: steps of 32
+  RG_CHECK(w == 2);
+}
+
 RG_TEST(cuda_attention_splits_only_what_leaves_the_gpu_idle) {
   int64_t splits, len;
   // Decode of one sequence on 132 SMs: 8 (token, head) blocks would idle

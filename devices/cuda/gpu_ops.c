@@ -192,6 +192,21 @@ const char *rg__gpu_matmul_path(int64_t m, rg_dtype_t wtype, int have_blas) {
   return "tiled";
 }
 
+void rg__gpu_gemv_split(int64_t n, int64_t k, rg_dtype_t wtype, int aligned, int multiprocessors,
+                        int32_t *out_ksplit) {
+  // The smallest split that gives two blocks per SM, and never more slices
+  // than k has whole steps.
+  const int64_t unit = !aligned ? 32 : wtype == RG_Q8_0 ? 1024 : 256;
+  const int64_t want = 2 * (int64_t)(multiprocessors > 0 ? multiprocessors : 1);
+  int32_t w = 1;
+  while (w < 8 && (n + (RG_CUK_GEMV_THREADS / 32 / w) * RG_CUK_GEMV_ROWS - 1) /
+                          ((RG_CUK_GEMV_THREADS / 32 / w) * RG_CUK_GEMV_ROWS) <
+                      want)
+    w *= 2;
+  while (w > 1 && (k + unit - 1) / unit < w) w /= 2;
+  *out_ksplit = w;
+}
+
 static int type_index(rg_dtype_t t) {
   return t == RG_F32 ? 0 : t == RG_BF16 ? 1 : t == RG_F16 ? 2 : 3;
 }
@@ -200,8 +215,16 @@ static rg_status_t matmul(const rg__gpu_queue_t *q, const rg_op_matmul_t *o) {
   if (o->m == 0) return NULL;
   size_t row_bytes;
   RG_RETURN_IF_ERROR(rg_dtype_row_bytes(o->wtype, o->k, &row_bytes));
-  rg_cuk_matmul_t a = {q->addr(&o->x), q->addr(&o->w), q->addr(&o->bias),  q->addr(&o->y),    o->m,
-                       o->n,           o->k,           (int64_t)row_bytes, (int32_t)o->wtype, 0};
+  rg_cuk_matmul_t a = {.x = q->addr(&o->x),
+                       .w = q->addr(&o->w),
+                       .bias = q->addr(&o->bias),
+                       .y = q->addr(&o->y),
+                       .m = o->m,
+                       .n = o->n,
+                       .k = o->k,
+                       .w_row_bytes = (int64_t)row_bytes,
+                       .wtype = (int32_t)o->wtype,
+                       .ksplit = 1};
   int blas = o->m >= RG_GPU_BLAS_MIN_M && q->have_gemm && q->gemm && q->have_gemm(q->ctx);
   const char *path = rg__gpu_matmul_path(o->m, o->wtype, blas);
   if (!strcmp(path, "gemv")) {
@@ -211,8 +234,8 @@ static rg_status_t matmul(const rg__gpu_queue_t *q, const rg_op_matmul_t *o) {
     int x_ok = a.x % 16 == 0 && o->k % 8 == 0;
     a.aligned =
         o->wtype == RG_Q8_0 ? x_ok && a.w % 2 == 0 : x_ok && a.w % 16 == 0 && row_bytes % 16 == 0;
-    int warps = RG_CUK_GEMV_THREADS / 32;
-    int64_t per_block = (int64_t)warps * RG_CUK_GEMV_ROWS;
+    rg__gpu_gemv_split(o->n, o->k, o->wtype, a.aligned, q->multiprocessors, &a.ksplit);
+    int64_t per_block = (int64_t)(RG_CUK_GEMV_THREADS / 32 / a.ksplit) * RG_CUK_GEMV_ROWS;
     rg_cuk_t k = (rg_cuk_t)(RG_CUK_GEMV_F32_1 + type_index(o->wtype) * 8 + (o->m - 1));
     return LAUNCH(q, k, (unsigned)((o->n + per_block - 1) / per_block), 1, 1, RG_CUK_GEMV_THREADS,
                   0, a);

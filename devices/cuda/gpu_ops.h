@@ -63,6 +63,11 @@ RG_MUST_USE rg_status_t rg__gpu_submit(const rg__gpu_queue_t *q, const rg_op_t *
 // "blas". For messages, tests and benchmarks.
 const char *rg__gpu_matmul_path(int64_t m, rg_dtype_t wtype, int have_blas);
 
+// The GEMV's split of k (ops/cuda/matmul.cu): how many warps share each
+// group of W rows, from n, k and the GPU's size.
+void rg__gpu_gemv_split(int64_t n, int64_t k, rg_dtype_t wtype, int aligned, int multiprocessors,
+                        int32_t *out_ksplit);
+
 // Attention's split of each context: how many parts of how many positions
 // (a multiple of 32), for n_tokens tokens of n_kv_heads heads whose longest
 // context is at most max_ctx, on a GPU of `multiprocessors`.

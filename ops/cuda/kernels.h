@@ -96,7 +96,7 @@ enum { RG_CUK_F32 = 0, RG_CUK_BF16 = 1, RG_CUK_F16 = 2, RG_CUK_Q8_0 = 6 };
 #define RG_CUK_ATTN_MAX_GROUP 32
 
 // y (m, n) = x (m, k) W^T (+ bias). GEMV: grid.x = ceil(n / (warps per block
-// * RG_CUK_GEMV_ROWS)). `aligned` is 1 when x, W's rows and y allow 16-byte
+// / ksplit * RG_CUK_GEMV_ROWS)). `aligned` is 1 when x, W's rows and y allow 16-byte
 // loads (the host checks the addresses); the kernels fall back to element
 // loads otherwise.
 typedef struct {
@@ -104,6 +104,7 @@ typedef struct {
   int64_t m, n, k;
   int64_t w_row_bytes;
   int32_t wtype, aligned;
+  int32_t ksplit, pad_;  // GEMV: warps sharing a row group, each a slice of k (1, 2, 4, 8)
 } rg_cuk_matmul_t;
 
 // The tiled GEMM for m beyond the GEMV kernels (and any m where cuBLAS is

@@ -22,6 +22,8 @@
 #include "ops/cuda/common.cuh"
 
 // ----- GEMV --------------------------------------------------------------------
+//
+// grid.x = ceil(n / (RG_CUK_GEMV_ROWS * 8 / ksplit)), 256 threads.
 
 // 16 bytes of weights: 8 bf16/f16 values, or half of 8 f32 values.
 struct w16_t {
@@ -74,19 +76,28 @@ RG_DEV void x8(const float *x, int64_t i, float *out) {
 
 template <int T, int M>
 RG_DEV void gemv(const rg_cuk_matmul_t &a) {
-  const int R = RG_CUK_GEMV_ROWS;
+  const int R = RG_CUK_GEMV_ROWS, NW = RG_CUK_GEMV_THREADS / RG_WARP;
   const int lane = threadIdx.x % RG_WARP, warp = threadIdx.x / RG_WARP;
-  const int64_t row0 = ((int64_t)blockIdx.x * (blockDim.x / RG_WARP) + warp) * R;
-  if (row0 >= a.n) return;  // whole warps: no shuffle below misses a lane
+  // ksplit warps share a group of R rows, each taking one slice of k: a
+  // matrix with few rows still spreads over every SM (512 rows would fill
+  // only 32 blocks otherwise). Slices are whole steps of the loops below.
+  const int W = a.ksplit, group = warp / W, slice = warp % W;
+  const int64_t row0 = ((int64_t)blockIdx.x * (NW / W) + group) * R;
   const float *x = RG_P(const float, a.x);
   const unsigned char *w = RG_P(const unsigned char, a.w);
   const int64_t k = a.k;
+  const int64_t unit = !a.aligned ? RG_WARP : T == RG_CUK_Q8_0 ? 32 * RG_WARP : 8 * RG_WARP;
+  const int64_t per = ((k + unit - 1) / unit + W - 1) / W * unit;
+  const int64_t k_lo = slice * per;
+  // A warp past the last row keeps an empty slice: it still reaches the
+  // block barrier below.
+  const int64_t k_hi = row0 >= a.n ? k_lo : k_lo + per < k ? k_lo + per : k;
   const unsigned char *rows[R];
   bool live[R];
 #pragma unroll
   for (int r = 0; r < R; r++) {
     live[r] = row0 + r < a.n;
-    rows[r] = w + (live[r] ? row0 + r : row0) * a.w_row_bytes;
+    rows[r] = w + (live[r] ? row0 + r : 0) * a.w_row_bytes;
   }
   float acc[R][M];
 #pragma unroll
@@ -96,9 +107,8 @@ RG_DEV void gemv(const rg_cuk_matmul_t &a) {
 
   if (T == RG_CUK_Q8_0 && a.aligned) {
     // One 32-element block per lane per step; x is 16-byte aligned.
-    const int64_t nb = k / 32;
 #pragma unroll 1
-    for (int64_t b = lane; b < nb; b += RG_WARP) {
+    for (int64_t b = k_lo / 32 + lane; b < k_hi / 32; b += RG_WARP) {
 #pragma unroll
       for (int r = 0; r < R; r++) {
         const uint16_t *blk = (const uint16_t *)(rows[r] + b * 34);
@@ -130,17 +140,17 @@ RG_DEV void gemv(const rg_cuk_matmul_t &a) {
     }
   } else if (T != RG_CUK_Q8_0 && a.aligned) {
     const int64_t step = RG_WARP * 8;
-    for (int64_t i0 = (int64_t)lane * 8; i0 < k; i0 += step * GEMV_UNROLL) {
+    for (int64_t i0 = k_lo + (int64_t)lane * 8; i0 < k_hi; i0 += step * GEMV_UNROLL) {
       w16_t wr[GEMV_UNROLL][R];
 #pragma unroll
       for (int u = 0; u < GEMV_UNROLL; u++)
 #pragma unroll
         for (int r = 0; r < R; r++)
-          if (i0 + u * step < k) wr[u][r] = w_load<T>(rows[r], i0 + u * step);
+          if (i0 + u * step < k_hi) wr[u][r] = w_load<T>(rows[r], i0 + u * step);
 #pragma unroll
       for (int u = 0; u < GEMV_UNROLL; u++) {
         const int64_t i = i0 + u * step;
-        if (i >= k) break;
+        if (i >= k_hi) break;
         float wv[R][8];
 #pragma unroll
         for (int r = 0; r < R; r++) w_widen<T>(wr[u][r], wv[r]);
@@ -157,7 +167,7 @@ RG_DEV void gemv(const rg_cuk_matmul_t &a) {
     }
   } else {
     // Unaligned operands: element loads (q8_0 bytewise).
-    for (int64_t i = lane; i < k; i += RG_WARP) {
+    for (int64_t i = k_lo + lane; i < k_hi; i += RG_WARP) {
 #pragma unroll
       for (int r = 0; r < R; r++) {
         float wv = rg_load(rows[r], T, i);
@@ -166,15 +176,29 @@ RG_DEV void gemv(const rg_cuk_matmul_t &a) {
       }
     }
   }
-  const float *bias = RG_P(const float, a.bias);
-  float *y = RG_P(float, a.y);
+  // Each warp's sums, then the group's first warp adds its slices' in order.
+  __shared__ float part[NW][R][M];
 #pragma unroll
   for (int r = 0; r < R; r++)
 #pragma unroll
     for (int m = 0; m < M; m++) {
       float s = rg_warp_sum(acc[r][m]);
-      if (lane == 0 && live[r]) y[m * a.n + row0 + r] = s + (bias ? bias[row0 + r] : 0.0f);
+      if (lane == 0) part[warp][r][m] = s;
     }
+  __syncthreads();
+  if (slice != 0 || lane != 0) return;
+  const float *bias = RG_P(const float, a.bias);
+  float *y = RG_P(float, a.y);
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    if (!live[r]) continue;
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+      float s = 0.0f;
+      for (int j = 0; j < W; j++) s += part[warp + j][r][m];
+      y[m * a.n + row0 + r] = s + (bias ? bias[row0 + r] : 0.0f);
+    }
+  }
 }
 
 #define RG_GEMV_(T, t, M)                                           \
