@@ -5,7 +5,8 @@
 //   1. decode at batch 1: every matmul of the 1b test model's 16 layers and
 //      its lm_head (Llama-3.2-1B shapes: d 2048, 32/8 heads of 64, FFN 8192,
 //      vocab 32768) at m = 1, back to back on one queue, per weight type:
-//      weight bytes streamed per second / HBM bandwidth (goal >= 0.8).
+//      weight bytes streamed per second / HBM bandwidth (goal >= 0.8); then
+//      each shape alone (16 matrices of it), to show where time goes.
 //   2. prefill of 512 tokens: the same matmuls at m = 512 with bf16 and f16
 //      weights (x narrowed on the device, then cuBLAS): FLOP/s / cuBLAS bf16
 //      GEMM peak (goal >= 0.6). The narrowing is counted in the time.
@@ -130,6 +131,27 @@ static rg_status_t model_pass(rg_queue_t *q, rg_dtype_t wt, const model_t *m, in
   return NULL;
 }
 
+// One shape's matmuls of every layer (matrix i of each), back to back:
+// seconds of the best of `reps` passes. Shows which shapes fall short.
+static rg_status_t shape_pass(rg_queue_t *q, rg_dtype_t wt, const model_t *m, int i, rg_buffer_t *x,
+                              rg_buffer_t *y, int reps, double *out_s) {
+  double best = 1e30;
+  for (int r = 0; r < reps + 1; r++) {
+    double t0 = now();
+    for (int l = 0; l < N_LAYERS; l++) {
+      rg_op_t op = {
+          .kind = RG_OP_MATMUL,
+          .matmul = {{x, 0}, {m->w[l][i], 0}, {NULL, 0}, {y, 0}, wt, 1, m->n[i], m->k[i]}};
+      RG_RETURN_IF_ERROR(rg_queue_submit(q, &op));
+    }
+    RG_RETURN_IF_ERROR(rg_queue_wait(q));
+    double dt = now() - t0;
+    if (r && dt < best) best = dt;
+  }
+  *out_s = best;
+  return NULL;
+}
+
 int main(void) {
   rg_device_t *dev;
   rg_status_t s = rg_device_open("cuda", 0, NULL, &dev);
@@ -213,6 +235,17 @@ int main(void) {
         "1. decode m=1, %-4s weights (%.2f GB, %d matmuls): %.3f ms, %.0f GB/s = %.2f of HBM "
         "bandwidth (goal >= 0.8)\n",
         rg_dtype_name(wt), m.bytes / 1e9, N_LAYERS * 7 + 1, t1 * 1e3, gbs, gbs / bw);
+    // Per shape (the first matrix of each kind), to see where time goes.
+    for (int i = 0, j = 0; i < 7; j++) {
+      double ts;
+      CHECK("decode", shape_pass(q, wt, &m, i, x, y, 5, &ts));
+      int ok;
+      double bytes = (double)rg_dtype_nbytes(wt, m.n[i] * m.k[i], &ok) * N_LAYERS;
+      printf("   %-18s x%d layers: %.1f us per matmul, %.0f GB/s = %.2f of HBM bandwidth\n",
+             layer_shapes[j].name, N_LAYERS, ts / N_LAYERS * 1e6, bytes / ts / 1e9,
+             bytes / ts / 1e9 / bw);
+      i += layer_shapes[j].count;
+    }
     if (wt != RG_Q8_0) {
       double t512;
       CHECK("prefill", model_pass(q, wt, &m, 512, x, y, 3, &t512));
