@@ -10,6 +10,8 @@
 //   slot                  NULL means
 //   device.supports_op    supports nothing
 //   device.check_op       supports every op supports_op claims, any type
+//                         (when supports_op says no, check_op, if given,
+//                         is asked for the reason)
 //   device.buffer_wrap    cannot wrap host memory (RG_UNIMPLEMENTED)
 //   device.cpu_pool       not a CPU device (rg_device_cpu_pool gives NULL)
 //   buffer.host_ptr       not host visible; write/read must be given

@@ -25,10 +25,15 @@ rg_status_t rg_device_check_op(const rg_device_t *dev, const rg_op_t *op) {
   if (!dev || !op) return rg_status_make(RG_INVALID_ARGUMENT, "rg_device_check_op: NULL argument");
   if ((unsigned)op->kind >= RG_OP_COUNT)
     return rg_status_make(RG_INVALID_ARGUMENT, "unknown op %d", (int)op->kind);
-  if (!rg_device_supports_op(dev, op->kind))
+  if (!rg_device_supports_op(dev, op->kind)) {
+    // A backend that knows why it has no kernel (none were built, the GPU
+    // cannot load them) says so through check_op.
+    rg_status_t why = dev->vt->check_op ? dev->vt->check_op((rg_device_t *)dev, op) : NULL;
+    if (why) return why;
     return rg_status_make(RG_UNIMPLEMENTED, "%s has no %s kernel (the %s backend %s)", dev->label,
                           rg_op_name(op->kind), dev->driver->name,
                           dev->vt->supports_op ? "lacks this op" : "runs no ops");
+  }
   if (dev->vt->check_op) return dev->vt->check_op((rg_device_t *)dev, op);
   return NULL;
 }

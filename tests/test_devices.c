@@ -5,6 +5,7 @@
 // libcuda built here, so its probe, error conversion, buffers and queues run
 // without NVIDIA hardware.
 #include <cjson/cJSON.h>
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,7 +13,11 @@
 #include <unistd.h>
 
 #include "devices/backend.h"
+#include "devices/cuda/cuda_api.h"
+#include "devices/cuda/gpu_images.h"
 #include "devices/devices.h"
+#include "ops/cuda/kernels.h"
+#include "ops/ops.h"
 #include "tests/test.h"
 
 static const char *const vendor_drivers[] = {"cuda", "hip", "level_zero", "opencl"};
@@ -463,7 +468,9 @@ RG_TEST(devices_cli_text_help_and_bad_flags) {
 
 // Enough of the CUDA driver API for the backend, over host memory. FAKE_CUDA
 // picks the behaviour: "nodevice" fails cuInit as a machine without a GPU
-// does; anything else shows one H100 whose allocations above 1 GiB fail.
+// does; "oldgpu" refuses every kernel image (a GPU older than the SASS and
+// PTX built); "pending" never completes an event; anything else shows one
+// H100 whose allocations above 1 GiB fail.
 static const char fake_cuda_src[] =
     "#include <stdlib.h>\n"
     "#include <string.h>\n"
@@ -488,6 +495,7 @@ static const char fake_cuda_src[] =
     "  if (n > ((size_t)1 << 30)) return 2; void *m = malloc(n); if (!m) return 2;\n"
     "  *p = (unsigned long long)(size_t)m; return 0; }\n"
     "R cuMemFree_v2(unsigned long long p) { free((void *)(size_t)p); return 0; }\n"
+    "R cuCtxSynchronize(void) { return 0; }\n"
     "R cuMemcpyHtoD_v2(unsigned long long d, const void *s, size_t n) {\n"
     "  memcpy((void *)(size_t)d, s, n); return 0; }\n"
     "R cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) {\n"
@@ -498,7 +506,41 @@ static const char fake_cuda_src[] =
     "R cuStreamDestroy_v2(void *s) { (void)s; streams--; return 0; }\n"
     "R cuGetErrorName(R r, const char **s) {\n"
     "  *s = r == 100 ? \"CUDA_ERROR_NO_DEVICE\" : r == 2 ? \"CUDA_ERROR_OUT_OF_MEMORY\" : 0;\n"
-    "  return *s ? 0 : 1; }\n";
+    "  return *s ? 0 : 1; }\n"
+    // Async copies run at once; events complete at once, or never in mode
+    // "pending" (a wedged GPU).
+    "R cuMemcpyHtoDAsync_v2(unsigned long long d, const void *s, size_t n, void *st) {\n"
+    "  (void)st; memcpy((void *)(size_t)d, s, n); return 0; }\n"
+    "R cuMemcpyDtoHAsync_v2(void *d, unsigned long long s, size_t n, void *st) {\n"
+    "  (void)st; memcpy(d, (void *)(size_t)s, n); return 0; }\n"
+    "R cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void *st) {\n"
+    "  (void)st; memmove((void *)(size_t)d, (void *)(size_t)s, n); return 0; }\n"
+    "static int waits;\n"
+    "int fake_cuda_waits(void) { return waits; }\n"
+    "R cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; waits++;\n"
+    "  return 0; }\n"
+    "R cuEventCreate(void **e, unsigned f) { (void)f; *e = malloc(1); return *e ? 0 : 2; }\n"
+    "R cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }\n"
+    "R cuEventQuery(void *e) { const char *m = getenv(\"FAKE_CUDA\"); (void)e;\n"
+    "  return m && !strcmp(m, \"pending\") ? 600 : 0; }\n"
+    "R cuEventDestroy_v2(void *e) { free(e); return 0; }\n"
+    // Modules: the image must start with the fatbin magic; kernels are
+    // found by name and every launch is handed to the test's hook, which
+    // checks the grid and the argument struct (nothing runs).
+    "R cuModuleLoadData(void **m, const void *img) { const unsigned char *p = img;\n"
+    "  const char *md = getenv(\"FAKE_CUDA\"); if (md && !strcmp(md, \"oldgpu\")) return 209;\n"
+    "  if (p[0] != 0x50 || p[1] != 0xed || p[2] != 0x55 || p[3] != 0xba) return 200;\n"
+    "  *m = malloc(1); return *m ? 0 : 2; }\n"
+    "R cuModuleUnload(void *m) { free(m); return 0; }\n"
+    "R cuModuleGetFunction(void **f, void *m, const char *name) { (void)m;\n"
+    "  if (strncmp(name, \"rg_\", 3)) return 500; *f = (void *)name; return 0; }\n"
+    "typedef void (*hook_t)(const char *, const unsigned *, void **);\n"
+    "static hook_t hook;\n"
+    "void fake_cuda_set_launch_hook(hook_t h) { hook = h; }\n"
+    "R cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,\n"
+    "  unsigned bz, unsigned smem, void *s, void **params, void **extra) {\n"
+    "  unsigned g[7] = {gx, gy, gz, bx, by, bz, smem}; (void)s; (void)extra;\n"
+    "  if (hook) hook((const char *)f, g, params); return 0; }\n";
 
 // Builds the stand-in into the test's directory; NULL when no C compiler.
 static const char *build_fake_cuda(rg_test_ctx_t *t, char *lib, size_t len) {
@@ -555,7 +597,9 @@ RG_TEST(devices_cuda_backend_against_a_stand_in_libcuda) {
   RG_CHECK(!strcmp(info->features, "sm_90 f16 bf16 fp8"));
   RG_CHECK_CONTAINS(info->detail, "compute capability 9.0; CUDA driver 12.4");
   RG_CHECK(rg_device_cpu_pool(dev) == NULL);
-  RG_CHECK(rg_device_supports_op(dev, RG_OP_MATMUL) == 0);
+  // The embedded kernel images load (the stand-in checks their fatbin
+  // magic), or, built without nvcc, every op says why there are none.
+  RG_CHECK(rg_device_supports_op(dev, RG_OP_MATMUL) == (rg__cuda_image_count > 0));
 
   // Device memory: not host visible; copies go through the driver.
   rg_buffer_t *buf;
@@ -604,4 +648,448 @@ RG_TEST(devices_cuda_backend_against_a_stand_in_libcuda) {
   free(text);
   unsetenv("FAKE_CUDA");
   unsetenv("RIDGE_CUDA_LIBRARY");
+}
+
+// What the cuda backend hands the driver for each op: the kernel, its grid
+// and its argument struct, seen by the stand-in's launch hook. Nothing runs
+// (the stand-in has no GPU); the addresses in the structs are checked by
+// reading through them, since the stand-in's device memory is host memory.
+typedef struct {
+  char name[48];
+  unsigned g[7];  // grid x, y, z; block x, y, z; dynamic shared bytes
+  unsigned char args[512];
+} launch_t;
+
+static launch_t launches[8];
+static int n_launches;
+
+static void record_launch(const char *name, const unsigned *g, void **params) {
+  if (n_launches >= 8) return;
+  launch_t *l = &launches[n_launches++];
+  snprintf(l->name, sizeof l->name, "%s", name);
+  memcpy(l->g, g, sizeof l->g);
+  // Copy exactly the struct this kernel takes: reading past it would read
+  // past the caller's stack variable.
+  size_t size = !strncmp(name, "rg_gemv", 7) || !strcmp(name, "rg_gemm_tiled")
+                    ? sizeof(rg_cuk_matmul_t)
+                : !strncmp(name, "rg_attention", 12) ? sizeof(rg_cuk_attention_t)
+                : !strcmp(name, "rg_add")            ? sizeof(rg_cuk_binary_t)
+                : !strcmp(name, "rg_argmax")         ? sizeof(rg_cuk_argmax_t)
+                                                     : 0;
+  memcpy(l->args, params[0], size);
+}
+
+static float read_f32_at(uint64_t addr) {
+  float v;
+  memcpy(&v, (const void *)(uintptr_t)addr, sizeof v);
+  return v;
+}
+
+RG_TEST(devices_cuda_ops_become_launches_on_a_stand_in) {
+  char lib[512];
+  if (!build_fake_cuda(t, lib, sizeof(lib)))
+    RG_SKIP("no C compiler (cc) to build a stand-in libcuda");
+  rg_device_info_t list[RG_DEVICES_MAX];
+  size_t n = 0;
+  int np;
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  // A real driver, or the stand-in an earlier test loaded (a library stays
+  // for the process): only the stand-in has the hook, checked below.
+  (void)entries_for(list, n, "cuda", &np);
+  setenv("RIDGE_CUDA_LIBRARY", lib, 1);
+  setenv("FAKE_CUDA", "ok", 1);
+  // No cuBLAS for this process: large matmuls must fall back to the tiled
+  // kernel (the library is looked for once, at the first large matmul).
+  setenv("RIDGE_CUBLAS_LIBRARY", "/nonexistent/libcublas.so", 1);
+  const rg_cuda_syms_t *cu;
+  rg_status_t s = rg__cuda_load(&cu);
+  if (s) {
+    rg_status_free(s);
+    RG_SKIP("the stand-in libcuda does not load");
+  }
+  void (*set_hook)(void (*)(const char *, const unsigned *, void **)) =
+      (void (*)(void (*)(const char *, const unsigned *, void **)))dlsym(
+          cu->lib, "fake_cuda_set_launch_hook");
+  int (*waits)(void) = (int (*)(void))dlsym(cu->lib, "fake_cuda_waits");
+  if (!set_hook || !waits) RG_SKIP("a real CUDA driver is loaded here");
+
+  rg_device_t *dev;
+  RG_REQUIRE_OK(rg_device_open("cuda", 0, NULL, &dev));
+  rg_queue_t *q, *q2;
+  RG_REQUIRE_OK(rg_queue_create(dev, &q));
+  RG_REQUIRE_OK(rg_queue_create(dev, &q2));
+  rg_buffer_t *b;
+  RG_REQUIRE_OK(rg_buffer_alloc(dev, 1 << 20, &b));
+  if (!rg__cuda_image_count) {
+    rg_op_t add = {.kind = RG_OP_ADD, .add = {{b, 0}, {b, 0}, {b, 0}, 4}};
+    RG_CHECK_ERR(rg_queue_submit(q, &add), "no kernels built (nvcc not found at build time)");
+    goto out;
+  }
+  set_hook(record_launch);
+
+  // add, in place: one grid-stride launch whose pointers are the operands'.
+  float marks[3] = {1.5f, 2.5f, 3.5f};
+  RG_CHECK_OK(rg_buffer_write(b, 64, &marks[0], 4));
+  RG_CHECK_OK(rg_buffer_write(b, 4096, &marks[1], 4));
+  n_launches = 0;
+  rg_op_t add = {.kind = RG_OP_ADD, .add = {{b, 64}, {b, 4096}, {b, 64}, 1000}};
+  RG_CHECK_OK(rg_queue_submit(q, &add));
+  RG_REQUIRE(n_launches == 1);
+  RG_CHECK(!strcmp(launches[0].name, "rg_add"));
+  RG_CHECK(launches[0].g[0] == 4 && launches[0].g[3] == 256);
+  rg_cuk_binary_t ba;
+  memcpy(&ba, launches[0].args, sizeof ba);
+  RG_CHECK(ba.n == 1000 && ba.out == ba.a);
+  RG_CHECK(read_f32_at(ba.a) == 1.5f && read_f32_at(ba.b) == 2.5f);
+
+  // matmul at decode: the bf16 GEMV for m = 1, 16-byte loads when aligned.
+  rg_op_t mm = {.kind = RG_OP_MATMUL,
+                .matmul = {{b, 0}, {b, 1024}, {NULL, 0}, {b, 40960}, RG_BF16, 1, 96, 128}};
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &mm));
+  RG_REQUIRE(n_launches == 1);
+  RG_CHECK(!strcmp(launches[0].name, "rg_gemv_bf16_1"));
+  rg_cuk_matmul_t ma;
+  memcpy(&ma, launches[0].args, sizeof ma);
+  RG_CHECK(launches[0].g[0] == 6 && launches[0].g[3] == 256);  // 16 rows of W per block
+  RG_CHECK(ma.m == 1 && ma.n == 96 && ma.k == 128 && ma.w_row_bytes == 256 && ma.aligned == 1);
+  RG_CHECK(ma.bias == 0 && ma.w - ma.x == 1024 && ma.y - ma.x == 40960);
+  mm.matmul.w.offset = 1026;  // bf16 at a 2-byte boundary: element loads
+  mm.matmul.m = 5;
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &mm));
+  RG_REQUIRE(n_launches == 1);
+  memcpy(&ma, launches[0].args, sizeof ma);
+  RG_CHECK(!strcmp(launches[0].name, "rg_gemv_bf16_5") && ma.aligned == 0);
+  // Prefill-sized, with no cuBLAS: the tiled kernel, 64x64 tiles.
+  mm.matmul = (rg_op_matmul_t){{b, 0}, {b, 0}, {NULL, 0}, {b, 0}, RG_F16, 200, 64, 32};
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &mm));
+  RG_REQUIRE(n_launches == 1);
+  RG_CHECK(!strcmp(launches[0].name, "rg_gemm_tiled"));
+  RG_CHECK(launches[0].g[0] == 1 && launches[0].g[1] == 4 && launches[0].g[3] == 256);
+
+  // What the kernels cannot take is refused before any launch, by name.
+  mm.matmul = (rg_op_matmul_t){{b, 2}, {b, 0}, {NULL, 0}, {b, 0}, RG_F32, 1, 4, 4};
+  RG_CHECK_ERR(rg_queue_submit(q, &mm), "need operand x at a multiple of 4 bytes, not offset 2");
+  mm.matmul.x.offset = 0, mm.matmul.wtype = RG_FP8;
+  RG_CHECK_ERR(rg_queue_submit(q, &mm),
+               "cuda:0 has no matmul kernel for fp8 weights (it runs f32, bf16, f16 and q8_0)");
+
+  // attention: one block per (token, KV head), a warp per query head of
+  // the group, q in shared memory; a long table splits the context.
+  rg_op_t at = {.kind = RG_OP_ATTENTION};
+  at.attention.kv = (rg_kv_ref_t){{b, 0}, {b, 0}, RG_F16, 4, 16, 2, 64};
+  at.attention.meta = (rg_attn_meta_t){1, 1, 2, {b, 0}, {b, 0}, {b, 0}, {b, 0}};
+  at.attention.q = (rg_ref_t){b, 0};
+  at.attention.o = (rg_ref_t){b, 8192};
+  at.attention.n_heads = 8;
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &at));
+  RG_REQUIRE(n_launches == 1);
+  RG_CHECK(!strcmp(launches[0].name, "rg_attention_f16_2"));
+  RG_CHECK(launches[0].g[0] == 1 && launches[0].g[1] == 2 && launches[0].g[2] == 1);
+  RG_CHECK(launches[0].g[3] == 128 && launches[0].g[6] == 4 * 64 * 4);
+  rg_cuk_attention_t aa;
+  memcpy(&aa, launches[0].args, sizeof aa);
+  RG_CHECK(aa.splits == 1 && aa.scale == 0.125f && aa.kv.n_table == 2 && aa.part == 0);
+  RG_CHECK(aa.k_vec == 1);  // head_dim 64, the pool at offset 0: 16-byte K loads
+  at.attention.kv.n_blocks = 64;
+  at.attention.meta.n_table = 64;  // up to 1024 positions: 4 splits of 256
+  n_launches = 0;
+  RG_CHECK_OK(rg_queue_submit(q, &at));
+  RG_REQUIRE(n_launches == 2);
+  memcpy(&aa, launches[0].args, sizeof aa);
+  RG_CHECK(launches[0].g[2] == 4 && aa.splits == 4 && aa.split_len == 256 && aa.part != 0);
+  RG_CHECK(!strcmp(launches[1].name, "rg_attention_merge") && launches[1].g[1] == 8);
+  at.attention.kv.head_dim = 512;
+  at.attention.kv.n_blocks = at.attention.meta.n_table = 2;
+  RG_CHECK_ERR(rg_queue_submit(q, &at), "take head_dim up to 256, not 512");
+
+  // sample: greedy rows on the device; a sampled row is drawn on the host
+  // from the logits read back, exactly as the CPU draws it.
+  {
+    enum { V = 64 };
+    float logits[2 * V];
+    for (int i = 0; i < 2 * V; i++) logits[i] = (float)((i * 37) % 23) * 0.25f;
+    RG_CHECK_OK(rg_buffer_write(b, 0, logits, sizeof logits));
+    int32_t fill[2] = {-1, -1}, got[2];
+    RG_CHECK_OK(rg_buffer_write(b, 8192, fill, sizeof fill));
+    rg_sampler_config_t cfg[2] = {{0, 0, 1, 0}, {0.9f, 10, 0.8f, 0}};
+    double u[2] = {0.5, 0.7};
+    rg_op_t sm = {.kind = RG_OP_SAMPLE, .sample = {{b, 0}, {b, 8192}, 2, V, cfg, u}};
+    n_launches = 0;
+    RG_CHECK_OK(rg_queue_submit(q, &sm));
+    RG_REQUIRE(n_launches == 1);
+    RG_CHECK(!strcmp(launches[0].name, "rg_argmax") && launches[0].g[0] == 2);
+    RG_CHECK_OK(rg_buffer_read(b, 8192, got, sizeof got));
+    int32_t idx[V];
+    float prob[V];
+    RG_CHECK(got[0] == -1);  // the stand-in runs no kernel: row 0 untouched
+    RG_CHECK(got[1] == rg_sample_draw_ref(&cfg[1], logits + V, V, u[1], idx, prob));
+    cfg[1].top_p = 0;
+    RG_CHECK_ERR(rg_queue_submit(q, &sm), "row 1: sampler temperature 0.9, top-k 10, top-p 0");
+  }
+
+  // Copies on the stream; events; one queue waiting on another's event on
+  // the device; a deadline that runs out on work that never completes.
+  {
+    unsigned char src[256], back[256];
+    for (int i = 0; i < 256; i++) src[i] = (unsigned char)(i * 7);
+    RG_CHECK_OK(rg_queue_write(q, b, 100, src, sizeof src));
+    RG_CHECK_OK(rg_queue_copy(q, b, 1000, b, 100, sizeof src));
+    RG_CHECK_OK(rg_queue_read(q, b, 1000, back, sizeof back));
+    RG_CHECK_OK(rg_queue_wait(q));
+    RG_CHECK(!memcmp(src, back, sizeof src));
+    rg_event_t *ev;
+    RG_REQUIRE_OK(rg_queue_record(q, &ev));
+    RG_CHECK(rg_event_done(ev));
+    RG_CHECK_OK(rg_event_wait(ev, 1.0));
+    int before = waits();
+    RG_CHECK_OK(rg_queue_wait_event(q2, ev));
+    RG_CHECK(waits() == before + 1);
+    setenv("FAKE_CUDA", "pending", 1);
+    RG_CHECK(!rg_event_done(ev));
+    RG_CHECK_ERR(rg_event_wait(ev, 0.01),
+                 "waiting for an event on cuda:0: the work is not done after 0.01 s");
+    setenv("FAKE_CUDA", "ok", 1);
+    rg_event_release(ev);
+  }
+  set_hook(NULL);
+
+  // A GPU the built images do not cover: it opens, and every op says why.
+  setenv("FAKE_CUDA", "oldgpu", 1);
+  {
+    rg_device_t *old;
+    RG_REQUIRE_OK(rg_device_open("cuda", 0, NULL, &old));
+    RG_CHECK(!rg_device_supports_op(old, RG_OP_ADD));
+    rg_op_t op = {.kind = RG_OP_SOFTMAX};
+    RG_CHECK_ERR(rg_device_check_op(old, &op),
+                 "cuda:0 has no softmax kernel: the kernels of ops/cuda/attention.cu (built by ");
+    s = rg_device_check_op(old, &op);
+    RG_CHECK_CONTAINS(rg_status_message(s), rg__cuda_images_note);
+    RG_CHECK_CONTAINS(rg_status_message(s),
+                      ") do not load on this GPU: cuModuleLoadData failed: "
+                      "CUDA_ERROR_NO_BINARY_FOR_GPU (209)");
+    rg_status_free(s);
+    rg_device_close(old);
+  }
+out:
+  rg_buffer_release(b);
+  rg_queue_destroy(q2);
+  rg_queue_destroy(q);
+  rg_device_close(dev);
+  unsetenv("FAKE_CUDA");
+  unsetenv("RIDGE_CUDA_LIBRARY");
+}
+
+// ----- The hip backend against a stand-in libamdhip64 --------------------------------
+
+// Enough of the HIP runtime for the backend, over host memory: one MI300X.
+// Modules load and kernels resolve; launches do nothing (no test here reads
+// a kernel's result).
+static const char fake_hip_src[] =
+    "#include <stdlib.h>\n"
+    "#include <string.h>\n"
+    "typedef int E;\n"
+    "E hipInit(unsigned f) { (void)f; return 0; }\n"
+    "E hipDriverGetVersion(int *v) { *v = 60241134; return 0; }\n"
+    "E hipGetDeviceCount(int *n) { *n = 1; return 0; }\n"
+    "E hipDeviceGet(int *d, int i) { if (i) return 101; *d = 0; return 0; }\n"
+    "E hipDeviceGetName(char *s, int n, int d) { (void)d;\n"
+    "  strncpy(s, \"AMD Instinct MI300X\", (size_t)n); return 0; }\n"
+    "E hipDeviceTotalMem(size_t *b, int d) { (void)d; *b = (size_t)192 << 30; return 0; }\n"
+    "E hipDeviceGetAttribute(int *v, int a, int d) { (void)d;\n"
+    "  *v = a == 63 ? 304 : a == 23 ? 9 : a == 61 ? 4 : 0; return 0; }\n"
+    "E hipSetDevice(int d) { return d == 0 ? 0 : 101; }\n"
+    "E hipMalloc(void **p, size_t n) { if (n > ((size_t)1 << 30)) return 2;\n"
+    "  *p = malloc(n); return *p ? 0 : 2; }\n"
+    "E hipFree(void *p) { free(p); return 0; }\n"
+    "E hipDeviceSynchronize(void) { return 0; }\n"
+    "E hipMemcpy(void *d, const void *s, size_t n, int k) { (void)k; memmove(d, s, n);\n"
+    "  return 0; }\n"
+    "E hipMemcpyAsync(void *d, const void *s, size_t n, int k, void *st) { (void)k; (void)st;\n"
+    "  memmove(d, s, n); return 0; }\n"
+    "static int streams;\n"
+    "E hipStreamCreateWithFlags(void **s, unsigned f) { (void)f; *s = &streams; streams++;\n"
+    "  return 0; }\n"
+    "E hipStreamSynchronize(void *s) { return s == &streams ? 0 : 400; }\n"
+    "E hipStreamDestroy(void *s) { (void)s; streams--; return 0; }\n"
+    "E hipStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return 0; }\n"
+    "E hipEventCreateWithFlags(void **e, unsigned f) { (void)f; *e = malloc(1);\n"
+    "  return *e ? 0 : 2; }\n"
+    "E hipEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }\n"
+    "E hipEventQuery(void *e) { (void)e; return 0; }\n"
+    "E hipEventDestroy(void *e) { free(e); return 0; }\n"
+    "E hipModuleLoadData(void **m, const void *i) { (void)i; *m = malloc(1); return 0; }\n"
+    "E hipModuleUnload(void *m) { free(m); return 0; }\n"
+    "E hipModuleGetFunction(void **f, void *m, const char *n) { (void)m; *f = (void *)n;\n"
+    "  return 0; }\n"
+    "E hipModuleLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d,\n"
+    "  unsigned e, unsigned g, unsigned h, void *s, void **p, void **x) {\n"
+    "  (void)f; (void)a; (void)b; (void)c; (void)d; (void)e; (void)g; (void)h; (void)s;\n"
+    "  (void)p; (void)x; return 0; }\n"
+    "const char *hipGetErrorName(E r) { return r == 2 ? \"hipErrorOutOfMemory\" : 0; }\n";
+
+// Named to run after the listing and opening tests: a loaded library stays
+// for the process, and those tests want some driver to be absent.
+RG_TEST(devices_stand_in_hip_runs_buffers_queues_and_events) {
+  rg_device_info_t list[RG_DEVICES_MAX];
+  size_t n = 0;
+  int np;
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  if (!entries_for(list, n, "hip", &np)) RG_SKIP("a HIP runtime is loaded here");
+  const char *src = rg_test_write(t, "fake_hip.c", fake_hip_src);
+  char lib[512], cmd[1200];
+  snprintf(lib, sizeof lib, "%s/libfakehip.so", rg_test_tmpdir(t));
+  snprintf(cmd, sizeof cmd, "cc -shared -fPIC -O0 -o '%s' '%s' 2>/dev/null", lib, src);
+  if (system(cmd) != 0) RG_SKIP("no C compiler (cc) to build a stand-in libamdhip64");
+  setenv("RIDGE_HIP_LIBRARY", lib, 1);
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  RG_CHECK(entries_for(list, n, "hip", &np) == NULL && np == 1);
+  rg_device_t *dev;
+  RG_REQUIRE_OK(rg_device_open("hip", 0, NULL, &dev));
+  const rg_device_info_t *info = rg_device_info(dev);
+  RG_CHECK(!strcmp(info->name, "AMD Instinct MI300X") && info->compute_units == 304);
+  RG_CHECK(info->memory == (uint64_t)192 << 30);
+
+  // Device memory through the runtime, checked ranges, the driver's errors.
+  rg_buffer_t *b;
+  RG_REQUIRE_OK(rg_buffer_alloc(dev, 4096, &b));
+  RG_CHECK(rg_buffer_host_ptr(b) == NULL);
+  unsigned char in[200], out[200];
+  for (int i = 0; i < 200; i++) in[i] = (unsigned char)(i * 3);
+  RG_CHECK_OK(rg_buffer_write(b, 10, in, sizeof in));
+  RG_CHECK_OK(rg_buffer_read(b, 10, out, sizeof out));
+  RG_CHECK(!memcmp(in, out, sizeof in));
+  rg_buffer_t *big;
+  RG_CHECK_ERR(rg_buffer_alloc(dev, (size_t)2 << 30, &big),
+               "cannot allocate 2 GiB (2147483648 bytes) on hip:0: hipMalloc failed: "
+               "hipErrorOutOfMemory (2)");
+
+  // A stream: async copies, events, another queue waiting on the device.
+  rg_queue_t *q, *q2;
+  RG_REQUIRE_OK(rg_queue_create(dev, &q));
+  RG_REQUIRE_OK(rg_queue_create(dev, &q2));
+  memset(out, 0, sizeof out);
+  RG_CHECK_OK(rg_queue_write(q, b, 1000, in, sizeof in));
+  RG_CHECK_OK(rg_queue_copy(q, b, 2000, b, 1000, sizeof in));
+  rg_event_t *ev;
+  RG_REQUIRE_OK(rg_queue_record(q, &ev));
+  RG_CHECK_OK(rg_queue_wait_event(q2, ev));
+  RG_CHECK_OK(rg_queue_read(q2, b, 2000, out, sizeof out));
+  RG_CHECK_OK(rg_queue_wait(q2));
+  RG_CHECK_OK(rg_event_wait(ev, 1.0));
+  RG_CHECK(!memcmp(in, out, sizeof in));
+  rg_event_release(ev);
+
+  // Ops: the kernels hipcc built, or the reason there are none.
+  rg_op_t add = {.kind = RG_OP_ADD, .add = {{b, 0}, {b, 0}, {b, 0}, 16}};
+  if (rg__hip_image_count) {
+    RG_CHECK(rg_device_supports_op(dev, RG_OP_ATTENTION));
+    RG_CHECK_OK(rg_queue_submit(q, &add));
+  } else {
+    RG_CHECK(!rg_device_supports_op(dev, RG_OP_ADD));
+    RG_CHECK_ERR(rg_queue_submit(q, &add),
+                 "hip:0 has no add kernel: no kernels built (hipcc not found at build time)");
+  }
+  rg_buffer_release(b);
+  rg_queue_destroy(q2);
+  rg_queue_destroy(q);
+  rg_device_close(dev);
+  unsetenv("RIDGE_HIP_LIBRARY");
+}
+
+// ----- The level_zero backend against a stand-in libze_loader -------------------------
+
+// One GPU whose memory is host memory; copies are memmove.
+static const char fake_ze_src[] =
+    "#include <stdint.h>\n"
+    "#include <stdlib.h>\n"
+    "#include <string.h>\n"
+    "typedef uint32_t R;\n"
+    "static int drv, dev, ctx, list;\n"
+    "R zeInit(uint32_t f) { (void)f; return 0; }\n"
+    "R zeDriverGet(uint32_t *n, void **d) { if (d && *n) d[0] = &drv; *n = 1; return 0; }\n"
+    "R zeDeviceGet(void *d, uint32_t *n, void **v) { (void)d; if (v && *n) v[0] = &dev;\n"
+    "  *n = 1; return 0; }\n"
+    "R zeDeviceGetProperties(void *d, void *p) { (void)d; unsigned char *b = p;\n"
+    "  uint32_t *u = (uint32_t *)(b + 16); u[0] = 1; u[1] = 0x8086; u[2] = 0x0bd5;\n"
+    // ze_device_properties_t: threads per EU, SIMD width, EUs per subslice,
+    // subslices per slice and slices from byte 56; name at 112.
+    "  u[10] = 16; u[11] = 8; u[12] = 8; u[13] = 8; u[14] = 4;\n"
+    "  strcpy((char *)b + 112, \"Intel(R) Data Center GPU Max 1100\"); return 0; }\n"
+    "R zeDeviceGetMemoryProperties(void *d, uint32_t *n, void *p) { (void)d;\n"
+    "  if (p && *n) { uint64_t *t = (uint64_t *)((unsigned char *)p + 32);\n"
+    "    *t = (uint64_t)48 << 30; } *n = 1; return 0; }\n"
+    "R zeContextCreate(void *d, const void *desc, void **c) { (void)d; (void)desc; *c = &ctx;\n"
+    "  return 0; }\n"
+    "R zeContextDestroy(void *c) { (void)c; return 0; }\n"
+    "R zeMemAllocDevice(void *c, const void *desc, size_t n, size_t a, void *d, void **p) {\n"
+    "  (void)c; (void)desc; (void)a; (void)d; if (n > ((size_t)1 << 30)) return 0x70000003;\n"
+    "  *p = malloc(n); return *p ? 0 : 0x70000003; }\n"
+    "R zeMemFree(void *c, void *p) { (void)c; free(p); return 0; }\n"
+    "R zeCommandListCreateImmediate(void *c, void *d, const void *desc, void **l) {\n"
+    "  (void)c; (void)d; const uint32_t *q = desc;\n"
+    "  if (q[0] != 0xe || q[7] != 1) return 0x78000004; *l = &list; return 0; }\n"
+    "R zeCommandListAppendMemoryCopy(void *l, void *d, const void *s, size_t n, void *e,\n"
+    "  uint32_t nw, void **w) { (void)l; (void)e; (void)nw; (void)w; memmove(d, s, n);\n"
+    "  return 0; }\n"
+    "R zeCommandListDestroy(void *l) { (void)l; return 0; }\n";
+
+// After the listing and opening tests, as the hip one.
+RG_TEST(devices_stand_in_level_zero_runs_memory_and_copies) {
+  rg_device_info_t list[RG_DEVICES_MAX];
+  size_t n = 0;
+  int np;
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  if (!entries_for(list, n, "level_zero", &np)) RG_SKIP("a Level Zero loader is loaded here");
+  const char *src = rg_test_write(t, "fake_ze.c", fake_ze_src);
+  char lib[512], cmd[1200];
+  snprintf(lib, sizeof lib, "%s/libfakeze.so", rg_test_tmpdir(t));
+  snprintf(cmd, sizeof cmd, "cc -shared -fPIC -O0 -o '%s' '%s' 2>/dev/null", lib, src);
+  if (system(cmd) != 0) RG_SKIP("no C compiler (cc) to build a stand-in libze_loader");
+  setenv("RIDGE_LEVEL_ZERO_LIBRARY", lib, 1);
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  RG_CHECK(entries_for(list, n, "level_zero", &np) == NULL && np == 1);
+  rg_device_t *dev;
+  RG_REQUIRE_OK(rg_device_open("level_zero", 0, NULL, &dev));
+  const rg_device_info_t *info = rg_device_info(dev);
+  RG_CHECK(!strcmp(info->name, "Intel(R) Data Center GPU Max 1100"));
+  RG_CHECK(info->memory == (uint64_t)48 << 30 && info->compute_units == 8 * 8 * 4);
+
+  // Device memory and copies, through synchronous immediate command lists.
+  rg_buffer_t *b, *big;
+  RG_REQUIRE_OK(rg_buffer_alloc(dev, 1024, &b));
+  RG_CHECK(rg_buffer_host_ptr(b) == NULL);
+  unsigned char in[100], out[100];
+  for (int i = 0; i < 100; i++) in[i] = (unsigned char)(i * 5 + 1);
+  RG_CHECK_OK(rg_buffer_write(b, 0, in, sizeof in));
+  rg_queue_t *q;
+  RG_REQUIRE_OK(rg_queue_create(dev, &q));
+  RG_CHECK_OK(rg_queue_copy(q, b, 500, b, 0, sizeof in));
+  RG_CHECK_OK(rg_queue_read(q, b, 500, out, sizeof out));
+  RG_CHECK(!memcmp(in, out, sizeof in));
+  RG_CHECK_ERR(rg_buffer_alloc(dev, (size_t)2 << 30, &big),
+               "cannot allocate 2 GiB (2147483648 bytes) on level_zero:0: zeMemAllocDevice failed: "
+               "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY");
+  // To and from another device: staged through the host by the queue.
+  rg_device_t *cpu;
+  RG_REQUIRE_OK(rg_device_open("cpu", 0, NULL, &cpu));
+  rg_buffer_t *hb;
+  RG_REQUIRE_OK(rg_buffer_alloc(cpu, 100, &hb));
+  RG_CHECK_OK(rg_queue_copy(q, hb, 0, b, 500, 100));
+  RG_CHECK(!memcmp(rg_buffer_host_ptr(hb), in, sizeof in));
+
+  // No kernels, and every op says why.
+  RG_CHECK(!rg_device_supports_op(dev, RG_OP_MATMUL));
+  rg_op_t add = {.kind = RG_OP_ADD, .add = {{b, 0}, {b, 0}, {b, 0}, 16}};
+  RG_CHECK_ERR(rg_queue_submit(q, &add),
+               "level_zero:0 has no add kernel: no kernels built (ridge has no SPIR-V toolchain");
+  rg_buffer_release(hb);
+  rg_device_close(cpu);
+  rg_buffer_release(b);
+  rg_queue_destroy(q);
+  rg_device_close(dev);
+  unsetenv("RIDGE_LEVEL_ZERO_LIBRARY");
 }

@@ -25,6 +25,9 @@ typedef unsigned long long rg_cu_deviceptr_t;
 typedef struct CUctx_st *rg_cu_context_t;
 typedef struct CUstream_st *rg_cu_stream_t;
 typedef unsigned int rg_cu_attribute_t;  // CUdevice_attribute
+typedef struct CUmod_st *rg_cu_module_t;
+typedef struct CUfunc_st *rg_cu_function_t;
+typedef struct CUevent_st *rg_cu_event_t;
 
 enum {
   RG_CU_SUCCESS = 0,
@@ -36,6 +39,15 @@ enum {
   RG_CU_ERROR_DEVICE_UNAVAILABLE = 46,
   RG_CU_ERROR_NO_DEVICE = 100,
   RG_CU_ERROR_INVALID_DEVICE = 101,
+  RG_CU_ERROR_INVALID_IMAGE = 200,
+  RG_CU_ERROR_NO_BINARY_FOR_GPU = 209,
+  RG_CU_ERROR_INVALID_PTX = 218,
+  RG_CU_ERROR_UNSUPPORTED_PTX_VERSION = 222,
+  RG_CU_ERROR_NOT_FOUND = 500,
+  RG_CU_ERROR_NOT_READY = 600,
+  RG_CU_ERROR_ILLEGAL_ADDRESS = 700,
+  RG_CU_ERROR_LAUNCH_OUT_OF_RESOURCES = 701,
+  RG_CU_ERROR_LAUNCH_FAILED = 719,
   RG_CU_ERROR_OPERATING_SYSTEM = 304,
   RG_CU_ERROR_SYSTEM_NOT_READY = 802,
   RG_CU_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
@@ -50,6 +62,7 @@ enum {
 };
 
 enum { RG_CU_STREAM_NON_BLOCKING = 0x1 };
+enum { RG_CU_EVENT_DISABLE_TIMING = 0x2 };
 
 // The symbol table: REQ(field, exported symbol, return type, parameters) for
 // what the backend cannot do without, OPT(...) for what an old driver may
@@ -71,11 +84,31 @@ enum { RG_CU_STREAM_NON_BLOCKING = 0x1 };
   REQ(cuCtxPopCurrent, "cuCtxPopCurrent_v2", rg_cu_result_t, (rg_cu_context_t *))                  \
   REQ(cuMemAlloc, "cuMemAlloc_v2", rg_cu_result_t, (rg_cu_deviceptr_t *, size_t))                  \
   REQ(cuMemFree, "cuMemFree_v2", rg_cu_result_t, (rg_cu_deviceptr_t))                              \
+  REQ(cuCtxSynchronize, "cuCtxSynchronize", rg_cu_result_t, (void))                                \
   REQ(cuMemcpyHtoD, "cuMemcpyHtoD_v2", rg_cu_result_t, (rg_cu_deviceptr_t, const void *, size_t))  \
   REQ(cuMemcpyDtoH, "cuMemcpyDtoH_v2", rg_cu_result_t, (void *, rg_cu_deviceptr_t, size_t))        \
   REQ(cuStreamCreate, "cuStreamCreate", rg_cu_result_t, (rg_cu_stream_t *, unsigned int))          \
   REQ(cuStreamSynchronize, "cuStreamSynchronize", rg_cu_result_t, (rg_cu_stream_t))                \
   REQ(cuStreamDestroy, "cuStreamDestroy_v2", rg_cu_result_t, (rg_cu_stream_t))                     \
+  REQ(cuStreamWaitEvent, "cuStreamWaitEvent", rg_cu_result_t,                                      \
+      (rg_cu_stream_t, rg_cu_event_t, unsigned int))                                               \
+  REQ(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", rg_cu_result_t,                                   \
+      (rg_cu_deviceptr_t, const void *, size_t, rg_cu_stream_t))                                   \
+  REQ(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", rg_cu_result_t,                                   \
+      (void *, rg_cu_deviceptr_t, size_t, rg_cu_stream_t))                                         \
+  REQ(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", rg_cu_result_t,                                   \
+      (rg_cu_deviceptr_t, rg_cu_deviceptr_t, size_t, rg_cu_stream_t))                              \
+  REQ(cuEventCreate, "cuEventCreate", rg_cu_result_t, (rg_cu_event_t *, unsigned int))             \
+  REQ(cuEventRecord, "cuEventRecord", rg_cu_result_t, (rg_cu_event_t, rg_cu_stream_t))             \
+  REQ(cuEventQuery, "cuEventQuery", rg_cu_result_t, (rg_cu_event_t))                               \
+  REQ(cuEventDestroy, "cuEventDestroy_v2", rg_cu_result_t, (rg_cu_event_t))                        \
+  REQ(cuModuleLoadData, "cuModuleLoadData", rg_cu_result_t, (rg_cu_module_t *, const void *))      \
+  REQ(cuModuleUnload, "cuModuleUnload", rg_cu_result_t, (rg_cu_module_t))                          \
+  REQ(cuModuleGetFunction, "cuModuleGetFunction", rg_cu_result_t,                                  \
+      (rg_cu_function_t *, rg_cu_module_t, const char *))                                          \
+  REQ(cuLaunchKernel, "cuLaunchKernel", rg_cu_result_t,                                            \
+      (rg_cu_function_t, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,     \
+       unsigned int, unsigned int, rg_cu_stream_t, void **, void **))                              \
   OPT(cuGetErrorName, "cuGetErrorName", rg_cu_result_t, (rg_cu_result_t, const char **))           \
   OPT(cuGetErrorString, "cuGetErrorString", rg_cu_result_t, (rg_cu_result_t, const char **))
 

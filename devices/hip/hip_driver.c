@@ -1,9 +1,8 @@
 // devices/hip/hip_driver.c — the hip driver: loads libamdhip64.so with
 // dlopen and lists AMD GPUs with their memory and compute units.
 //
-// The backend probes only: opening a hip device is RG_UNIMPLEMENTED until
-// buffers and queues are written (devices/cuda/ shows their shape; HIP's
-// calls mirror CUDA's one for one).
+// Opening a device is hip_device.c: buffers, streams, and ridge's GPU
+// kernels (ops/cuda, built by hipcc where it was found at build time).
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,6 +19,8 @@ static const rg__vendor_code_t hip_codes[] = {
      "the installed amdgpu driver is older than this library needs"},
     {RG_HIP_ERROR_NO_DEVICE, "hipErrorNoDevice", "no ROCm-capable device is detected"},
     {RG_HIP_ERROR_INVALID_DEVICE, "hipErrorInvalidDevice", "invalid device ordinal"},
+    {RG_HIP_ERROR_NOT_FOUND, "hipErrorNotFound", "named symbol not found"},
+    {RG_HIP_ERROR_NOT_READY, "hipErrorNotReady", "device not ready"},
     {RG_HIP_ERROR_NOT_SUPPORTED, "hipErrorNotSupported", "operation not supported"},
     {RG_HIP_ERROR_UNKNOWN, "hipErrorUnknown", "unknown error"},
 };
@@ -60,7 +61,7 @@ static rg_status_t bind_symbols(rg_hip_syms_t *s) {
   return NULL;
 }
 
-static rg_status_t hip_load(const rg_hip_syms_t **out) {
+rg_status_t rg__hip_load(const rg_hip_syms_t **out) {
   static const char *const names[] = {"libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6",
                                       "libamdhip64.so.5"};
   rg_status_t s = NULL;
@@ -107,7 +108,7 @@ static rg_status_t probe_one(const rg_hip_syms_t *h, int ordinal, rg_device_info
 
 static rg_status_t hip_probe(rg_driver_t *drv, rg_device_info_t *out, size_t cap, size_t *out_n) {
   const rg_hip_syms_t *h;
-  RG_RETURN_IF_ERROR(hip_load(&h));
+  RG_RETURN_IF_ERROR(rg__hip_load(&h));
   int n = 0;
   RG_HIP_CHECK(h, hipGetDeviceCount, &n);
   *out_n = n > 0 ? (size_t)n : 0;
@@ -115,16 +116,9 @@ static rg_status_t hip_probe(rg_driver_t *drv, rg_device_info_t *out, size_t cap
   return NULL;
 }
 
-static rg_status_t hip_open(rg_driver_t *drv, const rg_device_info_t *info,
-                            const rg_device_options_t *opts, rg_device_t **out) {
-  return rg_status_make(RG_UNIMPLEMENTED,
-                        "the hip backend lists devices but cannot open them yet (buffers and "
-                        "queues are to come; cuda has them)");
-}
-
 static const rg_driver_vtable_t hip_driver_vt = {
     .probe = hip_probe,
-    .open = hip_open,
+    .open = rg__hip_device_open,
 };
 
 static rg_driver_t hip_driver = {

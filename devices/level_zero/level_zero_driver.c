@@ -3,9 +3,7 @@
 // report (Intel GPUs, and NPUs where a driver exposes them), with memory
 // and execution units.
 //
-// The backend probes only: opening a device is RG_UNIMPLEMENTED until
-// buffers (zeMemAllocDevice) and queues (immediate command lists) are
-// written; devices/cuda/ shows their shape.
+// Opening a device is level_zero_device.c: memory and copies; no kernels.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -67,7 +65,7 @@ static rg_status_t bind_symbols(rg_ze_syms_t *s) {
   return NULL;
 }
 
-static rg_status_t ze_load(const rg_ze_syms_t **out) {
+rg_status_t rg__ze_load(const rg_ze_syms_t **out) {
   static const char *const names[] = {"libze_loader.so.1", "libze_loader.so"};
   rg_status_t s = NULL;
   pthread_mutex_lock(&ze.mu);
@@ -137,7 +135,7 @@ static rg_status_t probe_one(const rg_ze_syms_t *z, rg_ze_device_t dev, int driv
 
 static rg_status_t ze_probe(rg_driver_t *drv, rg_device_info_t *out, size_t cap, size_t *out_n) {
   const rg_ze_syms_t *z;
-  RG_RETURN_IF_ERROR(ze_load(&z));
+  RG_RETURN_IF_ERROR(rg__ze_load(&z));
   uint32_t n_drv = 0;
   RG_ZE_CHECK(z, zeDriverGet, &n_drv, NULL);
   if (n_drv > MAX_ZE_DRIVERS) n_drv = MAX_ZE_DRIVERS;
@@ -159,16 +157,35 @@ static rg_status_t ze_probe(rg_driver_t *drv, rg_device_info_t *out, size_t cap,
   return NULL;
 }
 
-static rg_status_t ze_open(rg_driver_t *drv, const rg_device_info_t *info,
-                           const rg_device_options_t *opts, rg_device_t **out) {
-  return rg_status_make(RG_UNIMPLEMENTED,
-                        "the level_zero backend lists devices but cannot open them yet (buffers "
-                        "and queues are to come; cuda has them)");
+rg_status_t rg__ze_find_device(const rg_ze_syms_t *z, int index, rg_ze_driver_t *out_driver,
+                               rg_ze_device_t *out_dev) {
+  uint32_t n_drv = 0;
+  RG_ZE_CHECK(z, zeDriverGet, &n_drv, NULL);
+  if (n_drv > MAX_ZE_DRIVERS) n_drv = MAX_ZE_DRIVERS;
+  rg_ze_driver_t drivers[MAX_ZE_DRIVERS];
+  if (n_drv) RG_ZE_CHECK(z, zeDriverGet, &n_drv, drivers);
+  int n = 0;
+  for (uint32_t d = 0; d < n_drv; d++) {
+    uint32_t n_dev = 0;
+    RG_ZE_CHECK(z, zeDeviceGet, drivers[d], &n_dev, NULL);
+    if (!n_dev) continue;
+    rg_ze_device_t devs[RG_DEVICES_MAX];
+    if (n_dev > RG_DEVICES_MAX) n_dev = RG_DEVICES_MAX;
+    RG_ZE_CHECK(z, zeDeviceGet, drivers[d], &n_dev, devs);
+    if (index < n + (int)n_dev) {
+      *out_driver = drivers[d];
+      *out_dev = devs[index - n];
+      return NULL;
+    }
+    n += (int)n_dev;
+  }
+  return rg_status_make(RG_NOT_FOUND, "level_zero:%d is gone (the loader now lists %d devices)",
+                        index, n);
 }
 
 static const rg_driver_vtable_t ze_driver_vt = {
     .probe = ze_probe,
-    .open = ze_open,
+    .open = rg__ze_device_open,
 };
 
 static rg_driver_t ze_driver = {

@@ -23,6 +23,16 @@ RG_SAME_(offsetof(rg_ze_device_properties_t, name), offsetof(ze_device_propertie
 RG_SAME_(sizeof(rg_ze_device_memory_properties_t), sizeof(ze_device_memory_properties_t))
 RG_SAME_(offsetof(rg_ze_device_memory_properties_t, totalSize),
          offsetof(ze_device_memory_properties_t, totalSize))
+RG_SAME_(RG_ZE_STRUCTURE_TYPE_CONTEXT_DESC, ZE_STRUCTURE_TYPE_CONTEXT_DESC)
+RG_SAME_(RG_ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC, ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC)
+RG_SAME_(RG_ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC)
+RG_SAME_(RG_ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS, ZE_COMMAND_QUEUE_MODE_SYNCHRONOUS)
+RG_SAME_(sizeof(rg_ze_context_desc_t), sizeof(ze_context_desc_t))
+RG_SAME_(sizeof(rg_ze_device_mem_alloc_desc_t), sizeof(ze_device_mem_alloc_desc_t))
+RG_SAME_(offsetof(rg_ze_device_mem_alloc_desc_t, ordinal),
+         offsetof(ze_device_mem_alloc_desc_t, ordinal))
+RG_SAME_(sizeof(rg_ze_command_queue_desc_t), sizeof(ze_command_queue_desc_t))
+RG_SAME_(offsetof(rg_ze_command_queue_desc_t, mode), offsetof(ze_command_queue_desc_t, mode))
 #undef RG_SAME_
 
 #else
