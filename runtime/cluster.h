@@ -52,11 +52,29 @@
 #define RG_CLUSTER_MAX_STAGES 16
 #define RG_CLUSTER_MAX_EXPERTS 256
 
+// What a worker does in the pipeline. A layout either runs one pipeline
+// (every worker ALL) or disaggregates prefill and decode: the PREFILL
+// workers' stages cover the model once and prefill prompts into their own
+// KV, the DECODE workers' stages cover it once more and decode, and each
+// prompt's KV moves from the prefill pipeline's pool into the decode one's
+// by RMA write. A TIER worker holds no stages: it keeps idle sessions' KV in
+// its memory (a capacity tier standing in for host DRAM or SSD).
+typedef enum {
+  RG_CLUSTER_ROLE_ALL,
+  RG_CLUSTER_ROLE_PREFILL,
+  RG_CLUSTER_ROLE_DECODE,
+  RG_CLUSTER_ROLE_TIER
+} rg_cluster_role_t;
+const char *rg_cluster_role_name(rg_cluster_role_t r);
+
 // One worker: the device it runs on, what it stands in for, its stages.
 typedef struct {
   char name[48];    // unique: "w1-ffn"
   char device[32];  // "cpu:0", "opencl:0"
   char plays[64];   // the device class it stands in for ("h100-sxm"), or "" = its own
+  rg_cluster_role_t role;
+  int64_t block_size;   // tokens per KV block of its attention stages; 0: the run's
+  int64_t tier_tokens;  // TIER: tokens of KV it holds
   rg_stage_spec_t stages[RG_CLUSTER_MAX_STAGES];
   int n_stages;
   // Storage for the stages' expert subsets (their `experts` point here).
@@ -85,6 +103,17 @@ RG_MUST_USE rg_status_t rg_cluster_layout_experts(const rg_arch_t *a, const char
                                                   const char *dev_b, rg_cluster_layout_t *out);
 RG_MUST_USE rg_status_t rg_cluster_layout_pipeline(const rg_arch_t *a, const char *dev_a,
                                                    const char *dev_b, rg_cluster_layout_t *out);
+//   prefill-decode: every stage on dev_p for prompts (KV blocks of block_p
+//            tokens) and every stage on dev_d for decoding (blocks of
+//            block_d; 0: the run's block size for either)
+RG_MUST_USE rg_status_t rg_cluster_layout_pd(const rg_arch_t *a, const char *dev_p,
+                                             const char *dev_d, int64_t block_p, int64_t block_d,
+                                             rg_cluster_layout_t *out);
+// Adds a capacity-tier worker on dev holding tier_tokens tokens of KV.
+RG_MUST_USE rg_status_t rg_cluster_layout_add_tier(rg_cluster_layout_t *l, const char *dev,
+                                                   int64_t tier_tokens);
+// 1 when the layout disaggregates prefill and decode.
+int rg_cluster_layout_is_pd(const rg_cluster_layout_t *l);
 // Adds a stage to a worker, copying its expert subset.
 RG_MUST_USE rg_status_t rg_cluster_worker_add(rg_cluster_worker_t *w, const rg_stage_spec_t *spec);
 
@@ -98,12 +127,15 @@ typedef struct {
 
 #define RG_CLUSTER_MAX_HOPS 4096
 
-// The hops of a step, checking that the layout covers the model exactly
-// once: one embed and one lm_head, one attention per layer, one ffn per dense
-// layer, and moe instances whose experts partition the experts of each MoE
-// layer. Errors name what is missing or doubled.
+// The hops of a step through the workers of one role (ALL, or PREFILL or
+// DECODE in a prefill-decode layout), checking that they cover the model
+// exactly once: one embed and one lm_head, one attention per layer, one ffn
+// per dense layer, and moe instances whose experts partition the experts of
+// each MoE layer. Errors name what is missing or doubled, and a layout that
+// mixes ALL workers with PREFILL or DECODE ones.
 RG_MUST_USE rg_status_t rg_cluster_layout_hops(const rg_arch_t *a, const rg_cluster_layout_t *l,
-                                               rg_cluster_hop_t *out, size_t cap, size_t *n);
+                                               rg_cluster_role_t role, rg_cluster_hop_t *out,
+                                               size_t cap, size_t *n);
 
 typedef struct {
   const char *model_path;

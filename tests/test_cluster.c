@@ -69,7 +69,7 @@ RG_TEST(cluster_layouts_cover_every_layer_and_expert_exactly_once) {
   // attention-ffn: embed, then per layer attention on w0 and ffn on w1, then lm_head.
   RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 2, &l));
   RG_CHECK(l.n_workers == 2 && l.micro_batches == 2);
-  RG_REQUIRE_OK(rg_cluster_layout_hops(&a, &l, hops, RG_CLUSTER_MAX_HOPS, &n));
+  RG_REQUIRE_OK(rg_cluster_layout_hops(&a, &l, RG_CLUSTER_ROLE_ALL, hops, RG_CLUSTER_MAX_HOPS, &n));
   RG_CHECK(n == (size_t)(2 + 2 * a.n_layers));
   RG_CHECK(hops[0].kind == RG_STAGE_EMBED && hops[0].worker == 0);
   for (int64_t i = 0; i < a.n_layers; i++) {
@@ -81,35 +81,56 @@ RG_TEST(cluster_layouts_cover_every_layer_and_expert_exactly_once) {
 
   // pipeline: the second worker holds the later layers and lm_head.
   RG_REQUIRE_OK(rg_cluster_layout_pipeline(&a, "cpu:0", "cpu:0", &l));
-  RG_REQUIRE_OK(rg_cluster_layout_hops(&a, &l, hops, RG_CLUSTER_MAX_HOPS, &n));
+  RG_REQUIRE_OK(rg_cluster_layout_hops(&a, &l, RG_CLUSTER_ROLE_ALL, hops, RG_CLUSTER_MAX_HOPS, &n));
   RG_CHECK(hops[1].worker == 0 && hops[n - 2].worker == 1 && hops[n - 1].worker == 1);
 
   // experts: each MoE layer runs two instances, the second continuing the first.
   RG_CHECK(has(rg_cluster_layout_experts(&a, "cpu:0", "cpu:0", &l), "needs an MoE model"));
   RG_REQUIRE_OK(rg_cluster_layout_experts(&m, "cpu:0", "cpu:0", &l));
-  RG_REQUIRE_OK(rg_cluster_layout_hops(&m, &l, hops, RG_CLUSTER_MAX_HOPS, &n));
+  RG_REQUIRE_OK(rg_cluster_layout_hops(&m, &l, RG_CLUSTER_ROLE_ALL, hops, RG_CLUSTER_MAX_HOPS, &n));
   RG_CHECK(n == (size_t)(2 + 3 * m.n_layers));
   RG_CHECK(hops[2].kind == RG_STAGE_MOE && !hops[2].continues && hops[3].continues);
   RG_CHECK(hops[2].worker != hops[3].worker);
+
+  // prefill-decode: each role's workers cover the model once; a tier worker
+  // runs nothing; a worker of every phase in a PD layout is refused.
+  RG_REQUIRE_OK(rg_cluster_layout_pd(&a, "cpu:0", "cpu:0", 16, 64, &l));
+  RG_REQUIRE_OK(rg_cluster_layout_add_tier(&l, "cpu:0", 4096));
+  RG_CHECK(rg_cluster_layout_is_pd(&l) && l.n_workers == 3);
+  RG_CHECK(l.workers[0].block_size == 16 && l.workers[1].block_size == 64);
+  RG_REQUIRE_OK(
+      rg_cluster_layout_hops(&a, &l, RG_CLUSTER_ROLE_PREFILL, hops, RG_CLUSTER_MAX_HOPS, &n));
+  for (size_t i = 0; i < n; i++) RG_CHECK(hops[i].worker == 0);
+  RG_REQUIRE_OK(
+      rg_cluster_layout_hops(&a, &l, RG_CLUSTER_ROLE_DECODE, hops, RG_CLUSTER_MAX_HOPS, &n));
+  for (size_t i = 0; i < n; i++) RG_CHECK(hops[i].worker == 1);
+  RG_CHECK_ERR(rg_cluster_layout_hops(&a, &l, RG_CLUSTER_ROLE_ALL, hops, RG_CLUSTER_MAX_HOPS, &n),
+               "no all pipeline");
+  RG_CHECK_ERR(rg_cluster_layout_add_tier(&l, "cpu:0", 10), "has a capacity tier already");
+  l.workers[1].role = RG_CLUSTER_ROLE_ALL;
+  RG_CHECK_ERR(
+      rg_cluster_layout_hops(&a, &l, RG_CLUSTER_ROLE_PREFILL, hops, RG_CLUSTER_MAX_HOPS, &n),
+      "give it the prefill or the decode role");
 
   // Gaps and doubles are named.
   rg_cluster_layout_t bad;
   RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &bad));
   bad.workers[1].n_stages = 0;  // no ffn at all
-  rg_status_t st = rg_cluster_layout_hops(&a, &bad, hops, RG_CLUSTER_MAX_HOPS, &n);
+  rg_status_t st =
+      rg_cluster_layout_hops(&a, &bad, RG_CLUSTER_ROLE_ALL, hops, RG_CLUSTER_MAX_HOPS, &n);
   RG_CHECK(has(st, "ffn") && has(st, "layer 0"));
   rg_status_free(st);
   RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &bad));
   RG_REQUIRE_OK(
       rg_cluster_worker_add(&bad.workers[1], &bad.workers[0].stages[1]));  // attention twice
-  st = rg_cluster_layout_hops(&a, &bad, hops, RG_CLUSTER_MAX_HOPS, &n);
+  st = rg_cluster_layout_hops(&a, &bad, RG_CLUSTER_ROLE_ALL, hops, RG_CLUSTER_MAX_HOPS, &n);
   RG_CHECK(has(st, "two attention instances"));
   rg_status_free(st);
   // An expert left out of the split.
   RG_REQUIRE_OK(rg_cluster_layout_experts(&m, "cpu:0", "cpu:0", &bad));
   for (int s = 0; s < bad.workers[1].n_stages; s++)
     if (bad.workers[1].stages[s].kind == RG_STAGE_MOE) bad.workers[1].stages[s].n_experts--;
-  st = rg_cluster_layout_hops(&m, &bad, hops, RG_CLUSTER_MAX_HOPS, &n);
+  st = rg_cluster_layout_hops(&m, &bad, RG_CLUSTER_ROLE_ALL, hops, RG_CLUSTER_MAX_HOPS, &n);
   RG_CHECK(has(st, "expert"));
   rg_status_free(st);
 }

@@ -419,8 +419,8 @@ static rg_status_t create(rg_cluster_t *c) {
     return rg_status_make(RG_NOT_FOUND, "%s: %s", o->model_path, strerror(errno));
   RG_RETURN_IF_ERROR(rg_model_open(c->model_path, &c->model));
   c->a = rg_model_arch(c->model);
-  RG_RETURN_IF_ERROR(
-      rg_cluster_layout_hops(c->a, &o->layout, c->hops, RG_CLUSTER_MAX_HOPS, &c->n_hops));
+  RG_RETURN_IF_ERROR(rg_cluster_layout_hops(c->a, &o->layout, RG_CLUSTER_ROLE_ALL, c->hops,
+                                            RG_CLUSTER_MAX_HOPS, &c->n_hops));
   c->lm_worker = c->hops[c->n_hops - 1].worker;
   c->n_mb = o->layout.micro_batches > 1 ? 2 : 1;
   const rg_engine_options_t *eo = &o->engine;

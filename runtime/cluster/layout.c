@@ -5,6 +5,11 @@
 
 #include "runtime/cluster.h"
 
+const char *rg_cluster_role_name(rg_cluster_role_t r) {
+  static const char *const names[] = {"all", "prefill", "decode", "tier"};
+  return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "?";
+}
+
 rg_status_t rg_cluster_worker_add(rg_cluster_worker_t *w, const rg_stage_spec_t *spec) {
   if (w->n_stages >= RG_CLUSTER_MAX_STAGES)
     return rg_status_make(RG_INVALID_ARGUMENT, "worker %s: more than %d stage instances", w->name,
@@ -23,6 +28,7 @@ rg_status_t rg_cluster_worker_add(rg_cluster_worker_t *w, const rg_stage_spec_t 
 }
 
 static rg_cluster_worker_t *add_worker(rg_cluster_layout_t *l, const char *name, const char *dev) {
+  if (l->n_workers >= RG_CLUSTER_MAX_WORKERS) return NULL;
   rg_cluster_worker_t *w = &l->workers[l->n_workers++];
   memset(w, 0, sizeof *w);
   snprintf(w->name, sizeof w->name, "%s", name);
@@ -131,6 +137,57 @@ rg_status_t rg_cluster_layout_pipeline(const rg_arch_t *a, const char *dev_a, co
   return rg_cluster_worker_add(v, &k_head);
 }
 
+rg_status_t rg_cluster_layout_pd(const rg_arch_t *a, const char *dev_p, const char *dev_d,
+                                 int64_t block_p, int64_t block_d, rg_cluster_layout_t *out) {
+  memset(out, 0, sizeof *out);
+  if (block_p < 0 || block_d < 0 || block_p > 1024 || block_d > 1024)
+    return rg_status_make(
+        RG_INVALID_ARGUMENT,
+        "KV block sizes of %lld and %lld tokens; expected 1 to 1024 (0: the run's)",
+        (long long)block_p, (long long)block_d);
+  out->micro_batches = 1;
+  const char *names[2] = {"w0-prefill", "w1-decode"}, *devs[2] = {dev_p, dev_d};
+  const rg_cluster_role_t roles[2] = {RG_CLUSTER_ROLE_PREFILL, RG_CLUSTER_ROLE_DECODE};
+  const int64_t blocks[2] = {block_p, block_d};
+  for (int i = 0; i < 2; i++) {
+    rg_cluster_worker_t *w = add_worker(out, names[i], devs[i]);
+    w->role = roles[i];
+    w->block_size = blocks[i];
+    RG_RETURN_IF_ERROR(rg_cluster_worker_add(w, &k_embed));
+    RG_RETURN_IF_ERROR(add_block(w, a, 0, a->n_layers));
+    RG_RETURN_IF_ERROR(rg_cluster_worker_add(w, &k_head));
+  }
+  return NULL;
+}
+
+rg_status_t rg_cluster_layout_add_tier(rg_cluster_layout_t *l, const char *dev,
+                                       int64_t tier_tokens) {
+  if (tier_tokens < 1)
+    return rg_status_make(RG_INVALID_ARGUMENT, "a capacity tier of %lld tokens; expected >= 1",
+                          (long long)tier_tokens);
+  for (int i = 0; i < l->n_workers; i++)
+    if (l->workers[i].role == RG_CLUSTER_ROLE_TIER)
+      return rg_status_make(RG_INVALID_ARGUMENT, "the layout has a capacity tier already (%s)",
+                            l->workers[i].name);
+  char name[48];
+  snprintf(name, sizeof name, "w%d-tier", l->n_workers);
+  rg_cluster_worker_t *w = add_worker(l, name, dev);
+  if (!w)
+    return rg_status_make(RG_INVALID_ARGUMENT, "a layout holds at most %d workers",
+                          RG_CLUSTER_MAX_WORKERS);
+  w->role = RG_CLUSTER_ROLE_TIER;
+  w->tier_tokens = tier_tokens;
+  return NULL;
+}
+
+int rg_cluster_layout_is_pd(const rg_cluster_layout_t *l) {
+  for (int i = 0; i < l->n_workers; i++)
+    if (l->workers[i].role == RG_CLUSTER_ROLE_PREFILL ||
+        l->workers[i].role == RG_CLUSTER_ROLE_DECODE)
+      return 1;
+  return 0;
+}
+
 // ----- Hops ------------------------------------------------------------------------
 
 static int covers(const rg_stage_spec_t *s, int64_t l) {
@@ -149,11 +206,11 @@ static rg_status_t push(rg_cluster_hop_t *out, size_t cap, size_t *n, rg_cluster
 }
 
 // The one instance of `kind` (embed, lm_head) in the layout.
-static rg_status_t find_single(const rg_cluster_layout_t *l, rg_stage_kind_t kind,
-                               rg_cluster_hop_t *out) {
+static rg_status_t find_single(const rg_cluster_layout_t *l, rg_cluster_role_t role,
+                               rg_stage_kind_t kind, rg_cluster_hop_t *out) {
   int found = 0;
   for (int w = 0; w < l->n_workers; w++)
-    for (int s = 0; s < l->workers[w].n_stages; s++)
+    for (int s = 0; l->workers[w].role == role && s < l->workers[w].n_stages; s++)
       if (l->workers[w].stages[s].kind == kind) {
         if (found++)
           return rg_status_make(
@@ -168,17 +225,33 @@ static rg_status_t find_single(const rg_cluster_layout_t *l, rg_stage_kind_t kin
 }
 
 rg_status_t rg_cluster_layout_hops(const rg_arch_t *a, const rg_cluster_layout_t *l,
-                                   rg_cluster_hop_t *out, size_t cap, size_t *n) {
+                                   rg_cluster_role_t role, rg_cluster_hop_t *out, size_t cap,
+                                   size_t *n) {
   *n = 0;
   if (l->n_workers < 1) return rg_status_make(RG_INVALID_ARGUMENT, "the layout has no workers");
+  int pd = rg_cluster_layout_is_pd(l);
+  for (int w = 0; w < l->n_workers; w++) {
+    if (pd && l->workers[w].role == RG_CLUSTER_ROLE_ALL)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "worker %s runs every phase in a prefill-decode layout; give it the "
+                            "prefill or the decode role",
+                            l->workers[w].name);
+    if (l->workers[w].role == RG_CLUSTER_ROLE_TIER && l->workers[w].n_stages)
+      return rg_status_make(RG_INVALID_ARGUMENT, "worker %s is a capacity tier and runs no stages",
+                            l->workers[w].name);
+  }
+  if (role == RG_CLUSTER_ROLE_TIER || (pd && role == RG_CLUSTER_ROLE_ALL) ||
+      (!pd && role != RG_CLUSTER_ROLE_ALL))
+    return rg_status_make(RG_INVALID_ARGUMENT, "the layout has no %s pipeline",
+                          rg_cluster_role_name(role));
   rg_cluster_hop_t h;
-  RG_RETURN_IF_ERROR(find_single(l, RG_STAGE_EMBED, &h));
+  RG_RETURN_IF_ERROR(find_single(l, role, RG_STAGE_EMBED, &h));
   RG_RETURN_IF_ERROR(push(out, cap, n, h));
   for (int64_t layer = 0; layer < a->n_layers; layer++) {
     // Attention: exactly one.
     int found = 0;
     for (int w = 0; w < l->n_workers; w++)
-      for (int s = 0; s < l->workers[w].n_stages; s++) {
+      for (int s = 0; l->workers[w].role == role && s < l->workers[w].n_stages; s++) {
         const rg_stage_spec_t *sp = &l->workers[w].stages[s];
         if (sp->kind != RG_STAGE_ATTENTION || !covers(sp, layer)) continue;
         if (found++)
@@ -196,7 +269,7 @@ rg_status_t rg_cluster_layout_hops(const rg_arch_t *a, const rg_cluster_layout_t
     rg_cluster_hop_t ff[RG_CLUSTER_MAX_WORKERS * RG_CLUSTER_MAX_STAGES];
     size_t nf = 0;
     for (int w = 0; w < l->n_workers; w++)
-      for (int s = 0; s < l->workers[w].n_stages; s++) {
+      for (int s = 0; l->workers[w].role == role && s < l->workers[w].n_stages; s++) {
         const rg_stage_spec_t *sp = &l->workers[w].stages[s];
         if ((sp->kind == RG_STAGE_FFN || sp->kind == RG_STAGE_MOE) && covers(sp, layer)) {
           if (sp->kind != want)
@@ -251,6 +324,6 @@ rg_status_t rg_cluster_layout_hops(const rg_arch_t *a, const rg_cluster_layout_t
       RG_RETURN_IF_ERROR(push(out, cap, n, ff[i]));
     }
   }
-  RG_RETURN_IF_ERROR(find_single(l, RG_STAGE_LM_HEAD, &h));
+  RG_RETURN_IF_ERROR(find_single(l, role, RG_STAGE_LM_HEAD, &h));
   return push(out, cap, n, h);
 }

@@ -132,8 +132,8 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
   if (w->n_mb < 1 || w->n_mb > MAX_MB)
     return rg_status_make(RG_INVALID_ARGUMENT, "Assign: %d micro-batches", w->n_mb);
   w->layout.micro_batches = w->n_mb;
-  RG_RETURN_IF_ERROR(
-      rg_cluster_layout_hops(w->a, &w->layout, w->hops, RG_CLUSTER_MAX_HOPS, &w->n_hops));
+  RG_RETURN_IF_ERROR(rg_cluster_layout_hops(w->a, &w->layout, w->layout.workers[w->me].role,
+                                            w->hops, RG_CLUSTER_MAX_HOPS, &w->n_hops));
   rg_dtype_t kv = RG_BF16;
   const char *kvs = opt_get(as, "kv_dtype");
   if (kvs && rg_dtype_parse(kvs, &kv))
