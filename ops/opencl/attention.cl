@@ -1,0 +1,210 @@
+// ops/opencl/attention.cl — the paged KV cache: writing each token's K and V
+// into its slot, and causal attention over it (GQA/MQA, mixed lengths,
+// sliding window, sinks) with an online softmax.
+//
+// A layer's pool holds K and V each as (n_blocks, n_kv_heads, block_size,
+// head_dim) elements of f32, bf16 or f16 (ops/ops.h). Token t belongs to
+// sequence seq[t] at position pos[t]; sequence s's blocks are
+// table[table_off[s] .. table_off[s+1]). Every one of those numbers is
+// clamped before it addresses memory, and the first bad one is reported
+// through the error word (common.cl), so no metadata makes a kernel read or
+// write outside its operands.
+
+// Where token t's sequence keeps its blocks: *tb0 (first table entry), *nb
+// (blocks) and *p (its position, clamped into them). *nb = 0 when the
+// sequence has no blocks, and then nothing may be read.
+inline void rg_token_slots(__global const int *seq, __global const int *pos,
+                           __global const int *toff, int t, int n_seqs, int n_table, int bs,
+                           __global int *err, int *tb0, int *nb, int *p) {
+  *nb = 0;
+  *tb0 = 0;
+  *p = 0;
+  int s = seq[t];
+  if (s < 0 || s >= n_seqs) {
+    rg_flag(err, RG_E_SEQ, t, s, n_seqs);
+    if (n_seqs <= 0) return;
+    s = rg_clamp_i(s, 0, n_seqs - 1);
+  }
+  int a = toff[s], b = toff[s + 1];
+  if (a < 0 || a > n_table || b < a || b > n_table) {
+    rg_flag(err, RG_E_TABLE_OFF, s, b, n_table);
+    a = rg_clamp_i(a, 0, n_table);
+    b = rg_clamp_i(b, a, n_table);
+  }
+  long cap = (long)(b - a) * bs;
+  int q = pos[t];
+  if (q < 0 || q >= cap) {
+    rg_flag(err, RG_E_POS, t, q, (int)min(cap, (long)INT_MAX));
+    if (cap == 0) return;
+    q = (int)clamp((long)q, 0L, cap - 1);
+  }
+  *tb0 = a;
+  *nb = b - a;
+  *p = q;
+}
+
+// The block holding position j of a sequence whose blocks start at table
+// entry tb0, clamped into the pool.
+inline int rg_block_at(__global const int *table, int tb0, int j, int bs, int n_blocks,
+                       __global int *err) {
+  int blk = table[tb0 + j / bs];
+  if (blk < 0 || blk >= n_blocks) {
+    rg_flag(err, RG_E_BLOCK, tb0 + j / bs, blk, n_blocks);
+    blk = rg_clamp_i(blk, 0, n_blocks - 1);
+  }
+  return blk;
+}
+
+inline float rg_kv_load(__global const uchar *base, int t, ulong e) {
+  if (t == RG_T_F32) return ((__global const float *)base)[e];
+  if (t == RG_T_BF16) return rg_bf16_to_f32(((__global const ushort *)base)[e]);
+  return vload_half(e, (__global const half *)base);
+}
+
+inline void rg_kv_store(__global uchar *base, int t, ulong e, float v) {
+  if (t == RG_T_F32)
+    ((__global float *)base)[e] = v;
+  else if (t == RG_T_BF16)
+    ((__global ushort *)base)[e] = rg_f32_to_bf16(v);
+  else
+    ((__global ushort *)base)[e] = rg_f32_to_f16(v);
+}
+
+// ----- KV write -------------------------------------------------------------
+
+// Global (n_tokens * n_kv_heads, rounded up): one item per (token, kv head)
+// row of head_dim elements.
+__kernel void kv_write(P(kk), P(vv), int dtype, int n_blocks, int bs, int nkv, int hd,
+                       PC(seq), PC(pos), PC(toff), PC(table), int n_tokens, int n_seqs,
+                       int n_table, PC(k), PC(v), __global int *err) {
+  int r = get_global_id(0);
+  if (r >= n_tokens * nkv) return;
+  int t = r / nkv, h = r % nkv, tb0, nb, p;
+  rg_token_slots(ATC(int, seq), ATC(int, pos), ATC(int, toff), t, n_seqs, n_table, bs, err, &tb0,
+                 &nb, &p);
+  if (nb == 0) return;
+  int blk = rg_block_at(ATC(int, table), tb0, p, bs, n_blocks, err);
+  ulong dst = ((ulong)(blk * nkv + h) * bs + p % bs) * hd, src = (ulong)r * hd;
+  __global const float *kr = ATC(float, k) + src, *vr = ATC(float, v) + src;
+  for (int i = 0; i < hd; i++) {
+    rg_kv_store(AT(uchar, kk), dtype, dst + i, kr[i]);
+    rg_kv_store(AT(uchar, vv), dtype, dst + i, vr[i]);
+  }
+}
+
+// ----- Attention --------------------------------------------------------------
+
+// Work-items per group, which is also the positions per tile.
+#define AW 64
+// Query heads one group serves at most (the host splits larger GQA groups).
+#define MAXGC 16
+
+// Global (AW * chunks, n_kv_heads, n_tokens), local (AW, 1, 1). Group
+// (chunk, h, t) serves query heads h*G + chunk*gc .. + gc of token t, G =
+// n_heads / n_kv_heads, and streams kv head h's keys and values once for
+// all of them, a tile of AW positions at a time:
+//   scores   item jj dots position j0+jj's key with the gc queries (scaled);
+//   softmax  per head: m' = max(m, tile max), c = e^(m - m'),
+//            p_j = e^(s_j - m'), l' = l c + sum p_j;
+//   values   acc' = acc c + sum_j p_j v_j, items over (head, dim).
+// Local memory, all passed in (PoCL places a kernel's own __local arrays
+// over the ones passed as arguments when a kernel has both): lq, lacc (gc,
+// head_dim) floats; ls (gc, AW); lst (3, MAXGC): each head's running max,
+// denominator and correction; lrow (AW) the tile's row offsets.
+#define ATTENTION(T)                                                                          \
+  __kernel __attribute__((reqd_work_group_size(AW, 1, 1))) void attention_##T(               \
+      PC(kk), PC(vv), int n_blocks, int bs, int nkv, int hd, PC(seq), PC(pos), PC(toff),      \
+      PC(table), int n_seqs, int n_table, PC(q), P(o), PC(sinks), int has_sinks,              \
+      int n_heads, float scale, int window, int gc, __global int *err, __local float *lq,    \
+      __local float *ls, __local float *lacc, __local float *lst, __local ulong *lrow) {      \
+    __local float *lm = lst, *ll = lst + MAXGC, *lc = lst + 2 * MAXGC;                        \
+    int li = get_local_id(0), chunk = get_group_id(0), h = get_group_id(1),                   \
+        t = get_group_id(2);                                                                  \
+    int G = n_heads / nkv, g0 = chunk * gc, ng = min(gc, G - g0);                             \
+    ulong head0 = (ulong)t * n_heads + (ulong)h * G + g0;                                     \
+    __global float *ob = AT(float, o) + head0 * hd;                                           \
+    int tb0, nb, p;                                                                           \
+    rg_token_slots(ATC(int, seq), ATC(int, pos), ATC(int, toff), t, n_seqs, n_table, bs, err, \
+                   &tb0, &nb, &p);                                                            \
+    if (nb == 0) {                                                                            \
+      for (int e = li; e < ng * hd; e += AW) ob[e] = 0.0f;                                    \
+      return;                                                                                 \
+    }                                                                                         \
+    __global const float *qb = ATC(float, q) + head0 * hd;                                    \
+    for (int e = li; e < ng * hd; e += AW) {                                                  \
+      lq[e] = qb[e] * scale;                                                                  \
+      lacc[e] = 0.0f;                                                                         \
+    }                                                                                         \
+    if (li < ng) {                                                                            \
+      lm[li] = -INFINITY;                                                                     \
+      ll[li] = 0.0f;                                                                          \
+    }                                                                                         \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                             \
+    __global const uchar *K = ATC(uchar, kk), *V = ATC(uchar, vv);                            \
+    __global const int *table = ATC(int, table);                                              \
+    int start = window > 0 && p + 1 > window ? p + 1 - window : 0;                            \
+    for (int j0 = start; j0 <= p; j0 += AW) {                                                 \
+      int cnt = min(AW, p - j0 + 1);                                                          \
+      if (li < cnt) {                                                                         \
+        int j = j0 + li;                                                                      \
+        int blk = rg_block_at(table, tb0, j, bs, n_blocks, err);                              \
+        ulong row = ((ulong)(blk * nkv + h) * bs + j % bs) * hd;                              \
+        lrow[li] = row;                                                                       \
+        float s[MAXGC];                                                                       \
+        for (int g = 0; g < ng; g++) s[g] = 0.0f;                                             \
+        for (int i = 0; i < hd; i++) {                                                        \
+          float kv = rg_kv_load(K, RG_T_##T, row + i);                                        \
+          for (int g = 0; g < ng; g++) s[g] = mad(lq[g * hd + i], kv, s[g]);                  \
+        }                                                                                     \
+        for (int g = 0; g < ng; g++) ls[g * AW + li] = s[g];                                  \
+      }                                                                                       \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+      if (li < ng) {                                                                          \
+        float mx = lm[li];                                                                    \
+        for (int jj = 0; jj < cnt; jj++) mx = fmax(mx, ls[li * AW + jj]);                     \
+        lc[li] = exp(lm[li] - mx);                                                            \
+        lm[li] = mx;                                                                          \
+      }                                                                                       \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+      for (int e = li; e < ng * AW; e += AW) {                                                \
+        int g = e / AW, jj = e % AW;                                                          \
+        ls[e] = jj < cnt ? exp(ls[e] - lm[g]) : 0.0f;                                         \
+      }                                                                                       \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+      if (li < ng) {                                                                          \
+        float sum = 0.0f;                                                                     \
+        for (int jj = 0; jj < cnt; jj++) sum += ls[li * AW + jj];                             \
+        ll[li] = ll[li] * lc[li] + sum;                                                       \
+      }                                                                                       \
+      /* Not needed by the memory model, but PoCL 3.1 drops the sum above */                 \
+      /* when the loop below shares its barrier region. */                                    \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+      for (int e = li; e < ng * hd; e += AW) {                                                \
+        int g = e / hd, d = e % hd;                                                           \
+        float a = lacc[e] * lc[g];                                                            \
+        for (int jj = 0; jj < cnt; jj++)                                                      \
+          a = mad(ls[g * AW + jj], rg_kv_load(V, RG_T_##T, lrow[jj] + d), a);                 \
+        lacc[e] = a;                                                                          \
+      }                                                                                       \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+    }                                                                                         \
+    /* A sink is one more logit in each head's denominator, with no value. */                 \
+    if (li < ng) {                                                                            \
+      if (has_sinks) {                                                                        \
+        float sk = ATC(float, sinks)[h * G + g0 + li], mx = fmax(lm[li], sk);                 \
+        lc[li] = exp(lm[li] - mx);                                                            \
+        ll[li] = ll[li] * lc[li] + exp(sk - mx);                                              \
+      } else {                                                                                \
+        lc[li] = 1.0f;                                                                        \
+      }                                                                                       \
+    }                                                                                         \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                             \
+    for (int e = li; e < ng * hd; e += AW) {                                                  \
+      int g = e / hd;                                                                         \
+      ob[e] = lacc[e] * lc[g] / ll[g];                                                        \
+    }                                                                                         \
+  }
+
+ATTENTION(f32)
+ATTENTION(bf16)
+ATTENTION(f16)
