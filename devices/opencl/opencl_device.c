@@ -51,6 +51,7 @@ static rg_status_t context_make(const rg_cl_syms_t *cl, rg_cl_device_id id, rg_c
                    &cx->max_wg, NULL);
   if (s) goto fail;
   cx->is_cpu = (type & RG_CL_DEVICE_TYPE_CPU) != 0;
+  cx->cpu_shapes = cx->is_cpu;
   info_string(cl, id, RG_CL_DEVICE_NAME, cx->name, sizeof(cx->name));
   info_string(cl, id, RG_CL_DRIVER_VERSION, cx->driver_version, sizeof(cx->driver_version));
   info_string(cl, id, RG_CL_DEVICE_VERSION, cx->device_version, sizeof(cx->device_version));

@@ -51,18 +51,22 @@ typedef enum {
   X(GEMV4_F32, MATMUL, "matmul_gemv4_f32")       \
   X(GEMV8_F32, MATMUL, "matmul_gemv8_f32")       \
   X(GEMM_F32, MATMUL, "matmul_gemm_f32")         \
+  X(RGEMM_F32, MATMUL, "matmul_rgemm_f32")       \
   X(GEMV1_BF16, MATMUL, "matmul_gemv1_bf16")     \
   X(GEMV4_BF16, MATMUL, "matmul_gemv4_bf16")     \
   X(GEMV8_BF16, MATMUL, "matmul_gemv8_bf16")     \
   X(GEMM_BF16, MATMUL, "matmul_gemm_bf16")       \
+  X(RGEMM_BF16, MATMUL, "matmul_rgemm_bf16")     \
   X(GEMV1_F16, MATMUL, "matmul_gemv1_f16")       \
   X(GEMV4_F16, MATMUL, "matmul_gemv4_f16")       \
   X(GEMV8_F16, MATMUL, "matmul_gemv8_f16")       \
   X(GEMM_F16, MATMUL, "matmul_gemm_f16")         \
+  X(RGEMM_F16, MATMUL, "matmul_rgemm_f16")       \
   X(GEMV1_Q8_0, MATMUL, "matmul_gemv1_q8_0")     \
   X(GEMV4_Q8_0, MATMUL, "matmul_gemv4_q8_0")     \
   X(GEMV8_Q8_0, MATMUL, "matmul_gemv8_q8_0")     \
   X(GEMM_Q8_0, MATMUL, "matmul_gemm_q8_0")       \
+  X(RGEMM_Q8_0, MATMUL, "matmul_rgemm_q8_0")     \
   X(KV_WRITE, ATTENTION, "kv_write")             \
   X(ATTENTION_F32, ATTENTION, "attention_f32")   \
   X(ATTENTION_BF16, ATTENTION, "attention_bf16") \
@@ -129,6 +133,10 @@ typedef struct {
   uint64_t local_mem;  // CL_DEVICE_LOCAL_MEM_SIZE
   size_t max_wg;       // CL_DEVICE_MAX_WORK_GROUP_SIZE
   int is_cpu;
+  // 1: kernels take their CPU-device shapes (register-blocked GEMM, one
+  // contiguous stream per work-item); starts as is_cpu. Tests flip it to run
+  // the GPU shapes on a CPU platform.
+  int cpu_shapes;
   pthread_mutex_t mu;  // guards the programs
   rg_cl_program programs[RG__CLP_COUNT];
   rg__cl_origin_t origin[RG__CLP_COUNT];  // how each was first obtained

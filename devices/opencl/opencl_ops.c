@@ -33,7 +33,7 @@
 // Work-items per group of the elementwise kernels, and of the GEMV (whose
 // items are output columns).
 #define FLAT_WG 64
-#define GEMV_WG 32
+#define GEMV_WG 16
 
 static size_t round_up(size_t v, size_t m) {
   return (v + m - 1) / m * m;
@@ -214,24 +214,28 @@ static rg__cl_queue_t *cl_q(rg_queue_t *q) {
   return (rg__cl_queue_t *)q;
 }
 
-static rg_status_t matmul(rg__cl_queue_t *q, const rg_op_matmul_t *o) {
-  if (o->m == 0) return NULL;
+// The path for m rows (see ops/opencl/matmul.cl): GEMV with 1, 4 or 8 rows
+// per pass up to 8 rows, then the GEMM of the device's kind.
+static rg__cl_kernel_id_t matmul_kernel(int ti, int64_t m, int cpu, int *rows_per_pass) {
   static const rg__cl_kernel_id_t gemv[4][3] = {
       {RG__CLK_GEMV1_F32, RG__CLK_GEMV4_F32, RG__CLK_GEMV8_F32},
       {RG__CLK_GEMV1_BF16, RG__CLK_GEMV4_BF16, RG__CLK_GEMV8_BF16},
       {RG__CLK_GEMV1_F16, RG__CLK_GEMV4_F16, RG__CLK_GEMV8_F16},
       {RG__CLK_GEMV1_Q8_0, RG__CLK_GEMV4_Q8_0, RG__CLK_GEMV8_Q8_0}};
-  static const rg__cl_kernel_id_t gemm[4] = {RG__CLK_GEMM_F32, RG__CLK_GEMM_BF16, RG__CLK_GEMM_F16,
-                                             RG__CLK_GEMM_Q8_0};
+  static const rg__cl_kernel_id_t gemm[2][4] = {
+      {RG__CLK_GEMM_F32, RG__CLK_GEMM_BF16, RG__CLK_GEMM_F16, RG__CLK_GEMM_Q8_0},
+      {RG__CLK_RGEMM_F32, RG__CLK_RGEMM_BF16, RG__CLK_RGEMM_F16, RG__CLK_RGEMM_Q8_0}};
+  *rows_per_pass = m == 1 ? 1 : m <= 4 ? 4 : 8;
+  if (m > 8) return gemm[cpu][ti];
+  return gemv[ti][m == 1 ? 0 : m <= 4 ? 1 : 2];
+}
+
+static rg_status_t matmul(rg__cl_queue_t *q, const rg_op_matmul_t *o) {
+  if (o->m == 0) return NULL;
   int ti = o->wtype == RG_F32 ? 0 : o->wtype == RG_BF16 ? 1 : o->wtype == RG_F16 ? 2 : 3;
-  int small = o->m <= 8, mr = o->m == 1 ? 1 : o->m <= 4 ? 4 : 8;
+  int cpu = ((rg__cl_device_t *)q->base.device)->cx->cpu_shapes, mr;
   rg__cl_args_t a;
-  RG_RETURN_IF_ERROR(rg__cl_args_begin(q,
-                                       small ? gemv[ti][mr == 1   ? 0
-                                                        : mr == 4 ? 1
-                                                                  : 2]
-                                             : gemm[ti],
-                                       &a));
+  RG_RETURN_IF_ERROR(rg__cl_args_begin(q, matmul_kernel(ti, o->m, cpu, &mr), &a));
   rg__cl_arg_ref(&a, &o->x);
   rg__cl_arg_ref(&a, &o->w);
   rg__cl_arg_ref(&a, &o->bias);
@@ -240,11 +244,16 @@ static rg_status_t matmul(rg__cl_queue_t *q, const rg_op_matmul_t *o) {
   rg__cl_arg_int(&a, o->n);
   rg__cl_arg_int(&a, o->k);
   rg__cl_arg_int(&a, o->bias.buf != NULL);
-  if (small) {
+  if (o->m <= 8) {
     size_t g[2] = {round_up((size_t)o->n, GEMV_WG), (size_t)((o->m + mr - 1) / mr)},
            l[2] = {GEMV_WG, 1};
     return rg__cl_launch(q, &a, 2, g, l);
   }
+  if (cpu) {  // 8 x 2 outputs per item
+    size_t g[2] = {round_up((size_t)(o->n + 1) / 2, 8), (size_t)(o->m + 7) / 8}, l[2] = {8, 1};
+    return rg__cl_launch(q, &a, 2, g, l);
+  }
+  // 64 x 64 outputs per 16 x 16 group
   size_t g[2] = {(size_t)(o->n + 63) / 64 * 16, (size_t)(o->m + 63) / 64 * 16}, l[2] = {16, 16};
   return rg__cl_launch(q, &a, 2, g, l);
 }

@@ -1,0 +1,118 @@
+// The OpenCL device's matmuls against its own limits, measured in the same
+// run on the device itself (devices/opencl/opencl_profile.h):
+//   limits   read bandwidth (a streaming kernel over 1 GiB, more than any
+//            cache here) and the f32 FMA peak (independent mad() chains);
+//            a large GEMM (f32, 2048 x 2048 x 2048) through the matmul op
+//   launch   the host's cost per op (1000 small adds back to back, one wait)
+//   decode   GEMV m = 1 at a 1.1B model's shapes (TinyLlama: d 2048, ffn
+//            5632, 4 kv heads of 64), f32/bf16/f16/q8_0 weights cycled
+//            through 1 GiB of copies so each call streams from memory:
+//            GB/s of weights and the ratio to the read bandwidth
+//   prefill  GEMM m = 512 at the same shapes: GFLOP/s and the ratios to the
+//            FMA peak and to the large GEMM
+// Timings are the best of several passes. Prints ratios; never fails on a
+// timing.
+//
+//   build/bench_opencl [--device N] [--quick]
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devices/devices.h"
+#include "devices/opencl/opencl_profile.h"
+
+static void die(rg_status_t s) {
+  if (!s) return;
+  fprintf(stderr, "bench_opencl: %s\n", rg_status_message(s));
+  exit(1);
+}
+
+typedef struct {
+  const char *name;
+  int64_t n, k;
+} shape_t;
+
+// One transformer layer of a 1.1B Llama (TinyLlama-1.1B): the projections
+// a decode step streams, in order.
+static const shape_t layer[] = {{"q", 2048, 2048},   {"k", 256, 2048},     {"v", 256, 2048},
+                                {"o", 2048, 2048},   {"gate", 5632, 2048}, {"up", 5632, 2048},
+                                {"down", 2048, 5632}};
+#define N_LAYER (sizeof layer / sizeof layer[0])
+
+int main(int argc, char **argv) {
+  int index = 0, quick = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--device") && i + 1 < argc)
+      index = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--quick"))
+      quick = 1;
+    else {
+      fprintf(stderr, "usage: bench_opencl [--device N] [--quick]\n");
+      return 2;
+    }
+  }
+  rg_device_t *dev;
+  rg_status_t s = rg_device_open("opencl", index, NULL, &dev);
+  if (s) {
+    printf("bench_opencl: skipped: %s\n", rg_status_message(s));
+    rg_status_free(s);
+    return 0;
+  }
+  const rg_device_info_t *info = rg_device_info(dev);
+  printf("device opencl:%d  %s  (%d compute units, %s)\n", index, info->name, info->compute_units,
+         info->detail);
+  int reps = quick ? 2 : 5;
+
+  rg_opencl_measure_t rd, fma, big;
+  die(rg_opencl_measure_read(dev, 0, reps, &rd));
+  die(rg_opencl_measure_fma(dev, reps, &fma));
+  die(rg_opencl_measure_matmul(dev, RG_F32, 2048, 2048, 2048, 1, quick ? 1 : 3, &big));
+  double launch;
+  die(rg_opencl_measure_launch(dev, 1000, &launch));
+  printf("\nlimits, measured on the device\n");
+  printf("  read bandwidth   %8.2f GB/s     (streaming %.0f MiB)\n", rd.rate / 1e9,
+         rd.work / (1 << 20));
+  printf("  f32 FMA peak     %8.2f GFLOP/s\n", fma.rate / 1e9);
+  printf(
+      "  large GEMM       %8.2f GFLOP/s   f32 2048^3 through the matmul op: %.2f of the FMA "
+      "peak\n",
+      big.rate / 1e9, big.rate / fma.rate);
+  printf("  launch overhead  %8.2f us/op     (1000 adds back to back, then one wait)\n",
+         launch * 1e6);
+
+  static const rg_dtype_t types[] = {RG_BF16, RG_F16, RG_Q8_0, RG_F32};
+  size_t n_types = sizeof types / sizeof types[0];
+  printf("\ndecode: GEMV m = 1 at TinyLlama-1.1B shapes, weights streamed from 1 GiB of copies\n");
+  printf("  %-6s", "type");
+  for (size_t i = 0; i < N_LAYER; i++) printf(" %6s", layer[i].name);
+  printf("   layer GB/s  of read BW\n");
+  for (size_t t = 0; t < n_types; t++) {
+    printf("  %-6s", rg_dtype_name(types[t]));
+    double bytes = 0, secs = 0;
+    for (size_t i = 0; i < N_LAYER; i++) {
+      rg_opencl_measure_t m;
+      die(rg_opencl_measure_matmul(dev, types[t], 1, layer[i].n, layer[i].k, 0, reps, &m));
+      printf(" %6.2f", m.bytes / m.seconds / rd.rate);
+      bytes += m.bytes;
+      secs += m.seconds;
+    }
+    printf("   %9.2f  %9.2f\n", bytes / secs / 1e9, bytes / secs / rd.rate);
+  }
+  printf("  (per shape: the ratio of its GB/s to the read bandwidth)\n");
+
+  printf("\nprefill: GEMM m = 512 at the same shapes\n");
+  printf("  %-6s %-10s %10s %10s %10s\n", "type", "shape", "GFLOP/s", "of FMA", "of GEMM");
+  static const size_t pre[] = {0, 4, 6};  // q (2048 x 2048), gate (5632 x 2048), down
+  for (size_t t = 0; t < n_types; t++)
+    for (size_t j = 0; j < (quick ? 1 : 3); j++) {
+      const shape_t *sh = &layer[pre[j]];
+      rg_opencl_measure_t m;
+      die(rg_opencl_measure_matmul(dev, types[t], 512, sh->n, sh->k, 1, quick ? 1 : 2, &m));
+      char shape[32];
+      snprintf(shape, sizeof shape, "%lldx%lld", (long long)sh->n, (long long)sh->k);
+      printf("  %-6s %-10s %10.2f %10.2f %10.2f\n", rg_dtype_name(types[t]), shape, m.rate / 1e9,
+             m.rate / fma.rate, m.rate / big.rate);
+    }
+  rg_device_close(dev);
+  return 0;
+}
