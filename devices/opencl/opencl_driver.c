@@ -67,6 +67,11 @@ const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void) {
   return "leak:libstdc++.so\nleak:libLLVM\nleak:libpocl\nleak:libOpenCL\nleak:libclang\n";
 }
+// And not to list those suppressions at every exit (LSAN_OPTIONS still wins).
+const char *__lsan_default_options(void);
+const char *__lsan_default_options(void) {
+  return "print_suppressions=0";
+}
 #endif
 
 static struct {
