@@ -58,6 +58,11 @@ static rg_status_t context_make(const rg_cl_syms_t *cl, rg_cl_device_id id, rg_c
   if (cl->clGetPlatformInfo(plat, RG_CL_PLATFORM_VERSION, sizeof(cx->platform_version) - 1,
                             cx->platform_version, NULL) != RG_CL_SUCCESS)
     cx->platform_version[0] = 0;
+  char pname[128] = "";
+  if (cl->clGetPlatformInfo(plat, RG_CL_PLATFORM_NAME, sizeof(pname) - 1, pname, NULL) !=
+      RG_CL_SUCCESS)
+    pname[0] = 0;
+  cx->disk_cache = rg__cl_disk_cache_default(pname);
   rg_cl_context_properties props[] = {RG_CL_CONTEXT_PLATFORM, (rg_cl_context_properties)plat, 0};
   rg_cl_int err = RG_CL_SUCCESS;
   cx->ctx = cl->clCreateContext(props, 1, &id, NULL, NULL, &err);

@@ -137,6 +137,8 @@ typedef struct {
   // contiguous stream per work-item); starts as is_cpu. Tests flip it to run
   // the GPU shapes on a CPU platform.
   int cpu_shapes;
+  // 1: programs are cached on disk (opencl_program.c says when not).
+  int disk_cache;
   pthread_mutex_t mu;  // guards the programs
   rg_cl_program programs[RG__CLP_COUNT];
   rg__cl_origin_t origin[RG__CLP_COUNT];  // how each was first obtained
@@ -193,6 +195,10 @@ RG_MUST_USE rg_status_t rg__cl_program(rg__cl_device_t *d, rg__cl_prog_t p, rg_c
 RG_MUST_USE rg_status_t rg__cl_program_build(const rg_cl_syms_t *cl, rg__cl_context_t *cx,
                                              rg__cl_prog_t p, const char *cache_dir,
                                              rg_cl_program *out, rg__cl_origin_t *origin);
+// Whether programs of a platform named `platform` are cached on disk:
+// RIDGE_OPENCL_DISK_CACHE=0 or 1 decides when set; otherwise yes, except on
+// PoCL (see opencl_program.c).
+int rg__cl_disk_cache_default(const char *platform);
 // ${XDG_CACHE_HOME:-$HOME/.cache}/ridge/opencl into buf, or "" when neither
 // variable is set.
 const char *rg__cl_cache_dir(char *buf, size_t len);
