@@ -150,6 +150,11 @@ rg_status_t rg__cl_check_op(rg_device_t *dev, const rg_op_t *op) {
                           "%s has no %s kernel for %s (it runs f32, bf16, f16 and q8_0)",
                           dev->label, rg_op_name(op->kind), rg_dtype_name(t));
   }
+  // The row kernels run groups of 128 items (ROW_WG, SAMPLE_WG).
+  if (d->cx->max_wg < ROW_WG)
+    return rg_status_make(RG_UNIMPLEMENTED,
+                          "%s runs work-groups of at most %zu items; ridge's kernels need %d",
+                          dev->label, d->cx->max_wg, ROW_WG);
   int64_t shape[12];
   size_t n = shape_of(op, shape);
   for (size_t i = 0; i < n; i++)
@@ -233,7 +238,10 @@ static rg__cl_kernel_id_t matmul_kernel(int ti, int64_t m, int cpu, int *rows_pe
 static rg_status_t matmul(rg__cl_queue_t *q, const rg_op_matmul_t *o) {
   if (o->m == 0) return NULL;
   int ti = o->wtype == RG_F32 ? 0 : o->wtype == RG_BF16 ? 1 : o->wtype == RG_F16 ? 2 : 3;
-  int cpu = ((rg__cl_device_t *)q->base.device)->cx->cpu_shapes, mr;
+  // The tiled GEMM's groups are 256 items; a device that runs fewer takes
+  // the register-blocked one, whose groups are 8.
+  const rg__cl_context_t *cx = ((rg__cl_device_t *)q->base.device)->cx;
+  int cpu = cx->cpu_shapes || cx->max_wg < 256, mr;
   rg__cl_args_t a;
   RG_RETURN_IF_ERROR(rg__cl_args_begin(q, matmul_kernel(ti, o->m, cpu, &mr), &a));
   rg__cl_arg_ref(&a, &o->x);
