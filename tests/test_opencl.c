@@ -431,6 +431,134 @@ RG_TEST(opencl_matmul_odd_shapes_on_cpu_and_gpu_kernel_shapes) {
   rg_device_close(dev);
 }
 
+// ----- Attention and row ops at sizes the suite does not reach --------------------------
+
+// Contexts over several 64-position tiles (the online softmax's rescaling
+// between tiles), a window spanning tiles, and query-head groups above the
+// 16 one work-group serves (MQA with 20 heads: two groups per kv head).
+RG_TEST(opencl_attention_over_many_tiles_and_wide_groups) {
+  rg_device_t *dev;
+  OPEN_OR_SKIP(dev);
+  rg_queue_t *q;
+  RG_REQUIRE_OK(rg_queue_create(dev, &q));
+  const struct {
+    int64_t heads, kv_heads, hd, window;
+    rg_dtype_t t;
+    int sinks;
+  } cases[] = {{8, 2, 64, 0, RG_F16, 0}, {20, 1, 40, 0, RG_BF16, 1}, {4, 4, 32, 100, RG_F32, 0}};
+  const int64_t bs = 16, blocks = 24, n_tok = 3;
+  // Three tokens of two sequences: a decode at 300 and a prefill pair at 70, 71.
+  int32_t seq[3] = {0, 1, 1}, pos[3] = {300, 70, 71}, off[3] = {0, 19, 24}, table[24];
+  for (int i = 0; i < 24; i++) table[i] = (i * 5) % 24;
+  rg_block_table_t tabs[2] = {{table, 19}, {table + 19, 5}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int64_t nh = cases[c].heads, nkv = cases[c].kv_heads, hd = cases[c].hd;
+    size_t pool = (size_t)(blocks * nkv * bs * hd), qn = (size_t)(n_tok * nh * hd);
+    int ok;
+    size_t pool_bytes = (size_t)rg_dtype_nbytes(cases[c].t, (int64_t)pool, &ok);
+    float *kf = malloc(pool * 4), *vf = malloc(pool * 4), *qv = malloc(qn * 4),
+          *want = malloc(qn * 4), *got = malloc(qn * 4), sinks[20];
+    void *kp = malloc(pool_bytes), *vp = malloc(pool_bytes);
+    for (size_t i = 0; i < pool; i++) kf[i] = frand(-1, 1), vf[i] = frand(-1, 1);
+    for (size_t i = 0; i < qn; i++) qv[i] = frand(-2, 2);
+    for (int i = 0; i < 20; i++) sinks[i] = frand(-1, 1);
+    RG_CHECK_OK(rg_dtype_from_f32(cases[c].t, kf, kp, (int64_t)pool));
+    RG_CHECK_OK(rg_dtype_from_f32(cases[c].t, vf, vp, (int64_t)pool));
+    rg_kv_layer_t ref = {cases[c].t, (size_t)blocks, (size_t)bs, (size_t)nkv, (size_t)hd, kp, vp};
+    rg_attn_batch_t ab = {3, seq, pos, tabs, 2};
+    rg_attn_params_t ap = {(size_t)nh, 0, (size_t)cases[c].window, cases[c].sinks ? sinks : NULL};
+    RG_CHECK_OK(rg_op_attention_ref(NULL, &ref, &ab, &ap, qv, want));
+    rg_buffer_t *bk = upload(t, dev, kp, pool_bytes), *bv = upload(t, dev, vp, pool_bytes),
+                *bs_ = upload(t, dev, seq, sizeof seq), *bp = upload(t, dev, pos, sizeof pos),
+                *bo = upload(t, dev, off, sizeof off), *bt = upload(t, dev, table, sizeof table),
+                *bq = upload(t, dev, qv, qn * 4), *bout = upload(t, dev, NULL, qn * 4),
+                *bsk = upload(t, dev, sinks, sizeof sinks);
+    rg_op_t op = {.kind = RG_OP_ATTENTION};
+    op.attention.kv = (rg_kv_ref_t){{bk, 0}, {bv, 0}, cases[c].t, blocks, bs, nkv, hd};
+    op.attention.meta = (rg_attn_meta_t){n_tok, 2, 24, {bs_, 0}, {bp, 0}, {bo, 0}, {bt, 0}};
+    op.attention.q = (rg_ref_t){bq, 0};
+    op.attention.o = (rg_ref_t){bout, 0};
+    op.attention.sinks = cases[c].sinks ? (rg_ref_t){bsk, 0} : (rg_ref_t){0};
+    op.attention.n_heads = nh;
+    op.attention.window = cases[c].window;
+    RG_CHECK_OK(rg_queue_submit(q, &op));
+    RG_CHECK_OK(rg_queue_wait(q));
+    RG_CHECK_OK(rg_buffer_read(bout, 0, got, qn * 4));
+    double e = nmse(got, want, qn);
+    if (!(e < 1e-8))
+      rg_test_fail(t, __FILE__, __LINE__, "case %zu (%lld/%lld heads of %lld): nmse %g", c,
+                   (long long)nh, (long long)nkv, (long long)hd, e);
+    rg_buffer_t *all[] = {bk, bv, bs_, bp, bo, bt, bq, bout, bsk};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) rg_buffer_release(all[i]);
+    free(kf), free(vf), free(qv), free(want), free(got), free(kp), free(vp);
+  }
+  rg_queue_destroy(q);
+  rg_device_close(dev);
+}
+
+// Rows longer than one work-group's pass (rmsnorm, softmax over a
+// vocabulary), rope at a model's head size, and a greedy pick over 32000.
+RG_TEST(opencl_row_ops_at_model_sizes) {
+  rg_device_t *dev;
+  OPEN_OR_SKIP(dev);
+  rg_queue_t *q;
+  RG_REQUIRE_OK(rg_queue_create(dev, &q));
+  const size_t dim = 2048, vocab = 32000, heads = 32, hd = 128;
+  float *x = malloc(vocab * 2 * 4), *w = malloc(dim * 4), *want = malloc(vocab * 2 * 4),
+        *got = malloc(vocab * 2 * 4);
+  for (size_t i = 0; i < vocab * 2; i++) x[i] = frand(-8, 8);
+  for (size_t i = 0; i < dim; i++) w[i] = frand(0.5f, 1.5f);
+  rg_buffer_t *bx = upload(t, dev, x, vocab * 2 * 4), *bw = upload(t, dev, w, dim * 4),
+              *by = upload(t, dev, NULL, vocab * 2 * 4), *bi = upload(t, dev, NULL, 8);
+  // rmsnorm, 3 rows of 2048.
+  rg_op_rmsnorm_ref(NULL, x, w, want, 3, dim, 1e-6f);
+  rg_op_t op = {.kind = RG_OP_RMSNORM,
+                .rmsnorm = {{bx, 0}, {bw, 0}, {by, 0}, 3, (int64_t)dim, 1e-6f}};
+  RG_CHECK_OK(rg_queue_submit(q, &op));
+  RG_CHECK_OK(rg_queue_wait(q));
+  RG_CHECK_OK(rg_buffer_read(by, 0, got, 3 * dim * 4));
+  RG_CHECK(nmse(got, want, 3 * dim) < 1e-10);
+  // Greedy over two rows of 32000 (the winner planted in a late slot), then
+  // softmax over them, in place.
+  x[31999] = 50, x[vocab + 17] = 50;
+  RG_CHECK_OK(rg_buffer_write(bx, 0, x, vocab * 2 * 4));
+  rg_sampler_config_t greedy[2] = {{0, 0, 1, 0}, {0, 0, 1, 0}};
+  double u[2] = {0, 0};
+  op = (rg_op_t){.kind = RG_OP_SAMPLE, .sample = {{bx, 0}, {bi, 0}, 2, (int64_t)vocab, greedy, u}};
+  RG_CHECK_OK(rg_queue_submit(q, &op));
+  op = (rg_op_t){.kind = RG_OP_SOFTMAX, .softmax = {{bx, 0}, 2, (int64_t)vocab}};
+  RG_CHECK_OK(rg_queue_submit(q, &op));
+  int32_t ids[2] = {-1, -1};
+  RG_CHECK_OK(rg_queue_read(q, bi, 0, ids, sizeof ids));
+  RG_CHECK_OK(rg_queue_read(q, bx, 0, got, vocab * 2 * 4));
+  RG_CHECK_OK(rg_queue_wait(q));
+  RG_CHECK(ids[0] == 31999 && ids[1] == 17);
+  memcpy(want, x, vocab * 2 * 4);
+  rg_op_softmax_ref(NULL, want, 2, vocab);
+  RG_CHECK(nmse(got, want, vocab * 2) < 1e-10);
+  // rope over 32 heads of 128 at two positions.
+  rg_rope_t rope;
+  RG_REQUIRE_OK(rg_rope_init(&rope, hd, 500000.0, NULL));
+  int32_t pos[2] = {7, 8191};
+  rg_buffer_t *bp = upload(t, dev, pos, sizeof pos),
+              *bf = upload(t, dev, rope.inv_freq, hd / 2 * 4);
+  RG_CHECK_OK(rg_buffer_write(by, 0, x, 2 * heads * hd * 4));
+  memcpy(want, x, 2 * heads * hd * 4);
+  rg_op_rope_ref(NULL, &rope, want, 2, heads, pos);
+  op = (rg_op_t){.kind = RG_OP_ROPE,
+                 .rope = {{by, 0}, {bp, 0}, {bf, 0}, 2, (int64_t)heads, (int64_t)hd}};
+  RG_CHECK_OK(rg_queue_submit(q, &op));
+  RG_CHECK_OK(rg_queue_wait(q));
+  RG_CHECK_OK(rg_buffer_read(by, 0, got, 2 * heads * hd * 4));
+  RG_CHECK(nmse(got, want, 2 * heads * hd) < 1e-10);
+  rg_rope_deinit(&rope);
+  rg_buffer_release(bx), rg_buffer_release(bw), rg_buffer_release(by), rg_buffer_release(bi);
+  rg_buffer_release(bp), rg_buffer_release(bf);
+  free(x), free(w), free(want), free(got);
+  rg_queue_destroy(q);
+  rg_device_close(dev);
+}
+
 // ----- A decode loop, from fresh devices, against the CPU ------------------------------
 
 // A one-layer Llama-shaped model, small: enough to run every op an engine's
