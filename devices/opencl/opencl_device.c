@@ -49,7 +49,11 @@ static rg_status_t context_make(const rg_cl_syms_t *cl, rg_cl_device_id id, rg_c
   if (!s)
     s = RG_CL_CALL(cl, clGetDeviceInfo, id, RG_CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(cx->max_wg),
                    &cx->max_wg, NULL);
+  rg_cl_bitfield fp = 0;
+  if (!s)
+    s = RG_CL_CALL(cl, clGetDeviceInfo, id, RG_CL_DEVICE_SINGLE_FP_CONFIG, sizeof(fp), &fp, NULL);
   if (s) goto fail;
+  cx->has_fma = (fp & RG_CL_FP_FMA) != 0;
   cx->is_cpu = (type & RG_CL_DEVICE_TYPE_CPU) != 0;
   cx->cpu_shapes = cx->is_cpu;
   info_string(cl, id, RG_CL_DEVICE_NAME, cx->name, sizeof(cx->name));

@@ -133,6 +133,7 @@ typedef struct {
   uint64_t local_mem;  // CL_DEVICE_LOCAL_MEM_SIZE
   size_t max_wg;       // CL_DEVICE_MAX_WORK_GROUP_SIZE
   int is_cpu;
+  int has_fma;  // CL_FP_FMA: fma() is one instruction, not a library call
   // 1: kernels take their CPU-device shapes (register-blocked GEMM, one
   // contiguous stream per work-item); starts as is_cpu. Tests flip it to run
   // the GPU shapes on a CPU platform.

@@ -7,7 +7,8 @@
 //                             buffer larger than any cache (1 GiB, or the
 //                             largest allocation the device allows)
 //   rg_opencl_measure_fma     peak f32 multiply-add rate: independent chains
-//                             of 16-wide mad() on every compute unit
+//                             of 16-wide fused multiply-adds (fma() where
+//                             the device has it, else mad()) on every unit
 //   rg_opencl_measure_matmul  one matmul op (y = x W^T) of a given shape and
 //                             weight type, through rg_queue_submit, weights
 //                             cycled through enough copies to stream from
@@ -45,7 +46,7 @@ typedef struct {
 // for a device that is not an OpenCL one.
 RG_MUST_USE rg_status_t rg_opencl_measure_read(rg_device_t *dev, size_t bytes, int reps,
                                                rg_opencl_measure_t *out);
-// FLOP/s (2 per multiply-add) of f32 mad() with every compute unit busy.
+// FLOP/s (2 per multiply-add) of f32 multiply-adds with every unit busy.
 RG_MUST_USE rg_status_t rg_opencl_measure_fma(rg_device_t *dev, int reps, rg_opencl_measure_t *out);
 // y (m, n) = x (m, k) W^T with W (n, k) in wtype: rate is FLOP/s (2 m n k),
 // work the FLOPs; bytes what crosses memory. The weights are cycled through

@@ -68,12 +68,14 @@ static double now_s(void) {
 
 // The options every program is built with. Correctly rounded division and
 // square root, because the q8_0 quantizer's scale (max|x| / 127, then its
-// inverse) must be the CPU's to give the same bytes.
-static void build_options(char *buf, size_t len) {
+// inverse) must be the CPU's to give the same bytes. RG_HAS_FMA where the
+// device fuses multiply-adds in hardware (common.cl's RG_MAD).
+static void build_options(const rg__cl_context_t *cx, char *buf, size_t len) {
   int n = snprintf(buf, len,
-                   "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt -DRG_T_F32=%d "
+                   "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt%s -DRG_T_F32=%d "
                    "-DRG_T_BF16=%d -DRG_T_F16=%d -DRG_T_Q8_0=%d",
-                   (int)RG_F32, (int)RG_BF16, (int)RG_F16, (int)RG_Q8_0);
+                   cx->has_fma ? " -DRG_HAS_FMA=1" : "", (int)RG_F32, (int)RG_BF16, (int)RG_F16,
+                   (int)RG_Q8_0);
 #define RG_X_(e, msg)           \
   if (n > 0 && (size_t)n < len) \
     n += snprintf(buf + n, len - (size_t)n, " -DRG_E_" #e "=%d", (int)RG__CLE_##e);
@@ -119,7 +121,7 @@ rg_status_t rg__cl_cache_path(rg__cl_context_t *cx, rg__cl_prog_t p, const char 
   const rg_cl_source_t *common, *body;
   RG_RETURN_IF_ERROR(sources(p, &common, &body));
   char opts[1024];
-  build_options(opts, sizeof(opts));
+  build_options(cx, opts, sizeof(opts));
   const char *parts[] = {"ridge opencl cache 1", cx->name, cx->driver_version, cx->device_version,
                          cx->platform_version,   opts,     common->text,       body->text};
   XXH3_state_t *st = XXH3_createState();
@@ -222,7 +224,7 @@ rg_status_t rg__cl_program_build(const rg_cl_syms_t *cl, rg__cl_context_t *cx, r
   const rg_cl_source_t *common, *body;
   RG_RETURN_IF_ERROR(sources(p, &common, &body));
   char opts[1024], path[1024] = "";
-  build_options(opts, sizeof(opts));
+  build_options(cx, opts, sizeof(opts));
   if (cache_dir && cache_dir[0]) {
     RG_RETURN_IF_ERROR(rg__cl_cache_path(cx, p, cache_dir, path, sizeof(path)));
     *out = load_binary(cl, cx, path, opts);

@@ -154,7 +154,7 @@ __kernel void kv_write(P(kk), P(vv), int dtype, int n_blocks, int bs, int nkv, i
         for (int g = 0; g < ng; g++) s[g] = 0.0f;                                             \
         for (int i = 0; i < hd; i++) {                                                        \
           float kv = rg_kv_load(K, RG_T_##T, row + i);                                        \
-          for (int g = 0; g < ng; g++) s[g] = mad(lq[g * hd + i], kv, s[g]);                  \
+          for (int g = 0; g < ng; g++) s[g] = RG_MAD(lq[g * hd + i], kv, s[g]);                  \
         }                                                                                     \
         for (int g = 0; g < ng; g++) ls[g * AW + li] = s[g];                                  \
       }                                                                                       \
@@ -183,7 +183,7 @@ __kernel void kv_write(P(kk), P(vv), int dtype, int n_blocks, int bs, int nkv, i
         int g = e / hd, d = e % hd;                                                           \
         float a = lacc[e] * lc[g];                                                            \
         for (int jj = 0; jj < cnt; jj++)                                                      \
-          a = mad(ls[g * AW + jj], rg_kv_load(V, RG_T_##T, lrow[jj] + d), a);                 \
+          a = RG_MAD(ls[g * AW + jj], rg_kv_load(V, RG_T_##T, lrow[jj] + d), a);                 \
         lacc[e] = a;                                                                          \
       }                                                                                       \
       barrier(CLK_LOCAL_MEM_FENCE);                                                           \

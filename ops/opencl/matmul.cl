@@ -23,7 +23,7 @@
 //             1.8 GFLOP/s on PoCL (2 cores) where this one runs at 12-14,
 //             0.35-0.45 of the measured FMA peak. 8 rows per weight vector
 //             spread its widening over 8 multiply-adds (4 x 4 measured 0.31-0.34).
-// Accumulation is f32 with mad() on every path.
+// Accumulation is f32 with RG_MAD() on every path.
 
 // ----- Widening 16 weights at column p of a row --------------------------
 
@@ -108,21 +108,21 @@ inline float hsum16(float16 v) {
       float16 w0, w1;                                                                \
       w32_##T(row, p, &w0, &w1);                                                     \
       _Pragma("unroll") for (int r = 0; r < MR; r++) {                               \
-        acc[r] = mad(vload16(0, xr[r] + p), w0, acc[r]);                             \
-        acc2[r] = mad(vload16(0, xr[r] + p + 16), w1, acc2[r]);                      \
+        acc[r] = RG_MAD(vload16(0, xr[r] + p), w0, acc[r]);                             \
+        acc2[r] = RG_MAD(vload16(0, xr[r] + p + 16), w1, acc2[r]);                      \
       }                                                                              \
     }                                                                                \
     _Pragma("unroll") for (int r = 0; r < MR; r++) acc[r] += acc2[r];                \
     for (; p + 16 <= k; p += 16) {                                                   \
       float16 wv = w16_##T(row, p);                                                  \
       _Pragma("unroll") for (int r = 0; r < MR; r++) acc[r] =                        \
-          mad(vload16(0, xr[r] + p), wv, acc[r]);                                    \
+          RG_MAD(vload16(0, xr[r] + p), wv, acc[r]);                                    \
     }                                                                                \
     float s[MR];                                                                     \
     _Pragma("unroll") for (int r = 0; r < MR; r++) s[r] = hsum16(acc[r]);            \
     for (; p < k; p++) {                                                             \
       float wv = w1_##T(row, p);                                                     \
-      _Pragma("unroll") for (int r = 0; r < MR; r++) s[r] = mad(xr[r][p], wv, s[r]); \
+      _Pragma("unroll") for (int r = 0; r < MR; r++) s[r] = RG_MAD(xr[r][p], wv, s[r]); \
     }                                                                                \
     float b = has_bias ? ATC(float, bias)[j] : 0.0f;                                 \
     __global float *y = AT(float, y);                                                \
@@ -164,7 +164,7 @@ inline float hsum16(float16 v) {
         _Pragma("unroll") for (int c = 0; c < 4; c++) b[c] = ws[kk][tx + 16 * c];       \
         _Pragma("unroll") for (int r = 0; r < 4; r++)                                   \
             _Pragma("unroll") for (int c = 0; c < 4; c++) acc[r][c] =                   \
-                mad(a[r], b[c], acc[r][c]);                                             \
+                RG_MAD(a[r], b[c], acc[r][c]);                                             \
       }                                                                                 \
       barrier(CLK_LOCAL_MEM_FENCE);                                                     \
     }                                                                                   \
@@ -203,8 +203,8 @@ inline float hsum16(float16 v) {
       float16 b0 = w16_##T(wr[0], p), b1 = w16_##T(wr[1], p);                            \
       _Pragma("unroll") for (int r = 0; r < 8; r++) {                                    \
         float16 a = vload16(0, xr[r] + p);                                               \
-        acc[r][0] = mad(a, b0, acc[r][0]);                                               \
-        acc[r][1] = mad(a, b1, acc[r][1]);                                               \
+        acc[r][0] = RG_MAD(a, b0, acc[r][0]);                                               \
+        acc[r][1] = RG_MAD(a, b1, acc[r][1]);                                               \
       }                                                                                  \
     }                                                                                    \
     float s[8][2];                                                                       \
@@ -215,8 +215,8 @@ inline float hsum16(float16 v) {
     for (; p < k; p++) {                                                                 \
       float b0 = w1_##T(wr[0], p), b1 = w1_##T(wr[1], p);                                \
       _Pragma("unroll") for (int r = 0; r < 8; r++) {                                    \
-        s[r][0] = mad(xr[r][p], b0, s[r][0]);                                            \
-        s[r][1] = mad(xr[r][p], b1, s[r][1]);                                            \
+        s[r][0] = RG_MAD(xr[r][p], b0, s[r][0]);                                            \
+        s[r][1] = RG_MAD(xr[r][p], b1, s[r][1]);                                            \
       }                                                                                  \
     }                                                                                    \
     __global float *y = AT(float, y);                                                    \

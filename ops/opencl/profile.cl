@@ -32,14 +32,14 @@ __kernel void fma_peak(P(out), int iters, float m) {
           a3 = a0 + 3e-3f, a4 = a0 + 4e-3f, a5 = a0 + 5e-3f, a6 = a0 + 6e-3f, a7 = a0 + 7e-3f;
   float16 mm = (float16)(m), c = (float16)(1e-7f);
   for (int i = 0; i < iters; i++) {
-    a0 = mad(a0, mm, c);
-    a1 = mad(a1, mm, c);
-    a2 = mad(a2, mm, c);
-    a3 = mad(a3, mm, c);
-    a4 = mad(a4, mm, c);
-    a5 = mad(a5, mm, c);
-    a6 = mad(a6, mm, c);
-    a7 = mad(a7, mm, c);
+    a0 = RG_MAD(a0, mm, c);
+    a1 = RG_MAD(a1, mm, c);
+    a2 = RG_MAD(a2, mm, c);
+    a3 = RG_MAD(a3, mm, c);
+    a4 = RG_MAD(a4, mm, c);
+    a5 = RG_MAD(a5, mm, c);
+    a6 = RG_MAD(a6, mm, c);
+    a7 = RG_MAD(a7, mm, c);
   }
   float16 s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
   float8 t = s.lo + s.hi;

@@ -43,7 +43,7 @@ __kernel __attribute__((reqd_work_group_size(RW, 1, 1))) void rmsnorm(PC(x), PC(
   __global const float *w = ATC(float, w);
   __global float *y = AT(float, y) + r * dim;
   float s = 0.0f;
-  for (int i = li; i < dim; i += RW) s = mad(x[i], x[i], s);
+  for (int i = li; i < dim; i += RW) s = RG_MAD(x[i], x[i], s);
   float scale = 1.0f / sqrt(rg_group_sum(part, s) / (float)dim + eps);
   for (int i = li; i < dim; i += RW) y[i] = x[i] * scale * w[i];
 }
