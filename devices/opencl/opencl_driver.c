@@ -54,9 +54,10 @@ rg_status_t rg__cl_status(rg_cl_int r, const char *call) {
 // PoCL, the OpenCL platform on machines without an accelerator, compiles
 // kernels with LLVM, which leaves memory allocated at exit on purpose; under
 // LeakSanitizer (the sanitizer test build) that would fail every process
-// that built a kernel. ridge is C, so what was allocated through the C++
-// runtime, LLVM or an OpenCL implementation is not ridge's own leak, and
-// these suppressions hide only that. The sanitizer runtime calls this hook.
+// that built a kernel. ridge is C, so what was allocated by LLVM, clang or
+// through the C++ runtime is not ridge's; only that is suppressed. OpenCL
+// objects ridge forgets to release (allocated by the ICD loader or PoCL,
+// which are C) are still reported. The sanitizer runtime calls this hook.
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #define RG_CL_ASAN 1
@@ -65,7 +66,7 @@ rg_status_t rg__cl_status(rg_cl_int r, const char *call) {
 #if defined(__SANITIZE_ADDRESS__) || defined(RG_CL_ASAN)
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void) {
-  return "leak:libstdc++.so\nleak:libLLVM\nleak:libpocl\nleak:libOpenCL\nleak:libclang\n";
+  return "leak:libstdc++.so\nleak:libLLVM\nleak:libclang\n";
 }
 // And not to list those suppressions at every exit (LSAN_OPTIONS still wins).
 const char *__lsan_default_options(void);
