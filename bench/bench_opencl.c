@@ -3,6 +3,8 @@
 //   limits   read bandwidth (a streaming kernel over 1 GiB, more than any
 //            cache here) and the f32 FMA peak (independent fma() chains);
 //            a large GEMM (f32, 2048 x 2048 x 2048) through the matmul op
+//   copies   write bandwidth (a kernel), copies within the device, host <->
+//            device (what `ridge profile` records beside the read bandwidth)
 //   launch   the host's cost per op (1000 small adds back to back, one wait)
 //   decode   GEMV m = 1 at a 1.1B model's shapes (TinyLlama: d 2048, ffn
 //            5632, 4 kv heads of 64), f32/bf16/f16/q8_0 weights cycled
@@ -10,6 +12,8 @@
 //            GB/s of weights and the ratio to the read bandwidth
 //   prefill  GEMM m = 512 at the same shapes: GFLOP/s and the ratios to the
 //            FMA peak and to the large GEMM
+//   attention  decode over a paged bf16 cache (32 heads over 4 of 64, as
+//            TinyLlama) at growing contexts: KV GB/s against the read bandwidth
 // Timings are the best of several passes. On a machine others share, the
 // load changes from one second to the next, so each kernel's ratio is taken
 // against the limit measured just before it (read bandwidth for the GEMVs,
@@ -72,6 +76,11 @@ int main(int argc, char **argv) {
   die(rg_opencl_measure_matmul(dev, RG_F32, 2048, 2048, 2048, 1, quick ? 1 : 3, &big));
   double launch;
   die(rg_opencl_measure_launch(dev, 1000, &launch));
+  rg_opencl_measure_t wr, cp, h2d, d2h;
+  die(rg_opencl_measure_write(dev, 0, reps, &wr));
+  die(rg_opencl_measure_copy(dev, 0, reps, &cp));
+  die(rg_opencl_measure_host_copy(dev, 0, 1, reps, &h2d));
+  die(rg_opencl_measure_host_copy(dev, 0, 0, reps, &d2h));
   printf("\nlimits, measured on the device (the better of the start and the end of the run)\n");
   static const rg_dtype_t types[] = {RG_BF16, RG_F16, RG_Q8_0, RG_F32};
   size_t n_types = sizeof types / sizeof types[0];
@@ -113,6 +122,10 @@ int main(int argc, char **argv) {
       big.rate / 1e9, big.rate / fma.rate);
   printf("  launch overhead  %8.2f us/op     (1000 adds back to back, then one wait)\n",
          launch * 1e6);
+  printf("  write bandwidth  %8.2f GB/s     copy on the device %.2f GB/s copied (%.2f moved)\n",
+         wr.rate / 1e9, cp.rate / 1e9, 2 * cp.rate / 1e9);
+  printf("  host -> device   %8.2f GB/s     device -> host %.2f GB/s (256 MiB a copy)\n",
+         h2d.rate / 1e9, d2h.rate / 1e9);
 
   printf("\ndecode: GEMV m = 1 at TinyLlama-1.1B shapes, weights streamed from 1 GiB of copies\n");
   printf("  %-6s", "type");
@@ -144,6 +157,20 @@ int main(int argc, char **argv) {
       printf("  %-6s %-10s %10.2f %10.2f %10.2f %12.2f\n", rg_dtype_name(types[t]), shape,
              fill[t][j].rate / 1e9, fill[t][j].rate / fill_peak[t][j], fill[t][j].rate / big.rate,
              fill[t][j].rate / fma.rate);
+    }
+
+  printf(
+      "\nattention: one decode token per sequence over a bf16 paged cache, 32 / 4 heads of 64\n");
+  printf("  %-8s %-8s %10s %10s %10s\n", "seqs", "context", "us/call", "KV GB/s", "of read BW");
+  static const int64_t ctxs[] = {512, 2048, 8192};
+  for (int si = 0; si < 2; si++)
+    for (size_t c = 0; c < (quick ? 1 : sizeof ctxs / sizeof ctxs[0]); c++) {
+      int64_t seqs = si ? 8 : 1;
+      rg_opencl_measure_t lim, at;
+      die(rg_opencl_measure_read(dev, 0, 2, &lim));
+      die(rg_opencl_measure_attention(dev, RG_BF16, seqs, ctxs[c], 32, 4, 64, reps, &at));
+      printf("  %-8lld %-8lld %10.1f %10.2f %10.2f\n", (long long)seqs, (long long)ctxs[c],
+             at.seconds * 1e6, at.rate / 1e9, at.rate / lim.rate);
     }
   rg_device_close(dev);
   return 0;

@@ -435,7 +435,8 @@ RG_TEST(opencl_matmul_odd_shapes_on_cpu_and_gpu_kernel_shapes) {
 
 // Contexts over several 64-position tiles (the online softmax's rescaling
 // between tiles), a window spanning tiles, and query-head groups above the
-// 16 one work-group serves (MQA with 20 heads: two groups per kv head).
+// 16 one work-group serves (MQA with 20 heads: two groups per kv head), on
+// both kernel shapes (a CPU device's one-item walk, a GPU's work-group).
 RG_TEST(opencl_attention_over_many_tiles_and_wide_groups) {
   rg_device_t *dev;
   OPEN_OR_SKIP(dev);
@@ -451,22 +452,27 @@ RG_TEST(opencl_attention_over_many_tiles_and_wide_groups) {
   int32_t seq[3] = {0, 1, 1}, pos[3] = {300, 70, 71}, off[3] = {0, 19, 24}, table[24];
   for (int i = 0; i < 24; i++) table[i] = (i * 5) % 24;
   rg_block_table_t tabs[2] = {{table, 19}, {table + 19, 5}};
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    int64_t nh = cases[c].heads, nkv = cases[c].kv_heads, hd = cases[c].hd;
+  rg__cl_context_t *cx = ((rg__cl_device_t *)dev)->cx;
+  int saved = cx->cpu_shapes;
+  for (size_t c = 0; c < 2 * sizeof cases / sizeof cases[0]; c++) {
+    cx->cpu_shapes = c % 2;
+    int64_t nh = cases[c / 2].heads, nkv = cases[c / 2].kv_heads, hd = cases[c / 2].hd;
     size_t pool = (size_t)(blocks * nkv * bs * hd), qn = (size_t)(n_tok * nh * hd);
     int ok;
-    size_t pool_bytes = (size_t)rg_dtype_nbytes(cases[c].t, (int64_t)pool, &ok);
+    size_t pool_bytes = (size_t)rg_dtype_nbytes(cases[c / 2].t, (int64_t)pool, &ok);
     float *kf = malloc(pool * 4), *vf = malloc(pool * 4), *qv = malloc(qn * 4),
           *want = malloc(qn * 4), *got = malloc(qn * 4), sinks[20];
     void *kp = malloc(pool_bytes), *vp = malloc(pool_bytes);
     for (size_t i = 0; i < pool; i++) kf[i] = frand(-1, 1), vf[i] = frand(-1, 1);
     for (size_t i = 0; i < qn; i++) qv[i] = frand(-2, 2);
     for (int i = 0; i < 20; i++) sinks[i] = frand(-1, 1);
-    RG_CHECK_OK(rg_dtype_from_f32(cases[c].t, kf, kp, (int64_t)pool));
-    RG_CHECK_OK(rg_dtype_from_f32(cases[c].t, vf, vp, (int64_t)pool));
-    rg_kv_layer_t ref = {cases[c].t, (size_t)blocks, (size_t)bs, (size_t)nkv, (size_t)hd, kp, vp};
+    RG_CHECK_OK(rg_dtype_from_f32(cases[c / 2].t, kf, kp, (int64_t)pool));
+    RG_CHECK_OK(rg_dtype_from_f32(cases[c / 2].t, vf, vp, (int64_t)pool));
+    rg_kv_layer_t ref = {
+        cases[c / 2].t, (size_t)blocks, (size_t)bs, (size_t)nkv, (size_t)hd, kp, vp};
     rg_attn_batch_t ab = {3, seq, pos, tabs, 2};
-    rg_attn_params_t ap = {(size_t)nh, 0, (size_t)cases[c].window, cases[c].sinks ? sinks : NULL};
+    rg_attn_params_t ap = {(size_t)nh, 0, (size_t)cases[c / 2].window,
+                           cases[c / 2].sinks ? sinks : NULL};
     RG_CHECK_OK(rg_op_attention_ref(NULL, &ref, &ab, &ap, qv, want));
     rg_buffer_t *bk = upload(t, dev, kp, pool_bytes), *bv = upload(t, dev, vp, pool_bytes),
                 *bs_ = upload(t, dev, seq, sizeof seq), *bp = upload(t, dev, pos, sizeof pos),
@@ -474,24 +480,25 @@ RG_TEST(opencl_attention_over_many_tiles_and_wide_groups) {
                 *bq = upload(t, dev, qv, qn * 4), *bout = upload(t, dev, NULL, qn * 4),
                 *bsk = upload(t, dev, sinks, sizeof sinks);
     rg_op_t op = {.kind = RG_OP_ATTENTION};
-    op.attention.kv = (rg_kv_ref_t){{bk, 0}, {bv, 0}, cases[c].t, blocks, bs, nkv, hd};
+    op.attention.kv = (rg_kv_ref_t){{bk, 0}, {bv, 0}, cases[c / 2].t, blocks, bs, nkv, hd};
     op.attention.meta = (rg_attn_meta_t){n_tok, 2, 24, {bs_, 0}, {bp, 0}, {bo, 0}, {bt, 0}};
     op.attention.q = (rg_ref_t){bq, 0};
     op.attention.o = (rg_ref_t){bout, 0};
-    op.attention.sinks = cases[c].sinks ? (rg_ref_t){bsk, 0} : (rg_ref_t){0};
+    op.attention.sinks = cases[c / 2].sinks ? (rg_ref_t){bsk, 0} : (rg_ref_t){0};
     op.attention.n_heads = nh;
-    op.attention.window = cases[c].window;
+    op.attention.window = cases[c / 2].window;
     RG_CHECK_OK(rg_queue_submit(q, &op));
     RG_CHECK_OK(rg_queue_wait(q));
     RG_CHECK_OK(rg_buffer_read(bout, 0, got, qn * 4));
     double e = nmse(got, want, qn);
     if (!(e < 1e-8))
-      rg_test_fail(t, __FILE__, __LINE__, "case %zu (%lld/%lld heads of %lld): nmse %g", c,
-                   (long long)nh, (long long)nkv, (long long)hd, e);
+      rg_test_fail(t, __FILE__, __LINE__, "%s shape, case %zu (%lld/%lld heads of %lld): nmse %g",
+                   c % 2 ? "cpu" : "gpu", c / 2, (long long)nh, (long long)nkv, (long long)hd, e);
     rg_buffer_t *all[] = {bk, bv, bs_, bp, bo, bt, bq, bout, bsk};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) rg_buffer_release(all[i]);
     free(kf), free(vf), free(qv), free(want), free(got), free(kp), free(vp);
   }
+  cx->cpu_shapes = saved;
   rg_queue_destroy(q);
   rg_device_close(dev);
 }
@@ -767,12 +774,24 @@ RG_TEST(opencl_measurements_run_and_refuse_other_devices) {
   RG_CHECK(m.bytes == 64.0 * 128 / 32 * 34 + 4.0 * (3 * 128 + 3 * 64));
   // The matmul and launch measures work on any HAL device.
   RG_REQUIRE_OK(rg_opencl_measure_matmul(cpu, RG_BF16, 1, 64, 64, 1 << 16, 1, &m));
+  RG_REQUIRE_OK(rg_opencl_measure_write(dev, (size_t)8 << 20, 1, &m));
+  RG_CHECK(m.work == (double)(8 << 20) && m.rate > 0);
+  RG_REQUIRE_OK(rg_opencl_measure_copy(dev, (size_t)4 << 20, 1, &m));
+  RG_CHECK(m.work == (double)(4 << 20) && m.bytes == 2.0 * (4 << 20) && m.rate > 0);
+  RG_REQUIRE_OK(rg_opencl_measure_host_copy(dev, (size_t)4 << 20, 1, 1, &m));
+  RG_REQUIRE_OK(rg_opencl_measure_host_copy(cpu, (size_t)4 << 20, 0, 1, &m));
+  RG_CHECK(m.rate > 0);
+  // Attention: 2 sequences over 100 positions of f16 K and V, 2 kv heads of 32.
+  RG_REQUIRE_OK(rg_opencl_measure_attention(dev, RG_F16, 2, 100, 8, 2, 32, 1, &m));
+  RG_CHECK(m.work == 2.0 * 100 * 2 * 32 * 2 * 2 && m.rate > 0);
+  RG_CHECK_ERR(rg_opencl_measure_attention(dev, RG_Q8_0, 1, 100, 8, 2, 32, 1, &m), "bad arguments");
   double per_op = 0;
   RG_REQUIRE_OK(rg_opencl_measure_launch(dev, 20, &per_op));
   RG_CHECK(per_op > 0);
   RG_CHECK_ERR(rg_opencl_measure_read(cpu, 0, 1, &m),
                "rg_opencl_measure_read measures OpenCL devices, not cpu:0");
   RG_CHECK_ERR(rg_opencl_measure_fma(cpu, 1, &m), "measures OpenCL devices, not cpu:0");
+  RG_CHECK_ERR(rg_opencl_measure_write(cpu, 0, 1, &m), "measures OpenCL devices, not cpu:0");
   RG_CHECK_ERR(rg_opencl_measure_matmul(dev, RG_Q8_0, 1, 4, 40, 0, 1, &m), "not whole blocks");
   rg_device_close(cpu);
   rg_device_close(dev);

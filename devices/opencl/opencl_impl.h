@@ -46,44 +46,48 @@ typedef enum {
 } rg__cl_prog_t;
 
 // X(enum suffix, program, kernel name in the source).
-#define RG_CL_KERNEL_MAP(X)                      \
-  X(GEMV1_F32, MATMUL, "matmul_gemv1_f32")       \
-  X(GEMV4_F32, MATMUL, "matmul_gemv4_f32")       \
-  X(GEMV8_F32, MATMUL, "matmul_gemv8_f32")       \
-  X(GEMM_F32, MATMUL, "matmul_gemm_f32")         \
-  X(RGEMM_F32, MATMUL, "matmul_rgemm_f32")       \
-  X(GEMV1_BF16, MATMUL, "matmul_gemv1_bf16")     \
-  X(GEMV4_BF16, MATMUL, "matmul_gemv4_bf16")     \
-  X(GEMV8_BF16, MATMUL, "matmul_gemv8_bf16")     \
-  X(GEMM_BF16, MATMUL, "matmul_gemm_bf16")       \
-  X(RGEMM_BF16, MATMUL, "matmul_rgemm_bf16")     \
-  X(GEMV1_F16, MATMUL, "matmul_gemv1_f16")       \
-  X(GEMV4_F16, MATMUL, "matmul_gemv4_f16")       \
-  X(GEMV8_F16, MATMUL, "matmul_gemv8_f16")       \
-  X(GEMM_F16, MATMUL, "matmul_gemm_f16")         \
-  X(RGEMM_F16, MATMUL, "matmul_rgemm_f16")       \
-  X(GEMV1_Q8_0, MATMUL, "matmul_gemv1_q8_0")     \
-  X(GEMV4_Q8_0, MATMUL, "matmul_gemv4_q8_0")     \
-  X(GEMV8_Q8_0, MATMUL, "matmul_gemv8_q8_0")     \
-  X(GEMM_Q8_0, MATMUL, "matmul_gemm_q8_0")       \
-  X(RGEMM_Q8_0, MATMUL, "matmul_rgemm_q8_0")     \
-  X(KV_WRITE, ATTENTION, "kv_write")             \
-  X(ATTENTION_F32, ATTENTION, "attention_f32")   \
-  X(ATTENTION_BF16, ATTENTION, "attention_bf16") \
-  X(ATTENTION_F16, ATTENTION, "attention_f16")   \
-  X(RMSNORM, ROWS, "rmsnorm")                    \
-  X(ROPE, ROWS, "rope")                          \
-  X(SOFTMAX, ROWS, "softmax")                    \
-  X(SWIGLU, ROWS, "swiglu")                      \
-  X(ADD, ROWS, "add")                            \
-  X(MOE_ROUTE, MOE, "moe_route")                 \
-  X(MOE_GROUP, MOE, "moe_group")                 \
-  X(MOE_GATHER, MOE, "moe_gather")               \
-  X(MOE_SCATTER_ADD, MOE, "moe_scatter_add")     \
-  X(EMBED, TABLES, "embed")                      \
-  X(CONVERT, TABLES, "convert")                  \
-  X(ARGMAX, SAMPLE, "argmax")                    \
-  X(STREAM_READ, PROFILE, "stream_read")         \
+#define RG_CL_KERNEL_MAP(X)                              \
+  X(GEMV1_F32, MATMUL, "matmul_gemv1_f32")               \
+  X(GEMV4_F32, MATMUL, "matmul_gemv4_f32")               \
+  X(GEMV8_F32, MATMUL, "matmul_gemv8_f32")               \
+  X(GEMM_F32, MATMUL, "matmul_gemm_f32")                 \
+  X(RGEMM_F32, MATMUL, "matmul_rgemm_f32")               \
+  X(GEMV1_BF16, MATMUL, "matmul_gemv1_bf16")             \
+  X(GEMV4_BF16, MATMUL, "matmul_gemv4_bf16")             \
+  X(GEMV8_BF16, MATMUL, "matmul_gemv8_bf16")             \
+  X(GEMM_BF16, MATMUL, "matmul_gemm_bf16")               \
+  X(RGEMM_BF16, MATMUL, "matmul_rgemm_bf16")             \
+  X(GEMV1_F16, MATMUL, "matmul_gemv1_f16")               \
+  X(GEMV4_F16, MATMUL, "matmul_gemv4_f16")               \
+  X(GEMV8_F16, MATMUL, "matmul_gemv8_f16")               \
+  X(GEMM_F16, MATMUL, "matmul_gemm_f16")                 \
+  X(RGEMM_F16, MATMUL, "matmul_rgemm_f16")               \
+  X(GEMV1_Q8_0, MATMUL, "matmul_gemv1_q8_0")             \
+  X(GEMV4_Q8_0, MATMUL, "matmul_gemv4_q8_0")             \
+  X(GEMV8_Q8_0, MATMUL, "matmul_gemv8_q8_0")             \
+  X(GEMM_Q8_0, MATMUL, "matmul_gemm_q8_0")               \
+  X(RGEMM_Q8_0, MATMUL, "matmul_rgemm_q8_0")             \
+  X(KV_WRITE, ATTENTION, "kv_write")                     \
+  X(ATTENTION_F32, ATTENTION, "attention_f32")           \
+  X(ATTENTION_BF16, ATTENTION, "attention_bf16")         \
+  X(ATTENTION_F16, ATTENTION, "attention_f16")           \
+  X(ATTENTION_CPU_F32, ATTENTION, "attention_cpu_f32")   \
+  X(ATTENTION_CPU_BF16, ATTENTION, "attention_cpu_bf16") \
+  X(ATTENTION_CPU_F16, ATTENTION, "attention_cpu_f16")   \
+  X(RMSNORM, ROWS, "rmsnorm")                            \
+  X(ROPE, ROWS, "rope")                                  \
+  X(SOFTMAX, ROWS, "softmax")                            \
+  X(SWIGLU, ROWS, "swiglu")                              \
+  X(ADD, ROWS, "add")                                    \
+  X(MOE_ROUTE, MOE, "moe_route")                         \
+  X(MOE_GROUP, MOE, "moe_group")                         \
+  X(MOE_GATHER, MOE, "moe_gather")                       \
+  X(MOE_SCATTER_ADD, MOE, "moe_scatter_add")             \
+  X(EMBED, TABLES, "embed")                              \
+  X(CONVERT, TABLES, "convert")                          \
+  X(ARGMAX, SAMPLE, "argmax")                            \
+  X(STREAM_READ, PROFILE, "stream_read")                 \
+  X(STREAM_WRITE, PROFILE, "stream_write")               \
   X(FMA_PEAK, PROFILE, "fma_peak")
 
 typedef enum {

@@ -29,6 +29,7 @@
 #define ROW_WG 128
 #define ATTN_WG 64
 #define ATTN_MAX_GC 16
+#define ATTN_CPU_GC 8  // CG in attention.cl's CPU kernel
 #define SAMPLE_WG 128
 // Work-items per group of the elementwise kernels, and of the GEMV (whose
 // items are output columns).
@@ -299,14 +300,24 @@ static rg_status_t attention(rg__cl_queue_t *q, const rg_op_attention_t *o) {
   if (o->meta.n_tokens == 0) return NULL;
   rg__cl_device_t *d = (rg__cl_device_t *)q->base.device;
   int64_t group = o->n_heads / o->kv.n_kv_heads, hd = o->kv.head_dim;
-  int64_t gc = attention_chunk(d->cx, group, hd), chunks = (group + gc - 1) / gc;
-  static const rg__cl_kernel_id_t k[3] = {RG__CLK_ATTENTION_F32, RG__CLK_ATTENTION_BF16,
-                                          RG__CLK_ATTENTION_F16};
+  int64_t gc = attention_chunk(d->cx, group, hd);
+  int cpu = d->cx->cpu_shapes;
+  if (cpu && gc > ATTN_CPU_GC) gc = ATTN_CPU_GC;
+  // On a CPU device one item walks a (token, kv head) alone: split the
+  // query heads further while there are fewer items than two per core, at
+  // the price of reading that head's keys and values once more each.
+  int64_t cores = d->base.info.compute_units > 0 ? d->base.info.compute_units : 1;
+  while (cpu && gc > 1 && o->meta.n_tokens * o->kv.n_kv_heads * ((group + gc - 1) / gc) < 2 * cores)
+    gc = (gc + 1) / 2;
+  int64_t chunks = (group + gc - 1) / gc;
+  static const rg__cl_kernel_id_t k[2][3] = {
+      {RG__CLK_ATTENTION_F32, RG__CLK_ATTENTION_BF16, RG__CLK_ATTENTION_F16},
+      {RG__CLK_ATTENTION_CPU_F32, RG__CLK_ATTENTION_CPU_BF16, RG__CLK_ATTENTION_CPU_F16}};
   rg__cl_args_t a;
   RG_RETURN_IF_ERROR(rg__cl_args_begin(q,
-                                       k[o->kv.dtype == RG_F32    ? 0
-                                         : o->kv.dtype == RG_BF16 ? 1
-                                                                  : 2],
+                                       k[cpu][o->kv.dtype == RG_F32    ? 0
+                                              : o->kv.dtype == RG_BF16 ? 1
+                                                                       : 2],
                                        &a));
   rg__cl_arg_ref(&a, &o->kv.k);
   rg__cl_arg_ref(&a, &o->kv.v);
@@ -327,6 +338,12 @@ static rg_status_t attention(rg__cl_queue_t *q, const rg_op_attention_t *o) {
   rg__cl_arg_int(&a, gc);
   rg__cl_arg_mem(&a, q->err);
   rg__cl_arg_local(&a, (size_t)(gc * hd) * sizeof(float));
+  if (cpu) {
+    rg__cl_arg_local(&a, (size_t)(gc * hd) * sizeof(float));
+    size_t g[3] = {(size_t)chunks, (size_t)o->kv.n_kv_heads, (size_t)o->meta.n_tokens},
+           l[3] = {1, 1, 1};
+    return rg__cl_launch(q, &a, 3, g, l);
+  }
   rg__cl_arg_local(&a, (size_t)(gc * ATTN_WG) * sizeof(float));
   rg__cl_arg_local(&a, (size_t)(gc * hd) * sizeof(float));
   rg__cl_arg_local(&a, 3 * ATTN_MAX_GC * sizeof(float));

@@ -15,8 +15,16 @@
 //                             memory as a model's layers do; works on any
 //                             HAL device, so a profile can sweep M the same
 //                             way everywhere
+//   rg_opencl_measure_write   write bandwidth: a kernel filling such a buffer
+//   rg_opencl_measure_copy    copy bandwidth within the device (rg_queue_copy)
+//   rg_opencl_measure_host_copy  host -> device and device -> host
+//                             (rg_buffer_write / rg_buffer_read)
+//   rg_opencl_measure_attention  decode attention over a paged KV cache of a
+//                             given context length: KV bytes read per second
 //   rg_opencl_measure_launch  the host's cost per op: small ops submitted
 //                             back to back, then one wait
+// read, write and fma need an OpenCL device; the others go through the HAL
+// and work on any device, so `ridge profile` measures every device alike.
 //
 // Each runs its work once to warm up (kernels compiled, memory touched),
 // then `reps` times, and reports the fastest, so a busy machine reads low
@@ -55,6 +63,28 @@ RG_MUST_USE rg_status_t rg_opencl_measure_fma(rg_device_t *dev, int reps, rg_ope
 RG_MUST_USE rg_status_t rg_opencl_measure_matmul(rg_device_t *dev, rg_dtype_t wtype, int64_t m,
                                                  int64_t n, int64_t k, size_t footprint, int reps,
                                                  rg_opencl_measure_t *out);
+// Write bandwidth of a kernel storing `bytes` (0: 1 GiB, cut to the largest
+// allocation): rate in bytes/s.
+RG_MUST_USE rg_status_t rg_opencl_measure_write(rg_device_t *dev, size_t bytes, int reps,
+                                                rg_opencl_measure_t *out);
+// rg_queue_copy of `bytes` (0: 256 MiB) between two buffers of dev: work is
+// the bytes copied (each crosses memory twice, `bytes` says so), rate
+// bytes copied per second. Any HAL device.
+RG_MUST_USE rg_status_t rg_opencl_measure_copy(rg_device_t *dev, size_t bytes, int reps,
+                                               rg_opencl_measure_t *out);
+// Host memory -> a buffer of dev (to_device = 1, rg_buffer_write) or back
+// (0, rg_buffer_read), `bytes` (0: 256 MiB) at a time. Any HAL device.
+RG_MUST_USE rg_status_t rg_opencl_measure_host_copy(rg_device_t *dev, size_t bytes, int to_device,
+                                                    int reps, rg_opencl_measure_t *out);
+// One decode step of attention: n_seqs sequences, one query token each at
+// position context - 1, over a paged cache of kv type (f32, bf16, f16) in
+// blocks of 16, n_heads query heads over n_kv_heads of head_dim. work is
+// the KV bytes read per call (2 context n_kv_heads head_dim n_seqs
+// elements), rate those bytes per second. Any HAL device.
+RG_MUST_USE rg_status_t rg_opencl_measure_attention(rg_device_t *dev, rg_dtype_t kv, int64_t n_seqs,
+                                                    int64_t context, int64_t n_heads,
+                                                    int64_t n_kv_heads, int64_t head_dim, int reps,
+                                                    rg_opencl_measure_t *out);
 // Seconds per op of n tiny adds submitted back to back on a fresh queue,
 // then one rg_queue_wait (the wait included, spread over the n). Any HAL
 // device.

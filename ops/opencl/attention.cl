@@ -208,3 +208,142 @@ __kernel void kv_write(P(kk), P(vv), int dtype, int n_blocks, int bs, int nkv, i
 ATTENTION(f32)
 ATTENTION(bf16)
 ATTENTION(f16)
+
+// ----- Attention for CPU devices -------------------------------------------------
+
+// 8 elements of a K or V row at element e, widened.
+inline float8 rg_kv_load8(__global const uchar *base, int t, ulong e) {
+  if (t == RG_T_F32) return vload8(0, (__global const float *)base + e);
+  if (t == RG_T_BF16)
+    return as_float8(convert_uint8(vload8(0, (__global const ushort *)base + e)) << 16);
+  return vload_half8(0, (__global const half *)base + e);
+}
+
+// q (local, head_dim) . the row at element e: 8 lanes at a time, because a
+// scalar chain of dependent multiply-adds is what strict f32 leaves the
+// compiler, and its latency, not its rate, would bound the kernel.
+inline float rg_kv_dot(__local const float *q, __global const uchar *base, int t, ulong e, int hd) {
+  float8 a = (float8)(0.0f);
+  int i = 0;
+  for (; i + 8 <= hd; i += 8) a = RG_MAD(vload8(0, q + i), rg_kv_load8(base, t, e + i), a);
+  float4 b = a.lo + a.hi;
+  float s = (b.x + b.y) + (b.z + b.w);
+  for (; i < hd; i++) s = RG_MAD(q[i], rg_kv_load(base, t, e + i), s);
+  return s;
+}
+
+// A CPU device runs a work-group as loops on one core, and each barrier of
+// the kernel above splits them: on PoCL it read the cache at 0.6 GB/s, 3 %
+// of the read bandwidth. Here one work-item (groups of 1) serves the same
+// (token, kv head, query heads) and walks the context alone, 16 positions a
+// tile: the tile's scores for each head, one rescale per tile, then the
+// weighted value rows, each loop over head_dim for the compiler to
+// vectorise. lq, lacc: (gc, head_dim) local floats, private to the item.
+#define TP 16
+// Query heads one item serves at most: a constant, so that the per-head
+// partial sums can live in registers.
+#define CG 8
+#define ATTENTION_CPU(T)                                                                       \
+  __kernel __attribute__((reqd_work_group_size(1, 1, 1))) void attention_cpu_##T(            \
+      PC(kk), PC(vv), int n_blocks, int bs, int nkv, int hd, PC(seq), PC(pos), PC(toff),      \
+      PC(table), int n_seqs, int n_table, PC(q), P(o), PC(sinks), int has_sinks,              \
+      int n_heads, float scale, int window, int gc, __global int *err, __local float *lq,    \
+      __local float *lacc) {                                                                  \
+    int chunk = get_group_id(0), h = get_group_id(1), t = get_group_id(2);                    \
+    int G = n_heads / nkv, g0 = chunk * gc, ng = min(gc, G - g0);                             \
+    ulong head0 = (ulong)t * n_heads + (ulong)h * G + g0;                                     \
+    __global float *ob = AT(float, o) + head0 * hd;                                           \
+    int tb0, nb, p;                                                                           \
+    rg_token_slots(ATC(int, seq), ATC(int, pos), ATC(int, toff), t, n_seqs, n_table, bs, err, \
+                   &tb0, &nb, &p);                                                            \
+    if (nb == 0) {                                                                            \
+      for (int e = 0; e < ng * hd; e++) ob[e] = 0.0f;                                         \
+      return;                                                                                 \
+    }                                                                                         \
+    __global const float *qb = ATC(float, q) + head0 * hd;                                    \
+    for (int e = 0; e < ng * hd; e++) {                                                       \
+      lq[e] = qb[e] * scale;                                                                  \
+      lacc[e] = 0.0f;                                                                         \
+    }                                                                                         \
+    float m[CG], l[CG];                                                                 \
+    _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) m[g] = -INFINITY, l[g] = 0.0f;                               \
+    __global const uchar *K = ATC(uchar, kk), *V = ATC(uchar, vv);                            \
+    __global const int *table = ATC(int, table);                                              \
+    int start = window > 0 && p + 1 > window ? p + 1 - window : 0;                            \
+    for (int j0 = start; j0 <= p; j0 += TP) {                                                 \
+      int cnt = min(TP, p - j0 + 1);                                                          \
+      ulong row[TP];                                                                          \
+      for (int jj = 0; jj < cnt; jj++) {                                                      \
+        int j = j0 + jj, blk = rg_block_at(table, tb0, j, bs, n_blocks, err);                 \
+        row[jj] = ((ulong)(blk * nkv + h) * bs + j % bs) * hd;                                \
+      }                                                                                       \
+      /* Scores: each key row is loaded and widened once for all the heads. */               \
+      float sc[CG][TP];                                                                    \
+      for (int jj = 0; jj < TP; jj++) {                                                       \
+        if (jj >= cnt) {                                                                      \
+          _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) sc[g][jj] = -INFINITY;                                 \
+          continue;                                                                           \
+        }                                                                                     \
+        float8 s8[CG];                                                                     \
+        _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) s8[g] = (float8)(0.0f);                                  \
+        int i = 0;                                                                            \
+        for (; i + 8 <= hd; i += 8) {                                                         \
+          float8 k8 = rg_kv_load8(K, RG_T_##T, row[jj] + i);                                  \
+          _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) s8[g] = RG_MAD(vload8(0, lq + g * hd + i), k8, s8[g]); \
+        }                                                                                     \
+        _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) {                                                        \
+          float4 b4 = s8[g].lo + s8[g].hi;                                                    \
+          float sg = (b4.x + b4.y) + (b4.z + b4.w);                                           \
+          for (int r = i; r < hd; r++)                                                        \
+            sg = RG_MAD(lq[g * hd + r], rg_kv_load(K, RG_T_##T, row[jj] + r), sg);            \
+          sc[g][jj] = sg;                                                                     \
+        }                                                                                     \
+      }                                                                                       \
+      /* Per head: the tile's 16 exponentials as one vector (0 past cnt). */                  \
+      float corr[CG];                                                                      \
+      _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) {                                                          \
+        float16 sv = vload16(0, sc[g]);                                                       \
+        float8 m8 = fmax(sv.lo, sv.hi);                                                       \
+        float4 m4 = fmax(m8.lo, m8.hi);                                                       \
+        float mx = fmax(m[g], fmax(fmax(m4.x, m4.y), fmax(m4.z, m4.w)));                     \
+        float16 pv = exp(sv - mx);                                                            \
+        vstore16(pv, 0, sc[g]);                                                               \
+        float8 p8 = pv.lo + pv.hi;                                                            \
+        float4 p4 = p8.lo + p8.hi;                                                            \
+        corr[g] = exp(m[g] - mx);                                                             \
+        m[g] = mx;                                                                            \
+        l[g] = l[g] * corr[g] + ((p4.x + p4.y) + (p4.z + p4.w));                              \
+      }                                                                                       \
+      /* Values: each row loaded and widened once, 8 lanes of every head. */                 \
+      int i = 0;                                                                              \
+      for (; i + 8 <= hd; i += 8) {                                                           \
+        float8 a8[CG];                                                                     \
+        _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) a8[g] = vload8(0, lacc + g * hd + i) * corr[g];          \
+        for (int jj = 0; jj < cnt; jj++) {                                                    \
+          float8 v8 = rg_kv_load8(V, RG_T_##T, row[jj] + i);                                  \
+          _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) a8[g] = RG_MAD((float8)(sc[g][jj]), v8, a8[g]);       \
+        }                                                                                     \
+        _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) vstore8(a8[g], 0, lacc + g * hd + i);                    \
+      }                                                                                       \
+      for (; i < hd; i++)                                                                     \
+        _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) {                                                        \
+          float a1 = lacc[g * hd + i] * corr[g];                                              \
+          for (int jj = 0; jj < cnt; jj++)                                                    \
+            a1 = RG_MAD(sc[g][jj], rg_kv_load(V, RG_T_##T, row[jj] + i), a1);                 \
+          lacc[g * hd + i] = a1;                                                              \
+        }                                                                                     \
+    }                                                                                         \
+    _Pragma("unroll") for (int g = 0; g < CG; g++) if (g < ng) {                                                            \
+      float c = 1.0f;                                                                         \
+      if (has_sinks) {                                                                        \
+        float sk = ATC(float, sinks)[h * G + g0 + g], mx = fmax(m[g], sk);                    \
+        c = exp(m[g] - mx);                                                                   \
+        l[g] = l[g] * c + exp(sk - mx);                                                       \
+      }                                                                                       \
+      for (int i = 0; i < hd; i++) ob[g * hd + i] = lacc[g * hd + i] * c / l[g];              \
+    }                                                                                         \
+  }
+
+ATTENTION_CPU(f32)
+ATTENTION_CPU(bf16)
+ATTENTION_CPU(f16)

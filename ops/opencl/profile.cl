@@ -25,6 +25,17 @@ __kernel void stream_read(PC(src), P(out), long n16, int chunked) {
   AT(float, out)[get_global_id(0)] = q.x + q.y + q.z + q.w;
 }
 
+// Write bandwidth: the same two layouts as stream_read, storing float16
+// vectors of a value the host passes (so the stores cannot be elided).
+__kernel void stream_write(P(dst), long n16, int chunked, float v) {
+  __global float16 *d = AT(float16, dst);
+  long items = get_global_size(0), i = get_global_id(0), per = (n16 + items - 1) / items;
+  long b = chunked ? i * per : i, step = chunked ? 1 : items;
+  long e = chunked ? min(b + per, n16) : n16;
+  float16 x = (float16)(v);
+  for (i = b; i < e; i += step) d[i] = x;
+}
+
 // FMA peak: each item runs `iters` rounds of 8 independent float16
 // multiply-adds (8 chains hide the FMA latency): 256 flops a round.
 __kernel void fma_peak(P(out), int iters, float m) {
