@@ -107,8 +107,7 @@ __kernel void kv_write(P(kk), P(vv), int dtype, int n_blocks, int bs, int nkv, i
 //   softmax  per head: m' = max(m, tile max), c = e^(m - m'),
 //            p_j = e^(s_j - m'), l' = l c + sum p_j;
 //   values   acc' = acc c + sum_j p_j v_j, items over (head, dim).
-// Local memory, all passed in (PoCL places a kernel's own __local arrays
-// over the ones passed as arguments when a kernel has both): lq, lacc (gc,
+// Local memory, all passed in and sized by the host: lq, lacc (gc,
 // head_dim) floats; ls (gc, AW); lst (3, MAXGC): each head's running max,
 // denominator and correction; lrow (AW) the tile's row offsets.
 #define ATTENTION(T)                                                                          \
