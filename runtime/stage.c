@@ -168,16 +168,20 @@ static rg_status_t place(rg_stage_t *s, const void *src, size_t bytes, int owned
     memcpy(p, src, bytes);
     a->p = p, a->len = len;
     st = rg_buffer_wrap(s->dev, p, bytes, anon_release, a, out);
-    if (st) anon_release(a);
-    return st;
+    if (!st) return NULL;
+    anon_release(a);
+    if (rg_status_code(st) != RG_UNIMPLEMENTED) return st;
+    rg_status_free(st);  // not a host-memory device: upload below
   }
-  st = rg_buffer_wrap(s->dev, (void *)src, bytes, owned ? free_release : NULL, (void *)src, out);
-  if (!st) return NULL;
-  if (rg_status_code(st) != RG_UNIMPLEMENTED) {
-    if (owned) free((void *)src);
-    return st;
+  if (!copy || owned) {
+    st = rg_buffer_wrap(s->dev, (void *)src, bytes, owned ? free_release : NULL, (void *)src, out);
+    if (!st) return NULL;
+    if (rg_status_code(st) != RG_UNIMPLEMENTED) {
+      if (owned) free((void *)src);
+      return st;
+    }
+    rg_status_free(st);
   }
-  rg_status_free(st);
   st = rg_buffer_alloc(s->dev, bytes, out);
   if (!st) st = rg_buffer_write(*out, 0, src, bytes);
   if (st) {

@@ -428,6 +428,38 @@ RG_TEST(devices_cli_json_lists_the_cpu_as_local_cpu) {
   cJSON_Delete(j);
 }
 
+// An OpenCL device that is found is opened by `ridge devices`, which shows
+// that it runs every op (PoCL makes one on every machine here).
+RG_TEST(devices_cli_opens_opencl_devices_and_counts_their_ops) {
+  rg_device_info_t list[RG_DEVICES_MAX];
+  size_t n = 0;
+  int np;
+  RG_REQUIRE_OK(rg_devices_list(list, RG_DEVICES_MAX, &n));
+  const rg_device_info_t *absent = entries_for(list, n, "opencl", &np);
+  if (np == 0) {
+    char why[300];
+    snprintf(why, sizeof(why), "no OpenCL device: %s", absent ? absent->reason : "?");
+    RG_SKIP(why);
+  }
+  char *out = NULL, want[64];
+  RG_CHECK(rg_test_run_ridge(t, "devices", &out) == 0);
+  snprintf(want, sizeof(want), "opens; runs %d of %d ops", (int)RG_OP_COUNT, (int)RG_OP_COUNT);
+  RG_CHECK_CONTAINS(out, "opencl:0");
+  RG_CHECK_CONTAINS(out, want);
+  free(out);
+  int rc;
+  cJSON *j = run_json(t, "devices --json", &rc);
+  RG_CHECK(rc == 0);
+  RG_REQUIRE(j);
+  const cJSON *cl = find_device(j, "opencl:0");
+  RG_REQUIRE(cl);
+  RG_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cl, "opens")));
+  RG_CHECK(cJSON_GetObjectItemCaseSensitive(cl, "ops")->valuedouble == RG_OP_COUNT);
+  // The CPU is opened with --threads and needs no such note.
+  RG_CHECK(cJSON_GetObjectItemCaseSensitive(find_device(j, "cpu:0"), "opens") == NULL);
+  cJSON_Delete(j);
+}
+
 RG_TEST(devices_cli_text_help_and_bad_flags) {
   char *out = NULL;
   int rc = rg_test_run_ridge(t, "devices", &out);
