@@ -97,8 +97,13 @@ static const char usage[] =
     "Across processes (the dataflow runtime: one `ridge worker` per device, linked by libfabric):\n"
     "  --layout L         colocated (every stage on one worker), attention-ffn (embed, attention\n"
     "                     and its KV, lm_head on the first worker; FFN/MoE on the second),\n"
-    "                     experts (an MoE model's experts split between two workers) or pipeline\n"
-    "                     (the first half of the layers on one worker, the rest on the other).\n"
+    "                     experts (an MoE model's experts split between two workers), pipeline\n"
+    "                     (the first half of the layers on one worker, the rest on the other) or\n"
+    "                     prefill-decode (prompts on the first worker, whose KV pages go by RMA\n"
+    "                     into the second's pool, which decodes; --block-size is the prefill\n"
+    "                     side's, --decode-block-size N the decode side's: pages are split or\n"
+    "                     merged between them, and a prefix cached on the decode side is not "
+    "sent).\n"
     "                     The coordinator (this process) schedules, samples and reports; the\n"
     "                     logits are those of the single-process run\n"
     "  --workers D1,D2    each worker's device (default cpu:0 for each)\n"
@@ -134,7 +139,7 @@ typedef struct {
   long long micro_batches;
   long long n, top_k, seed, batch, threads, max_context, max_seqs, max_batch_tokens, block_size,
       kv_tokens;
-  long long swap_tokens, num_requests;
+  long long swap_tokens, num_requests, decode_block_size;
   double temperature, top_p, rate;
   int chat, json, no_measure, prefix_cache;
 } run_args_t;
@@ -184,7 +189,8 @@ enum {
   O_TRACE,
   O_LISTEN,
   O_SECRET,
-  O_STEP_TIMEOUT
+  O_STEP_TIMEOUT,
+  O_DECODE_BLOCK
 };
 
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a,
@@ -227,6 +233,7 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                                         {"listen", required_argument, 0, O_LISTEN},
                                         {"secret-file", required_argument, 0, O_SECRET},
                                         {"step-timeout", required_argument, 0, O_STEP_TIMEOUT},
+                                        {"decode-block-size", required_argument, 0, O_DECODE_BLOCK},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
@@ -360,6 +367,10 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
       case O_SECRET:
         a->secret_file = optarg;
         break;
+      case O_DECODE_BLOCK:
+        RG_RETURN_IF_ERROR(
+            parse_num("--decode-block-size", optarg, 1, 1024, &a->decode_block_size));
+        break;
       case O_STEP_TIMEOUT:
         RG_RETURN_IF_ERROR(parse_real("--step-timeout", optarg, 0.01, 3600, &a->step_timeout));
         break;
@@ -379,6 +390,10 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                           "give one of --prompt, --prompt-ids, --requests and --workload");
   if (a->chat && (a->prompt_ids || a->requests || a->workload))
     return rg_status_make(RG_INVALID_ARGUMENT, "--chat applies to --prompt text");
+  if (a->decode_block_size &&
+      (!a->layout || (strcmp(a->layout, "prefill-decode") && strcmp(a->layout, "pd"))))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--decode-block-size goes with --layout prefill-decode");
   if (!a->layout && (a->workers || a->micro_batches || a->provider || a->trace || a->listen ||
                      a->secret_file || a->step_timeout))
     return rg_status_make(RG_INVALID_ARGUMENT,
@@ -867,13 +882,19 @@ static rg_status_t make_layout(const run_args_t *a, const rg_arch_t *arch, rg_cl
   } else if (!strcmp(a->layout, "experts")) {
     RG_RETURN_IF_ERROR(rg_cluster_layout_experts(arch, devs[0], devs[1], l));
     l->micro_batches = mb;
+  } else if (!strcmp(a->layout, "prefill-decode") || !strcmp(a->layout, "pd")) {
+    if (a->micro_batches > 1)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "--micro-batches: prefill-decode runs one batch per side");
+    RG_RETURN_IF_ERROR(
+        rg_cluster_layout_pd(arch, devs[0], devs[1], a->block_size, a->decode_block_size, l));
   } else if (!strcmp(a->layout, "pipeline")) {
     RG_RETURN_IF_ERROR(rg_cluster_layout_pipeline(arch, devs[0], devs[1], l));
     l->micro_batches = mb;
   } else {
     return rg_status_make(RG_INVALID_ARGUMENT,
-                          "--layout: expected colocated, attention-ffn, experts or pipeline, got "
-                          "'%s'",
+                          "--layout: expected colocated, attention-ffn, experts, pipeline or "
+                          "prefill-decode, got '%s'",
                           a->layout);
   }
   return NULL;

@@ -181,6 +181,7 @@ typedef struct {
   char from[48], to[48];
   double bytes, seconds;  // sent, and the time sends were in flight
   int64_t messages;
+  int kv;  // KV pages moved by RMA (prefill-decode); seconds: post to checked notice
 } rg_cluster_link_info_t;
 size_t rg_cluster_stage_count(const rg_cluster_t *c);
 void rg_cluster_stage_info(const rg_cluster_t *c, size_t i, rg_cluster_stage_info_t *out);

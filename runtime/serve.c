@@ -42,10 +42,14 @@ rg_percentiles_t rg_percentiles(double *v, size_t n) {
 }
 
 typedef struct {
-  int32_t handle;  // sched's, or -1 when not (or no longer) in sched
+  int32_t handle;  // sched's (the decode side's), or -1 when not (or no longer) in sched
   rg_sampler_t *sampler;
   size_t cap;  // of tokens / times
   int done;
+  // Prefill-decode: the handle in the prefill side's scheduler, and the
+  // outbox blocks its prompt holds until the decode side imports it.
+  int32_t phandle;
+  int64_t outbox_need;
 } live_t;
 
 static rg_status_t push_token(rg_serve_result_t *r, live_t *l, int32_t tok, double t) {
@@ -109,6 +113,9 @@ typedef struct {
   size_t cap_entries;
   double kv_sum;
   int64_t kv_samples;
+  rg_sched_t *psched;  // prefill-decode: the prefill side's
+  size_t *p_of_handle;
+  int idle_spins;
 } run_t;
 
 static rg_status_t grow_entries(run_t *r, size_t n) {
@@ -138,7 +145,7 @@ static void finish_req(run_t *r, size_t i, double t) {
       if (!res->finish)
         res->finish = info.reason && !strcmp(info.reason, "stop") ? "stop" : "length";
       if (info.state == RG_SCHED_FAILED && info.reason) fail_result(res, info.reason);
-      res->cached_tokens = info.n_cached_tokens;
+      if (!res->cached_tokens) res->cached_tokens = info.n_cached_tokens;
       res->preemptions = info.n_preemptions;
     }
     rg_status_free(s);
@@ -246,6 +253,371 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
   return NULL;
 }
 
+// Queues request i again on the decode side as a plain request of its
+// prompt and the tokens it has, to be computed there from scratch.
+static rg_status_t readd_recompute(run_t *r, size_t i) {
+  const rg_serve_request_t *q = &r->reqs[i];
+  rg_serve_result_t *res = &r->res[i];
+  size_t n = q->n_prompt + (size_t)res->n_tokens;
+  int32_t *ids = malloc(n * sizeof *ids);
+  if (!ids) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  memcpy(ids, q->prompt, q->n_prompt * sizeof *ids);
+  memcpy(ids + q->n_prompt, res->tokens, (size_t)res->n_tokens * sizeof *ids);
+  rg_sched_request_t sr = {q->id, ids, n, q->max_tokens - res->n_tokens, q->arrival};
+  rg_status_t st = rg_sched_add(r->sched, &sr, &r->live[i].handle);
+  free(ids);
+  if (!st && (size_t)r->live[i].handle >= r->n)
+    st = rg_status_make(RG_INTERNAL, "scheduler handle %d past %zu requests", r->live[i].handle,
+                        r->n);
+  if (st) {
+    fail_result(res, rg_status_message(st));
+    rg_status_free(st);
+    r->live[i].handle = -1;
+    return NULL;
+  }
+  r->of_handle[r->live[i].handle] = i;
+  return NULL;
+}
+
+// ----- Prefill-decode --------------------------------------------------------------
+//
+// Two schedulers: one over the prefill side's KV pool, where each request
+// computes its prompt and its first token (max_tokens 1), and one over the
+// decode side's, where it is imported (rg_sched_add_imported) and decodes the
+// rest. Both sides run steps at the same time: a long prompt being prefilled
+// does not hold up the decodes, which is the point of the split. A request
+// waits to enter prefill until the executor's outbox, where a finished
+// prompt's KV waits for its import, has room for it.
+
+typedef struct {
+  rg_engine_entry_t *entries;
+  uint64_t *keys;
+  size_t *rows_of;
+  rg_sched_result_t *results;
+  float *logits;
+  rg_pd_import_t *imports;
+  size_t cap, cap_imports;
+  rg_sched_batch_t b;
+  int busy;
+  rg_engine_counters_t c0;
+} side_t;
+
+static rg_status_t side_grow(side_t *s, size_t n, size_t n_imports, int64_t vocab) {
+  if (n > s->cap) {
+    size_t cap = n * 2;
+    rg_engine_entry_t *en = realloc(s->entries, cap * sizeof *en);
+    if (en) s->entries = en;
+    uint64_t *k = en ? realloc(s->keys, cap * sizeof *k) : NULL;
+    if (k) s->keys = k;
+    size_t *ro = k ? realloc(s->rows_of, cap * sizeof *ro) : NULL;
+    if (ro) s->rows_of = ro;
+    rg_sched_result_t *rs = ro ? realloc(s->results, cap * sizeof *rs) : NULL;
+    if (rs) s->results = rs;
+    float *lg = rs ? realloc(s->logits, cap * (size_t)vocab * sizeof(float)) : NULL;
+    if (!lg) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a batch of %zu", n);
+    s->logits = lg;
+    s->cap = cap;
+  }
+  if (n_imports > s->cap_imports) {
+    rg_pd_import_t *im = realloc(s->imports, n_imports * 2 * sizeof *im);
+    if (!im) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    s->imports = im;
+    s->cap_imports = n_imports * 2;
+  }
+  return NULL;
+}
+
+static void side_free(side_t *s) {
+  free(s->entries), free(s->keys), free(s->rows_of), free(s->results), free(s->logits);
+  free(s->imports);
+}
+
+// Samples the step's logits rows; the requests named in bad (their imported
+// KV was corrupted) are recomputed instead.
+static rg_status_t take_tokens(run_t *r, side_t *s, rg_sched_t *sched, const size_t *of_handle,
+                               double t, const uint64_t *bad, size_t n_bad, size_t *nres) {
+  const rg_serve_options_t *o = r->o;
+  const rg_tokenizer_t *tok = r->x->tokenizer;
+  *nres = 0;
+  for (size_t k = 0, row = 0; k < s->b.n_entries; k++) {
+    const rg_sched_entry_t *se = &s->b.entries[k];
+    if (!se->want_logits) continue;
+    size_t i = of_handle[se->req];
+    const float *lr = s->logits + row * (size_t)r->x->vocab;
+    row++;
+    int skip = 0;
+    for (size_t q = 0; q < n_bad; q++) skip |= bad[q] == (uint64_t)i;
+    if (skip) continue;
+    if (i == 0 && o->dump_logits && r->res[0].n_tokens < o->dump_rows)
+      memcpy(o->dump_logits + (size_t)r->res[0].n_tokens * (size_t)r->x->vocab, lr,
+             (size_t)r->x->vocab * sizeof(float));
+    int32_t id = rg_sampler_sample(r->live[i].sampler, lr);
+    RG_RETURN_IF_ERROR(push_token(&r->res[i], &r->live[i], id, t));
+    int stop = o->stop_at_eog && tok && rg_tokenizer_is_eog(tok, id);
+    if (stop) r->res[i].finish = "stop";
+    s->results[(*nres)++] = (rg_sched_result_t){se->req, id, stop};
+    if (o->on_token) RG_RETURN_IF_ERROR(o->on_token(o->ctx, i, id));
+  }
+  (void)sched;
+  return NULL;
+}
+
+static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
+                                 rg_serve_stats_t *stats) {
+  const rg_executor_t *x = r->x;
+  size_t n = r->n;
+  rg_sched_t *ps = r->psched, *ds = r->sched;
+  size_t *p_of = r->p_of_handle, *d_of = r->of_handle;
+  side_t sides[2] = {{0}};
+  int64_t bp = x->prefill_block_size, outbox_used = 0;
+  size_t next = 0, active = 0;
+  rg_status_t st = NULL;
+  for (size_t i = 0; i < n; i++) active += !r->live[i].done;
+  double idle = 0;
+  while (active && !st) {
+    double now = now_s() - t0;
+    int progress = 0;
+    // Requests that have arrived enter prefill in arrival order while the
+    // outbox has room for their prompts.
+    while (next < n) {
+      size_t i = order[next];
+      live_t *l = &r->live[i];
+      if (l->done) {
+        next++;
+        continue;
+      }
+      const rg_serve_request_t *q = &r->reqs[i];
+      if (q->arrival > now) break;
+      int64_t need = ((int64_t)q->n_prompt + bp - 1) / bp;
+      if (outbox_used + need > x->outbox_blocks && outbox_used > 0) break;
+      rg_sched_request_t sr = {q->id, q->prompt, q->n_prompt, 1, q->arrival};
+      rg_status_t bad = rg_sched_add(ps, &sr, &l->phandle);
+      if (!bad && (size_t)l->phandle >= n)
+        bad = rg_status_make(RG_INTERNAL, "scheduler handle %d past %zu requests", l->phandle, n);
+      if (bad) {
+        fail_result(&r->res[i], rg_status_message(bad));
+        rg_status_free(bad);
+        l->phandle = -1;
+        finish_req(r, i, now);
+        active--;
+      } else {
+        p_of[l->phandle] = i;
+        l->outbox_need = need;
+        outbox_used += need;
+      }
+      next++;
+      progress = 1;
+    }
+    // Begin a step on each idle side.
+    for (int side = 0; side < 2 && !st; side++) {
+      side_t *s = &sides[side];
+      if (s->busy) continue;
+      rg_sched_t *sc = side ? ds : ps;
+      const size_t *of = side ? d_of : p_of;
+      if ((st = rg_sched_schedule(sc, now, &s->b))) break;
+      if (!s->b.n_entries && !s->b.n_imports) {
+        st = rg_sched_commit(sc, now, NULL, 0);
+        continue;
+      }
+      if ((st = side_grow(s, s->b.n_entries, s->b.n_imports, x->vocab))) break;
+      for (size_t k = 0; k < s->b.n_entries; k++) {
+        const rg_sched_entry_t *se = &s->b.entries[k];
+        s->entries[k] = (rg_engine_entry_t){se->pos,    se->n,        se->tokens,
+                                            se->blocks, se->n_blocks, se->want_logits};
+        s->keys[k] = of[se->req];
+      }
+      for (size_t k = 0; k < s->b.n_imports; k++) {
+        const rg_sched_import_t *im = &s->b.imports[k];
+        s->imports[k] =
+            (rg_pd_import_t){of[im->req], im->pos_begin, im->pos_end, im->blocks, im->n_blocks};
+      }
+      x->side_counters(x->impl, side, &s->c0);
+      rg_status_t bs = x->begin(x->impl, side, s->entries, s->keys, s->b.n_entries, s->imports,
+                                s->b.n_imports, s->logits);
+      if (bs) {
+        // The step's requests fail with its error; the others go on.
+        for (size_t k = 0; k < s->b.n_entries; k++) {
+          size_t i = of[s->b.entries[k].req];
+          rg_status_free(rg_sched_fail(sc, s->b.entries[k].req, now, rg_status_message(bs)));
+          fail_result(&r->res[i], rg_status_message(bs));
+        }
+        rg_status_free(bs);
+        st = rg_sched_commit(sc, now, NULL, 0);
+        continue;
+      }
+      s->busy = 1;
+      progress = 1;
+    }
+    // Poll both.
+    for (int side = 0; side < 2 && !st; side++) {
+      side_t *s = &sides[side];
+      if (!s->busy) continue;
+      rg_sched_t *sc = side ? ds : ps;
+      const size_t *of = side ? d_of : p_of;
+      int done = 0;
+      uint64_t bad[64];
+      size_t n_bad = 0;
+      rg_status_t ps_st = x->poll(x->impl, side, &done, bad, 64, &n_bad);
+      if (!done) {
+        if (ps_st) st = ps_st;
+        continue;
+      }
+      s->busy = 0;
+      progress = 1;
+      double t = now_s() - t0;
+      rg_engine_counters_t c1;
+      x->side_counters(x->impl, side, &c1);
+      add_counters(side ? &stats->decode : &stats->prefill, &s->c0, &c1);
+      // Imports of this step no longer wait in the outbox.
+      if (side)
+        for (size_t k = 0; k < s->b.n_imports; k++) {
+          live_t *l = &r->live[of[s->b.imports[k].req]];
+          outbox_used -= l->outbox_need;
+          l->outbox_need = 0;
+        }
+      if (ps_st) {
+        for (size_t k = 0; k < s->b.n_entries; k++) {
+          size_t i = of[s->b.entries[k].req];
+          rg_status_free(rg_sched_fail(sc, s->b.entries[k].req, t, rg_status_message(ps_st)));
+          fail_result(&r->res[i], rg_status_message(ps_st));
+          if (!side) x->forget(x->impl, (uint64_t)i);
+        }
+        rg_status_free(ps_st);
+        st = rg_sched_commit(sc, t, NULL, 0);
+      } else {
+        stats->iterations++;
+        // Corrupted imports: the request's KV here is dropped and it is
+        // recomputed on the decode side from its prompt and its tokens.
+        for (size_t q = 0; q < n_bad && !st; q++) {
+          size_t i = (size_t)bad[q];
+          if (i >= n || r->live[i].handle < 0) continue;
+          rg_status_free(rg_sched_fail(sc, r->live[i].handle, t, "its KV pages arrived corrupted"));
+          rg_sched_release(sc, r->live[i].handle);
+          r->live[i].handle = -1;
+          st = readd_recompute(r, i);
+          stats->kv_recomputed++;
+        }
+        size_t nres = 0;
+        if (!st) st = take_tokens(r, s, sc, of, t, bad, n_bad, &nres);
+        if (!st) st = rg_sched_commit(sc, t, s->results, nres);
+        // Prompts done on the prefill side go to the decode side, or end.
+        for (size_t k = 0; !st && !side && k < s->b.n_entries; k++) {
+          const rg_sched_entry_t *se = &s->b.entries[k];
+          if (!se->want_logits) continue;
+          size_t i = of[se->req];
+          live_t *l = &r->live[i];
+          rg_sched_request_info_t info;
+          if ((st = rg_sched_request_info(ps, l->phandle, &info))) break;
+          r->res[i].cached_tokens = info.n_cached_tokens;
+          rg_sched_release(ps, l->phandle);
+          l->phandle = -1;
+          const rg_serve_request_t *q = &r->reqs[i];
+          if (r->res[i].n_tokens >= q->max_tokens ||
+              (r->res[i].finish && !strcmp(r->res[i].finish, "stop"))) {
+            x->forget(x->impl, (uint64_t)i);
+            outbox_used -= l->outbox_need;
+            l->outbox_need = 0;
+            if (!r->res[i].finish) r->res[i].finish = "length";
+            finish_req(r, i, t);
+            active--;
+            continue;
+          }
+          rg_sched_request_t sr = {q->id, q->prompt, q->n_prompt, q->max_tokens, q->arrival};
+          rg_status_t bad_add =
+              rg_sched_add_imported(ds, &sr, q->n_prompt, r->res[i].tokens, 1, &l->handle);
+          if (!bad_add && (size_t)l->handle >= n)
+            bad_add =
+                rg_status_make(RG_INTERNAL, "scheduler handle %d past %zu requests", l->handle, n);
+          if (bad_add) {
+            fail_result(&r->res[i], rg_status_message(bad_add));
+            rg_status_free(bad_add);
+            x->forget(x->impl, (uint64_t)i);
+            outbox_used -= l->outbox_need;
+            l->outbox_need = 0;
+            l->handle = -1;
+            finish_req(r, i, t);
+            active--;
+            continue;
+          }
+          d_of[l->handle] = i;
+        }
+        // A prompt that failed on the prefill side (the step went on without
+        // it) gives its outbox room back.
+        if (!side)
+          for (size_t i = 0; i < n; i++) {
+            live_t *l = &r->live[i];
+            if (l->done || l->phandle < 0) continue;
+            rg_sched_request_info_t info;
+            if ((st = rg_sched_request_info(ps, l->phandle, &info))) break;
+            if (info.state == RG_SCHED_FAILED || info.state == RG_SCHED_ABORTED) {
+              if (info.reason) fail_result(&r->res[i], info.reason);
+              x->forget(x->impl, (uint64_t)i);
+              outbox_used -= l->outbox_need;
+              l->outbox_need = 0;
+              rg_sched_release(ps, l->phandle);
+              l->phandle = -1;
+              finish_req(r, i, t);
+              active--;
+            }
+          }
+      }
+      if (side && !st) {
+        rg_sched_stats_t ss;
+        rg_sched_stats(ds, &ss);
+        double used = (double)ss.blocks_used / (double)x->kv_blocks;
+        r->kv_sum += used;
+        r->kv_samples++;
+        if (used > stats->kv_used_max) stats->kv_used_max = used;
+        for (size_t i = 0; i < n && !st; i++) {
+          live_t *l = &r->live[i];
+          if (l->done || l->handle < 0) continue;
+          rg_sched_request_info_t info;
+          if ((st = rg_sched_request_info(ds, l->handle, &info))) break;
+          if (info.state == RG_SCHED_FINISHED || info.state == RG_SCHED_FAILED ||
+              info.state == RG_SCHED_ABORTED) {
+            finish_req(r, i, t);
+            active--;
+          }
+        }
+      }
+    }
+    if (st) break;
+    if (progress) {
+      idle = 0;
+      continue;
+    }
+    // Nothing moved: wait for a side, or for the next arrival.
+    if (!sides[0].busy && !sides[1].busy) {
+      double wake = INFINITY;
+      if (next < n) wake = r->reqs[order[next]].arrival;
+      if (isfinite(wake) && wake > now) {
+        sleep_s(wake - now);
+        continue;
+      }
+      if (++r->idle_spins > 1000)
+        st = rg_status_make(RG_INTERNAL,
+                            "prefill-decode holds %zu requests but schedules none of them", active);
+    } else {
+      r->idle_spins = 0;
+    }
+    idle = idle < 1e-3 ? idle + 5e-6 : idle;
+    if (idle > 2e-5) sleep_s(idle);
+  }
+  // A step still in flight when the run stops: let it finish so nothing
+  // writes into freed memory.
+  for (int side = 0; side < 2; side++)
+    while (sides[side].busy) {
+      int done = 0;
+      uint64_t bad[64];
+      size_t n_bad;
+      rg_status_free(x->poll(x->impl, side, &done, bad, 64, &n_bad));
+      if (done) sides[side].busy = 0;
+    }
+  side_free(&sides[0]);
+  side_free(&sides[1]);
+  return st;
+}
+
 static rg_status_t engine_forward(void *impl, const rg_step_entry_t *entries, size_t n,
                                   float *logits) {
   return rg_engine_forward(impl, entries, n, logits);
@@ -259,17 +631,17 @@ static void engine_counters(void *impl, rg_engine_counters_t *out) {
 }
 
 rg_executor_t rg_engine_executor(rg_engine_t *e) {
-  return (rg_executor_t){e,
-                         engine_forward,
-                         engine_swap,
-                         engine_counters,
-                         rg_engine_tokenizer(e),
-                         rg_engine_vocab(e),
-                         rg_engine_kv_blocks(e),
-                         rg_engine_max_context(e),
-                         rg_engine_swap_blocks(e),
-                         rg_engine_block_size(e),
-                         rg_engine_max_seqs(e)};
+  return (rg_executor_t){.impl = e,
+                         .forward = engine_forward,
+                         .swap = engine_swap,
+                         .counters = engine_counters,
+                         .tokenizer = rg_engine_tokenizer(e),
+                         .vocab = rg_engine_vocab(e),
+                         .kv_blocks = rg_engine_kv_blocks(e),
+                         .max_context = rg_engine_max_context(e),
+                         .swap_blocks = rg_engine_swap_blocks(e),
+                         .block_size = rg_engine_block_size(e),
+                         .max_seqs = rg_engine_max_seqs(e)};
 }
 
 rg_status_t rg_serve(rg_engine_t *e, const rg_serve_request_t *reqs, size_t n,
@@ -288,6 +660,7 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
   if (!n) return NULL;
   run_t r = {.x = e, .reqs = reqs, .n = n, .o = &o, .res = res};
   rg_status_t st = NULL;
+  size_t *order = NULL;
   rg_sched_config_t sc = {
       .block_size = e->block_size,
       .n_blocks = e->kv_blocks,
@@ -305,6 +678,23 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
     goto done;
   }
   if ((st = rg_sched_create(&sc, &r.sched))) goto done;
+  int pd = e->begin != NULL;
+  if (pd) {
+    if (sc.preempt == RG_SCHED_PREEMPT_SWAP) {
+      st = rg_status_make(RG_INVALID_ARGUMENT,
+                          "preemption by swap is not run with prefill-decode; use recompute");
+      goto done;
+    }
+    rg_sched_config_t pc = sc;
+    pc.block_size = e->prefill_block_size;
+    pc.n_blocks = e->prefill_kv_blocks;
+    pc.n_swap_blocks = 0;
+    if ((st = rg_sched_create(&pc, &r.psched))) goto done;
+    if (!(r.p_of_handle = calloc(n, sizeof *r.p_of_handle))) {
+      st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory for %zu requests", n);
+      goto done;
+    }
+  }
   r.live = calloc(n, sizeof *r.live);
   r.of_handle = calloc(n, sizeof *r.of_handle);
   if (!r.live || !r.of_handle) {
@@ -312,7 +702,7 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
     goto done;
   }
   // Add in arrival order: sched serves its waiting queue in order of add.
-  size_t *order = malloc(n * sizeof *order);
+  order = malloc(n * sizeof *order);
   if (!order) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
     goto done;
@@ -329,13 +719,13 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
     size_t i = order[k];
     const rg_serve_request_t *q = &reqs[i];
     live_t *l = &r.live[i];
-    l->handle = -1;
+    l->handle = l->phandle = -1;
     res[i].arrival = q->arrival;
     stats->requests++;
     stats->prompt_tokens += (int64_t)q->n_prompt;
     rg_status_t bad = check_request(q, vocab);
     rg_sched_request_t sr = {q->id, q->prompt, q->n_prompt, q->max_tokens, q->arrival};
-    if (!bad) bad = rg_sched_add(r.sched, &sr, &l->handle);
+    if (!bad && !pd) bad = rg_sched_add(r.sched, &sr, &l->handle);
     if (!bad) bad = rg_sampler_create(&q->sampler, (size_t)vocab, &l->sampler);
     if (bad) {
       fail_result(&res[i], rg_status_message(bad));
@@ -345,15 +735,17 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
       l->done = 1;
       continue;
     }
+    if (pd) continue;  // enters the prefill side when it arrives
     if ((size_t)l->handle >= n) {
       st = rg_status_make(RG_INTERNAL, "scheduler handle %d past %zu requests", (int)l->handle, n);
       break;
     }
     r.of_handle[l->handle] = i;
   }
-  free(order);
   double t0 = now_s();
-  if (!st) st = serve_loop(&r, t0, stats);
+  if (!st) st = pd ? serve_loop_pd(&r, order, t0, stats) : serve_loop(&r, t0, stats);
+  free(order);
+  order = NULL;
   // Whatever is left when the run stops early ends as failed.
   for (size_t i = 0; i < n; i++)
     if (!r.live[i].done) {
@@ -396,6 +788,14 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
     stats->preempt_swap = ss.preempt_swap;
     stats->prefix_lookup_tokens = ss.prefix_lookup_tokens;
     stats->prefix_hit_tokens = ss.prefix_hit_tokens;
+    if (r.psched) {
+      // Prefix hits are the prefill side's: that is where prompts are computed.
+      rg_sched_stats_t ps;
+      rg_sched_stats(r.psched, &ps);
+      stats->preempt_recompute += ps.preempt_recompute;
+      stats->prefix_lookup_tokens = ps.prefix_lookup_tokens;
+      stats->prefix_hit_tokens = ps.prefix_hit_tokens;
+    }
     stats->prefix_hit_rate = ss.prefix_lookup_tokens
                                  ? (double)ss.prefix_hit_tokens / (double)ss.prefix_lookup_tokens
                                  : 0;
@@ -404,8 +804,11 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
 done:
   if (r.live)
     for (size_t i = 0; i < n; i++) rg_sampler_destroy(r.live[i].sampler);
+  free(order);
   free(r.live);
   free(r.of_handle);
+  free(r.p_of_handle);
+  rg_sched_destroy(r.psched);
   free(r.entries), free(r.results), free(r.rows_of), free(r.logits);
   rg_sched_destroy(r.sched);
   return st;

@@ -73,6 +73,9 @@ typedef struct {
 typedef struct {
   int64_t requests, failed, prompt_tokens, new_tokens, iterations;
   int64_t preempt_recompute, preempt_swap;
+  // Prefill-decode: requests recomputed on the decode side because their
+  // imported KV pages failed the checksum.
+  int64_t kv_recomputed;
   double wall_s;                     // first arrival to the last token
   double tokens_per_s;               // new tokens / wall
   rg_percentiles_t ttft, tbt, e2e;   // seconds
@@ -84,9 +87,28 @@ typedef struct {
   rg_engine_counters_t prefill, decode;
 } rg_serve_stats_t;
 
+// A prompt's KV that the decode side of a prefill-decode run needs before
+// its step (sched's rg_sched_import_t): positions [pos_begin, pos_end) into
+// the decode pool's blocks, for the request serve knows by `key`.
+typedef struct {
+  uint64_t key;
+  int64_t pos_begin, pos_end;
+  const int32_t *blocks;
+  int32_t n_blocks;
+} rg_pd_import_t;
+
 // What serving runs on: the single-process engine, or a coordinator of
 // worker processes (runtime/cluster.h). Both run a forward step over
 // sched's entries to logits and copy KV blocks for the swap tier.
+//
+// A prefill-decode executor (begin != NULL) has two sides, 0 prefill and 1
+// decode, each with its own KV pool, that run steps at the same time: serve
+// begins a step on a side (keys[k] names entry k's request), polls both, and
+// on the decode side lists the imports its step needs. Each prefill entry
+// with logits finishes its prompt: the executor keeps that prompt's KV until
+// the decode side imports it, or serve forgets the key. A decode step whose
+// import arrived corrupted names the key in bad_keys: that request's output
+// from the step must not be used.
 typedef struct {
   void *impl;
   rg_status_t (*forward)(void *impl, const rg_step_entry_t *entries, size_t n, float *logits);
@@ -96,6 +118,16 @@ typedef struct {
   const rg_tokenizer_t *tokenizer;
   int64_t vocab, kv_blocks, max_context, swap_blocks;
   int block_size, max_seqs;
+  // Prefill-decode (all NULL / 0 otherwise); kv_blocks and block_size above
+  // are the decode side's.
+  rg_status_t (*begin)(void *impl, int side, const rg_step_entry_t *entries, const uint64_t *keys,
+                       size_t n, const rg_pd_import_t *imports, size_t n_imports, float *logits);
+  rg_status_t (*poll)(void *impl, int side, int *done, uint64_t *bad_keys, size_t cap,
+                      size_t *n_bad);
+  void (*forget)(void *impl, uint64_t key);
+  void (*side_counters)(void *impl, int side, rg_engine_counters_t *out);
+  int64_t prefill_kv_blocks, outbox_blocks;
+  int prefill_block_size;
 } rg_executor_t;
 
 rg_executor_t rg_engine_executor(rg_engine_t *e);

@@ -894,6 +894,20 @@ size_t rg_stage_kv_block_bytes(const rg_stage_t *s) {
          (s->kv_layer_bytes / (size_t)s->o.kv_blocks);
 }
 
+rg_buffer_t *rg_stage_kv_buffer(const rg_stage_t *s) {
+  return s->kv;
+}
+
+void rg_stage_kv_layout(const rg_stage_t *s, rg_stage_kv_layout_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!s->kv) return;
+  out->layer_bytes = s->kv_layer_bytes;
+  out->block_bytes = s->kv_layer_bytes / (size_t)s->o.kv_blocks;
+  out->row_bytes = out->block_bytes / (size_t)s->o.block_size;
+  out->n_blocks = s->o.kv_blocks;
+  out->block_size = s->o.block_size;
+}
+
 rg_status_t rg_stage_kv_copy(rg_stage_t *s, rg_buffer_t *tier, const int32_t *src,
                              const int32_t *dst, size_t n, int to_tier) {
   if (!s->kv) return rg_status_make(RG_INVALID_ARGUMENT, "%s holds no KV", s->name);

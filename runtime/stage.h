@@ -145,6 +145,18 @@ RG_MUST_USE rg_status_t rg_stage_kv_copy(rg_stage_t *s, rg_buffer_t *tier, const
                                          const int32_t *dst, size_t n, int to_tier);
 // Bytes one block takes in a tier buffer (all of this instance's layers).
 size_t rg_stage_kv_block_bytes(const rg_stage_t *s);
+// The KV pool (NULL for instances without one, borrowed) and its layout:
+// layer i of the instance (from spec.layer_begin) keeps K at i * 2 *
+// layer_bytes and V at (i * 2 + 1) * layer_bytes; block b of either starts
+// b * block_bytes in, holding block_size positions of row_bytes each
+// (n_kv_heads * head_dim elements of kv_dtype). What RMA transfers of KV
+// pages address.
+rg_buffer_t *rg_stage_kv_buffer(const rg_stage_t *s);
+typedef struct {
+  size_t layer_bytes, block_bytes, row_bytes;
+  int64_t n_blocks, block_size;
+} rg_stage_kv_layout_t;
+void rg_stage_kv_layout(const rg_stage_t *s, rg_stage_kv_layout_t *out);
 
 void rg_stage_counters(const rg_stage_t *s, rg_stage_counters_t *out);
 void rg_stage_counters_reset(rg_stage_t *s);

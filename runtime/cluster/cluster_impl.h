@@ -13,7 +13,16 @@
 
 // A tag: kind in the top byte, then the step (32 bits), the micro-batch (4
 // bits) and the hop (20 bits). Every message of a step is told apart by it.
-enum { RG__K_STEP = 1, RG__K_ACT = 2, RG__K_HID = 3, RG__K_LOGITS = 4, RG__K_DONE = 5 };
+enum {
+  RG__K_STEP = 1,
+  RG__K_ACT = 2,
+  RG__K_HID = 3,
+  RG__K_LOGITS = 4,
+  RG__K_DONE = 5,
+  RG__K_XFER =
+      6,  // coordinator -> a worker holding KV to send: one XFER (the "step" is its sequence)
+  RG__K_KVN = 7  // the notice of an RMA write of KV pages (the "step" is the transfer's id)
+};
 
 static inline uint64_t rg__tag(int kind, uint64_t step, int mb, int hop) {
   return ((uint64_t)kind << 56) | ((step & 0xffffffffu) << 24) | ((uint64_t)(mb & 0xf) << 20) |
@@ -21,8 +30,60 @@ static inline uint64_t rg__tag(int kind, uint64_t step, int mb, int hop) {
 }
 
 // STEP: "RGSP", u64 step, u32 flags, u32 n_micro_batches, u32 the PeerTable
-// epoch its sends need, then each micro-batch's step in rg_step_encode's form.
+// epoch its sends need, then each micro-batch's step in rg_step_encode's form,
+// then the KV moves around it (rg__kvplan_t): u32 n_stash + n_stash x {i32
+// device block, i32 outbox block}; u32 n_expect + n_expect x {u32 receiving
+// worker, u32 sending worker, u64 transfer id, u64 request key}.
 #define RG__STEP_HEAD 24
+
+// Prefill-decode: after its forward, a prefill worker copies the blocks of
+// the prompts it finished into its outbox ("stash"), so the scheduler may
+// hand those blocks out again; before its forward, a decode worker waits for
+// the RMA writes of imported prompts into its KV pool ("expect"), each
+// checked against its checksum.
+typedef struct {
+  int32_t dev, outbox;
+} rg__stash_t;
+typedef struct {
+  uint32_t to, from;
+  uint64_t xfer, key;
+} rg__expect_t;
+#define RG__KVPLAN_MAX 65536
+typedef struct {
+  rg__stash_t *stash;
+  uint32_t n_stash, cap_stash;
+  rg__expect_t *expect;
+  uint32_t n_expect, cap_expect;
+} rg__kvplan_t;
+RG_MUST_USE rg_status_t rg__kvplan_encode(const rg__kvplan_t *p, uint8_t **buf, size_t *cap,
+                                          size_t *len);
+// Reads the plan at buf (grows p's arrays); *used gets its length.
+RG_MUST_USE rg_status_t rg__kvplan_decode(const uint8_t *buf, size_t len, rg__kvplan_t *p,
+                                          size_t *used);
+void rg__kvplan_free(rg__kvplan_t *p);
+
+// XFER: "RGXF", then the fields below, then u32 n_src + n_src x i32 outbox
+// blocks, u32 n_dst + n_dst x i32 destination blocks. The sender writes
+// positions [pos_begin, pos_end) of layers [layer_begin, layer_end) from its
+// outbox (its own blocks of src_block_size; src[i] holds positions from i *
+// src_block_size) into the receiving worker's KV pool (dst[j] holds positions
+// from (pos_begin / dst_block_size + j) * dst_block_size), splitting or merging
+// pages where the block sizes differ, then sends the notice tagged (KVN, xfer).
+typedef struct {
+  uint64_t xfer, key;
+  uint32_t to;  // layout index of the receiving worker
+  uint8_t desc[RG_TRANSPORT_DESC_BYTES];
+  // The receiving instance's pool: its first layer, blocks and block size.
+  int64_t dst_layer_begin, dst_n_blocks, dst_block_size;
+  int64_t layer_begin, layer_end, pos_begin, pos_end, src_block_size;
+  int32_t *src, *dst;  // owned by whoever filled it
+  uint32_t n_src, n_dst;
+} rg__xfer_t;
+#define RG__XFER_MAX_BLOCKS (1u << 20)
+RG_MUST_USE rg_status_t rg__xfer_encode(const rg__xfer_t *x, uint8_t **buf, size_t *cap,
+                                        size_t *len);
+RG_MUST_USE rg_status_t rg__xfer_decode(const uint8_t *buf, size_t len, rg__xfer_t *x);
+void rg__xfer_free(rg__xfer_t *x);
 #define RG__STEP_CHECK 1u  // after each stage, check the hidden states are finite
 #define RG__STEP_TRACE 2u  // record trace events and send them in DONE
 
@@ -42,11 +103,15 @@ typedef struct {
 } rg__event_t;
 #define RG__EVENT_WIRE_BYTES 32  // 8 + 8 + 1 + 1 + 2 + 4 + 8
 
+// A link's counters as a worker reports them: what it sent to `peer` (0 the
+// coordinator, i + 1 worker i), or with RG__LINK_INBOUND what it received
+// from it (KV pages, whose whole transfer only the receiver sees end to end).
 typedef struct {
   uint32_t peer;
   double bytes, seconds;
   int64_t messages;
 } rg__link_t;
+#define RG__LINK_INBOUND 0x80000000u
 
 typedef struct {
   uint64_t step;
@@ -55,10 +120,14 @@ typedef struct {
   int32_t bad_hop;
   rg_stage_counters_t stages[RG_CLUSTER_MAX_STAGES];
   uint32_t n_stages;
-  rg__link_t links[RG_CLUSTER_MAX_WORKERS + 1];
+  rg__link_t links[2 * RG_CLUSTER_MAX_WORKERS + 1];
   uint32_t n_links;
   rg__event_t *events;  // owned by whoever filled it
   uint32_t n_events;
+  // Imports whose pages failed their checksum: their requests' outputs this
+  // step must not be used.
+  uint64_t bad_keys[64];
+  uint32_t n_bad_keys;
 } rg__done_t;
 
 RG_MUST_USE rg_status_t rg__done_encode(const rg__done_t *d, uint8_t **buf, size_t *cap,

@@ -41,10 +41,59 @@ typedef struct {
   char device_name[128];
   rg_transport_peer_t peer;
   rg_stage_counters_t stages[RG_CLUSTER_MAX_STAGES];
-  rg__link_t links[RG_CLUSTER_MAX_WORKERS + 1];
+  rg__link_t links[2 * RG_CLUSTER_MAX_WORKERS + 1];
   uint32_t n_links;
   uint8_t *done_buf;
+  int pipe;  // index into pipes; -1 for a capacity tier
+  // Per attention instance (in stage order): its KV pool as an RMA target.
+  uint8_t kv_desc[RG_CLUSTER_MAX_STAGES][RG_TRANSPORT_DESC_BYTES];
+  int has_desc[RG_CLUSTER_MAX_STAGES];
+  uint64_t xfer_seq;  // next transfer order's sequence
 } cworker_t;
+
+// A pipeline: the workers of one role whose stages cover the model once
+// (the whole layout, or the prefill or the decode side), with its own KV
+// pool geometry, step numbers and step in flight.
+typedef struct {
+  rg_cluster_role_t role;
+  rg_cluster_hop_t hops[RG_CLUSTER_MAX_HOPS];
+  size_t n_hops;
+  int lm_worker;
+  rg_step_limits_t lim;
+  rg__step_bounds_t bounds;
+  int n_mb;
+  rg_step_buf_t sb[MAX_MB];
+  rg_step_t st[MAX_MB];
+  uint8_t *msg;
+  size_t msg_cap, msg_len;
+  uint64_t step;
+  rg__kvplan_t plan;  // of the next step
+  // The step in flight.
+  int busy, n_mb_now;
+  uint32_t flags;
+  double t0, t_begin;
+  float *logits;
+  int64_t tokens_now;
+  rg_transport_req_t *reqs[RG_CLUSTER_MAX_WORKERS + MAX_MB + 1];
+  int owner[RG_CLUSTER_MAX_WORKERS + MAX_MB + 1];
+  int taken[RG_CLUSTER_MAX_WORKERS + MAX_MB + 1];
+  size_t nr, first_done;
+  rg_transport_req_t *sends[RG_CLUSTER_MAX_WORKERS];
+  int bad_hop;
+  uint64_t bad_keys[64];
+  uint32_t n_bad_keys;
+  uint64_t *keys_now;  // prefill: the prompts stashed; decode: the imports
+  size_t n_keys_now, cap_keys_now;
+  rg_engine_counters_t c;
+} pipe_t;
+
+// A prompt's KV in the prefill workers' outboxes, until the decode side has it.
+typedef struct {
+  uint64_t key;
+  int32_t *blocks;  // outbox blocks, in position order
+  int32_t n;
+  int64_t n_pos;
+} stash_rec_t;
 
 typedef struct {
   int worker;
@@ -62,19 +111,24 @@ struct rg_cluster_s {
   rg_control_server_t *srv;
   rg_transport_t *tp;
   cworker_t w[RG_CLUSTER_MAX_WORKERS];
-  rg_cluster_hop_t hops[RG_CLUSTER_MAX_HOPS];
-  size_t n_hops;
-  int lm_worker;
-  rg_step_limits_t lim;
-  int max_seqs, n_mb;
+  pipe_t pipes[2];  // one, or prefill then decode
+  int n_pipes;
+  int max_seqs;
   rg_dtype_t kv_dtype;
-  rg__step_bounds_t bounds;
-  rg_step_buf_t sb[MAX_MB];
-  rg_step_t st[MAX_MB];
-  uint8_t *msg;
-  size_t msg_cap, msg_len;
-  uint64_t step;
   uint64_t epoch;  // of the last PeerTable sent
+  // Prefill-decode: the outbox blocks free on every prefill worker, the
+  // prompts stashed there, and transfer orders in flight.
+  int64_t outbox_blocks;
+  int32_t *outbox_free;
+  int64_t n_outbox_free;
+  stash_rec_t *stash;
+  size_t n_stash, cap_stash;
+  uint64_t xfer_id;
+  uint8_t *xfer_buf;
+  size_t xfer_cap;
+  rg_transport_req_t *orders[64];
+  uint8_t *order_bufs[64];
+  size_t n_orders;
   rg_engine_counters_t c;
   trace_ev_t *trace;
   size_t n_trace, cap_trace;
@@ -241,21 +295,28 @@ static rg_status_t pump(rg_cluster_t *c, double timeout, rg_control_event_t *kee
 
 static rg_status_t send_assign(rg_cluster_t *c, int i) {
   const rg_cluster_layout_t *L = &c->o.layout;
-  char opts[12][2][64];
+  const pipe_t *pp = &c->pipes[c->w[i].pipe >= 0 ? c->w[i].pipe : c->n_pipes - 1];
+  char roles[RG_CLUSTER_MAX_WORKERS * 10] = "";
+  for (int k = 0, u = 0; k < L->n_workers; k++)
+    u += snprintf(roles + u, sizeof roles - (size_t)u, "%s%s", k ? "," : "",
+                  rg_cluster_role_name(L->workers[k].role));
+  char opts[16][2][64];
   int no = 0;
 #define OPT(k, ...) \
   (snprintf(opts[no][0], 64, "%s", k), snprintf(opts[no][1], 64, __VA_ARGS__), no++)
   OPT("kv_dtype", "%s", rg_dtype_name(c->kv_dtype));
-  OPT("max_context", "%lld", (long long)c->lim.max_context);
-  OPT("micro_batches", "%d", c->n_mb);
-  OPT("max_tokens", "%lld", (long long)c->bounds.max_tokens);
-  OPT("max_seqs", "%lld", (long long)c->bounds.max_seqs);
-  OPT("max_table", "%lld", (long long)c->bounds.max_table);
+  OPT("max_context", "%lld", (long long)pp->lim.max_context);
+  OPT("micro_batches", "%d", pp->n_mb);
+  OPT("max_tokens", "%lld", (long long)pp->bounds.max_tokens);
+  OPT("max_seqs", "%lld", (long long)pp->bounds.max_seqs);
+  OPT("max_table", "%lld", (long long)pp->bounds.max_table);
+  OPT("outbox_blocks", "%lld", (long long)c->outbox_blocks);
   OPT("step_timeout_ms", "%lld", (long long)(c->o.step_timeout_s * 1e3));
   OPT("copy_weights", "%d", c->o.engine.load == RG_LOAD_COPY);
-  OPT("next_step", "%llu", (unsigned long long)c->step + 1);
+  OPT("next_step", "%llu", (unsigned long long)pp->step + 1);
 #undef OPT
-  rg_control_option_t o[12], *op[12];
+  // Longer than an option's 64 bytes with many workers: its own buffer.
+  rg_control_option_t o[16], *op[16];
   for (int k = 0; k < no; k++) {
     rg_control_option_t init = RIDGE__CONTROL__OPTION__INIT;
     o[k] = init;
@@ -263,6 +324,12 @@ static rg_status_t send_assign(rg_cluster_t *c, int i) {
     o[k].value = opts[k][1];
     op[k] = &o[k];
   }
+  rg_control_option_t ro = RIDGE__CONTROL__OPTION__INIT;
+  ro.key = "roles";
+  ro.value = roles;
+  op[no] = &ro;
+  o[no] = ro;
+  no++;
   // The whole layout, each instance with its worker's index.
   rg_control_stage_instance_t si[RG_CLUSTER_MAX_WORKERS * RG_CLUSTER_MAX_STAGES],
       *pipe[RG_CLUSTER_MAX_WORKERS * RG_CLUSTER_MAX_STAGES], *mine[RG_CLUSTER_MAX_STAGES];
@@ -304,8 +371,8 @@ static rg_status_t send_assign(rg_cluster_t *c, int i) {
   as.n_options = (size_t)no;
   as.stages = mine;
   as.n_stages = n_mine;
-  as.kv_block_size = (uint32_t)c->lim.block_size;
-  as.kv_block_count = (uint64_t)c->lim.n_blocks;
+  as.kv_block_size = (uint32_t)pp->lim.block_size;
+  as.kv_block_count = (uint64_t)pp->lim.n_blocks;
   as.pipeline = pipe;
   as.n_pipeline = n_si;
   as.worker_names = names;
@@ -390,6 +457,12 @@ static rg_status_t gather(rg_cluster_t *c, int only) {
     if (i >= 0 && ev.type == RG_CONTROL_MSG_READY) {
       c->w[i].ready = 1;
       const rg_control_ready_t *r = RG_CONTROL_MSG_AS(ev.msg, ready);
+      memset(c->w[i].has_desc, 0, sizeof c->w[i].has_desc);
+      for (size_t k = 0; k < r->n_kv_regions && k < RG_CLUSTER_MAX_STAGES; k++)
+        if (r->kv_regions[k].len == RG_TRANSPORT_DESC_BYTES) {
+          memcpy(c->w[i].kv_desc[k], r->kv_regions[k].data, RG_TRANSPORT_DESC_BYTES);
+          c->w[i].has_desc[k] = 1;
+        }
       say(c, "worker %s ready: %u stages, %.3g GB of weights, %.3g GB of KV",
           wlabel(c, i, lb, sizeof lb), r->stages_loaded, (double)r->weight_bytes / 1e9,
           (double)r->kv_bytes / 1e9);
@@ -419,19 +492,53 @@ static rg_status_t create(rg_cluster_t *c) {
     return rg_status_make(RG_NOT_FOUND, "%s: %s", o->model_path, strerror(errno));
   RG_RETURN_IF_ERROR(rg_model_open(c->model_path, &c->model));
   c->a = rg_model_arch(c->model);
-  RG_RETURN_IF_ERROR(rg_cluster_layout_hops(c->a, &o->layout, RG_CLUSTER_ROLE_ALL, c->hops,
-                                            RG_CLUSTER_MAX_HOPS, &c->n_hops));
-  c->lm_worker = c->hops[c->n_hops - 1].worker;
-  c->n_mb = o->layout.micro_batches > 1 ? 2 : 1;
   const rg_engine_options_t *eo = &o->engine;
   c->max_seqs = eo->max_seqs > 0 ? eo->max_seqs : 16;
   int64_t max_ctx = eo->max_context > 0 ? eo->max_context : 4096;
   if (c->a->max_context > 0 && max_ctx > c->a->max_context) max_ctx = c->a->max_context;
-  int64_t bs = eo->block_size > 0 ? eo->block_size : 16;
   int64_t kv_tokens = eo->kv_tokens > 0 ? eo->kv_tokens : max_ctx * c->max_seqs;
-  c->lim = (rg_step_limits_t){c->a->vocab, max_ctx, bs, (kv_tokens + bs - 1) / bs};
   c->kv_dtype = eo->kv_dtype_set ? eo->kv_dtype : RG_BF16;
-  c->bounds = (rg__step_bounds_t){8192, c->max_seqs, c->lim.n_blocks};
+  int pd = rg_cluster_layout_is_pd(&o->layout);
+  c->n_pipes = pd ? 2 : 1;
+  for (int k = 0; k < c->n_pipes; k++) {
+    pipe_t *p = &c->pipes[k];
+    p->role = pd ? (k ? RG_CLUSTER_ROLE_DECODE : RG_CLUSTER_ROLE_PREFILL) : RG_CLUSTER_ROLE_ALL;
+    RG_RETURN_IF_ERROR(rg_cluster_layout_hops(c->a, &o->layout, p->role, p->hops,
+                                              RG_CLUSTER_MAX_HOPS, &p->n_hops));
+    p->lm_worker = p->hops[p->n_hops - 1].worker;
+    p->n_mb = !pd && o->layout.micro_batches > 1 ? 2 : 1;
+    // The pipeline's block size: its workers' (they must agree), else the run's.
+    int64_t bs = 0;
+    for (int i = 0; i < o->layout.n_workers; i++) {
+      const rg_cluster_worker_t *lw = &o->layout.workers[i];
+      if (lw->role != p->role || !lw->block_size) continue;
+      if (bs && bs != lw->block_size)
+        return rg_status_make(RG_INVALID_ARGUMENT,
+                              "workers of the %s pipeline ask for KV blocks of %lld and %lld "
+                              "tokens; one pipeline has one block size",
+                              rg_cluster_role_name(p->role), (long long)bs,
+                              (long long)lw->block_size);
+      bs = lw->block_size;
+    }
+    if (!bs) bs = eo->block_size > 0 ? eo->block_size : 16;
+    p->lim = (rg_step_limits_t){c->a->vocab, max_ctx, bs, (kv_tokens + bs - 1) / bs};
+    p->bounds = (rg__step_bounds_t){8192, c->max_seqs, p->lim.n_blocks};
+  }
+  for (int i = 0; i < o->layout.n_workers; i++) {
+    rg_cluster_role_t r = o->layout.workers[i].role;
+    c->w[i].pipe = r == RG_CLUSTER_ROLE_TIER ? -1 : r == RG_CLUSTER_ROLE_DECODE ? 1 : 0;
+  }
+  if (pd) {
+    // The outbox holds prompts prefilled but not yet on the decode side: as
+    // many tokens as the decode pool, so the prefill side never waits on it
+    // while decode has room.
+    c->outbox_blocks = c->pipes[0].lim.n_blocks;
+    c->outbox_free = malloc((size_t)c->outbox_blocks * sizeof(int32_t));
+    if (!c->outbox_free) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    for (int64_t k = 0; k < c->outbox_blocks; k++)
+      c->outbox_free[k] = (int32_t)(c->outbox_blocks - 1 - k);
+    c->n_outbox_free = c->outbox_blocks;
+  }
   if (c->o.step_timeout_s <= 0) c->o.step_timeout_s = 10;
   if (o->secret) {
     c->secret = *o->secret;
@@ -505,7 +612,8 @@ static void write_trace(rg_cluster_t *c) {
   for (size_t k = 0; k < c->n_trace; k++) {
     const trace_ev_t *t = &c->trace[k];
     const rg__event_t *e = &t->e;
-    const rg_cluster_hop_t *h = e->hop < c->n_hops ? &c->hops[e->hop] : NULL;
+    const pipe_t *pp = c->w[t->worker].pipe >= 0 ? &c->pipes[c->w[t->worker].pipe] : NULL;
+    const rg_cluster_hop_t *h = pp && e->hop < pp->n_hops ? &pp->hops[e->hop] : NULL;
     char name[96];
     if (e->kind == 0 && h)
       snprintf(name, sizeof name, "%s%s%.0lld", rg_stage_kind_name(h->kind),
@@ -540,150 +648,220 @@ static rg_status_t add_trace(rg_cluster_t *c, int worker, const rg__done_t *d) {
   return NULL;
 }
 
-// A worker's report of a step: its counters, links and trace events, and
-// its error if the step failed there.
-static rg_status_t take_done(rg_cluster_t *c, int i, rg_transport_req_t *req, int *bad_hop) {
+// A worker's report of a step: its counters, links and trace events, the
+// imports whose pages failed their checksum, and its error if the step
+// failed there.
+static rg_status_t take_done(rg_cluster_t *c, pipe_t *p, int i, rg_transport_req_t *req) {
   char lb[160];
   rg__done_t d;
   rg_status_t st = rg__done_decode(c->w[i].done_buf, rg_transport_req_bytes(req), &d);
   if (st) return rg_status_wrap(st, "worker %s", wlabel(c, i, lb, sizeof lb));
-  if (d.step != c->step)
+  if (d.step != p->step)
     st = rg_status_make(RG_INTERNAL, "worker %s reported step %llu for step %llu",
                         wlabel(c, i, lb, sizeof lb), (unsigned long long)d.step,
-                        (unsigned long long)c->step);
+                        (unsigned long long)p->step);
   else if (d.status)
     st = rg_status_make((rg_code_t)d.status, "worker %s: %s", wlabel(c, i, lb, sizeof lb), d.text);
   for (uint32_t s = 0; s < d.n_stages && s < RG_CLUSTER_MAX_STAGES; s++)
     c->w[i].stages[s] = d.stages[s];
   memcpy(c->w[i].links, d.links, d.n_links * sizeof d.links[0]);
   c->w[i].n_links = d.n_links;
-  if (bad_hop && d.bad_hop >= 0 && (*bad_hop < 0 || d.bad_hop < *bad_hop)) *bad_hop = d.bad_hop;
+  if (d.bad_hop >= 0 && (p->bad_hop < 0 || d.bad_hop < p->bad_hop)) p->bad_hop = d.bad_hop;
+  for (uint32_t k = 0; k < d.n_bad_keys && p->n_bad_keys < 64; k++)
+    p->bad_keys[p->n_bad_keys++] = d.bad_keys[k];
   if (!st) st = add_trace(c, i, &d);
   free(d.events);
   return st;
 }
 
-// Runs one step on every worker: STEP out, logits and DONE back. *bad_hop
-// (with RG__STEP_CHECK) gets the first hop whose output was not finite.
-static rg_status_t run_step(rg_cluster_t *c, int n_mb, uint32_t flags, float *logits,
-                            int *bad_hop) {
+// ----- Pipelines and their steps -----------------------------------------------------
+
+static void pipe_abandon(rg_cluster_t *c, pipe_t *p);
+
+static int in_pipe(const rg_cluster_t *c, const pipe_t *p, int i) {
+  return c->w[i].pipe == (int)(p - c->pipes);
+}
+
+static const char *stage_list(const rg_cluster_t *c, int i, char *buf, size_t len) {
+  const rg_cluster_worker_t *lw = &c->o.layout.workers[i];
+  size_t u = 0;
+  buf[0] = 0;
+  for (int s = 0; s < lw->n_stages && u + 40 < len; s++)
+    u += (size_t)snprintf(buf + u, len - u, "%s%s[%lld,%lld)", s ? ", " : "",
+                          rg_stage_kind_name(lw->stages[s].kind),
+                          (long long)lw->stages[s].layer_begin, (long long)lw->stages[s].layer_end);
+  return buf;
+}
+
+// Sends the pipeline's next step: STEP (its micro-batches and KV plan) to
+// each of its workers, with the receives of the logits and of every
+// worker's report posted first. The step is then in flight until
+// pipe_poll says it is done.
+static rg_status_t pipe_begin(rg_cluster_t *c, pipe_t *p, int n_mb, uint32_t flags, float *logits) {
   int n = c->o.layout.n_workers;
   char lb[160];
   for (int i = 0; i < n; i++)
-    if (c->w[i].lost || !c->w[i].ready)
+    if (in_pipe(c, p, i) && (c->w[i].lost || !c->w[i].ready))
       return rg_status_make(
           RG_UNAVAILABLE, "worker %s is lost (%s); its stages cannot run until it rejoins",
           wlabel(c, i, lb, sizeof lb), c->w[i].lost_why[0] ? c->w[i].lost_why : "not joined");
-  c->step++;
-  // The message: header, then each micro-batch's step.
-  c->msg_len = 0;
+  p->step++;
+  p->flags = flags;
+  p->n_mb_now = n_mb;
+  p->bad_hop = -1;
+  p->n_bad_keys = 0;
   uint8_t head[RG__STEP_HEAD];
   memcpy(head, "RGSP", 4);
-  memcpy(head + 4, &c->step, 8);
+  memcpy(head + 4, &p->step, 8);
   memcpy(head + 12, &flags, 4);
   uint32_t nm = (uint32_t)n_mb, epoch = (uint32_t)c->epoch;
   memcpy(head + 16, &nm, 4);
   memcpy(head + 20, &epoch, 4);
-  if (c->msg_cap < RG__STEP_HEAD) {
-    uint8_t *nb = realloc(c->msg, 4096);
+  p->msg_len = 0;
+  if (p->msg_cap < RG__STEP_HEAD) {
+    uint8_t *nb = realloc(p->msg, 4096);
     if (!nb) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
-    c->msg = nb;
-    c->msg_cap = 4096;
+    p->msg = nb;
+    p->msg_cap = 4096;
   }
-  memcpy(c->msg, head, RG__STEP_HEAD);
-  c->msg_len = RG__STEP_HEAD;
+  memcpy(p->msg, head, RG__STEP_HEAD);
+  p->msg_len = RG__STEP_HEAD;
   for (int m = 0; m < n_mb; m++)
-    RG_RETURN_IF_ERROR(rg_step_encode(&c->st[m], &c->msg, &c->msg_cap, &c->msg_len));
-  // Receives first, then the sends.
-  rg_transport_req_t *reqs[RG_CLUSTER_MAX_WORKERS + MAX_MB * 2 + 1] = {0};
-  int owner[RG_CLUSTER_MAX_WORKERS + MAX_MB * 2 + 1];
-  size_t nr = 0, row = 0;
+    RG_RETURN_IF_ERROR(rg_step_encode(&p->st[m], &p->msg, &p->msg_cap, &p->msg_len));
+  RG_RETURN_IF_ERROR(rg__kvplan_encode(&p->plan, &p->msg, &p->msg_cap, &p->msg_len));
+  p->nr = 0;
+  size_t row = 0;
   rg_status_t st = NULL;
   for (int m = 0; m < n_mb && !st; m++) {
-    size_t lbytes = (size_t)c->st[m].n_logits * (size_t)c->a->vocab * sizeof(float);
+    size_t lbytes = (size_t)p->st[m].n_logits * (size_t)c->a->vocab * sizeof(float);
     if (lbytes) {
-      owner[nr] = c->lm_worker;
-      st = rg_transport_recv(c->tp, c->w[c->lm_worker].peer, rg__tag(RG__K_LOGITS, c->step, m, 0),
-                             logits + row * (size_t)c->a->vocab, lbytes, "logits", &reqs[nr++]);
+      p->owner[p->nr] = p->lm_worker;
+      p->taken[p->nr] = 0;
+      st = rg_transport_recv(c->tp, c->w[p->lm_worker].peer, rg__tag(RG__K_LOGITS, p->step, m, 0),
+                             logits + row * (size_t)c->a->vocab, lbytes, "logits",
+                             &p->reqs[p->nr++]);
     }
-    row += (size_t)c->st[m].n_logits;
+    row += (size_t)p->st[m].n_logits;
   }
-  size_t first_done = nr;
-  int taken[RG_CLUSTER_MAX_WORKERS + MAX_MB * 2 + 1] = {0};
+  p->first_done = p->nr;
   for (int i = 0; i < n && !st; i++) {
+    if (!in_pipe(c, p, i)) continue;
     if (!c->w[i].done_buf && !(c->w[i].done_buf = malloc(DONE_CAP)))
       st = rg_status_make(RG_OUT_OF_MEMORY, "oom");
-    owner[nr] = i;
+    p->owner[p->nr] = i;
+    p->taken[p->nr] = 0;
     if (!st)
-      st = rg_transport_recv(c->tp, c->w[i].peer, rg__tag(RG__K_DONE, c->step, 0, 0),
-                             c->w[i].done_buf, DONE_CAP, "step report", &reqs[nr++]);
+      st = rg_transport_recv(c->tp, c->w[i].peer, rg__tag(RG__K_DONE, p->step, 0, 0),
+                             c->w[i].done_buf, DONE_CAP, "step report", &p->reqs[p->nr++]);
   }
-  rg_transport_req_t *sends[RG_CLUSTER_MAX_WORKERS] = {0};
   for (int i = 0; i < n && !st; i++)
-    st = rg_transport_send(c->tp, c->w[i].peer, rg__tag(RG__K_STEP, c->step, 0, 0), c->msg,
-                           c->msg_len, "a step", &sends[i]);
-  // Wait for everything, watching the control plane for lost workers.
-  double t0 = now_s(), idle = 0;
-  while (!st) {
-    size_t pending = 0;
-    for (size_t k = 0; k < nr && !st; k++) {
-      bool done = false;
-      rg_status_t s = rg_transport_test(reqs[k], &done);
-      if (s) st = rg_status_wrap(s, "worker %s", wlabel(c, owner[k], lb, sizeof lb));
-      // A report is read as it comes: one carrying an error (a worker that
-      // waited in vain for a peer names it) fails the step at once.
-      if (!st && done && k >= first_done && !taken[k]) {
-        taken[k] = 1;
-        st = take_done(c, owner[k], reqs[k], bad_hop);
+    if (in_pipe(c, p, i))
+      st = rg_transport_send(c->tp, c->w[i].peer, rg__tag(RG__K_STEP, p->step, 0, 0), p->msg,
+                             p->msg_len, "a step", &p->sends[i]);
+  p->t0 = now_s();
+  p->busy = 1;
+  if (st) pipe_abandon(c, p);
+  return st;
+}
+
+// Drops what a failed step left in flight.
+static void pipe_abandon(rg_cluster_t *c, pipe_t *p) {
+  for (size_t k = 0; k < p->nr; k++) rg_transport_req_free(p->reqs[k]);
+  p->nr = 0;
+  for (int i = 0; i < RG_CLUSTER_MAX_WORKERS; i++) {
+    rg_transport_req_free(p->sends[i]);
+    p->sends[i] = NULL;
+  }
+  p->busy = 0;
+  (void)c;
+}
+
+// Makes progress on the pipeline's step without waiting; *done once every
+// report is in (or the step failed: the error names the worker it waited
+// for). A report is read as it comes, so one carrying an error fails the
+// step at once.
+static rg_status_t pipe_poll(rg_cluster_t *c, pipe_t *p, int *done) {
+  *done = 0;
+  if (!p->busy) return *done = 1, NULL;
+  int n = c->o.layout.n_workers;
+  char lb[160];
+  rg_status_t st = NULL;
+  size_t pending = 0;
+  for (size_t k = 0; k < p->nr && !st; k++) {
+    bool d = false;
+    rg_status_t s = rg_transport_test(p->reqs[k], &d);
+    if (s) st = rg_status_wrap(s, "worker %s", wlabel(c, p->owner[k], lb, sizeof lb));
+    if (!st && d && k >= p->first_done && !p->taken[k]) {
+      p->taken[k] = 1;
+      st = take_done(c, p, p->owner[k], p->reqs[k]);
+    }
+    pending += !d;
+  }
+  if (!st) st = pump(c, 0.0, NULL);
+  for (int i = 0; i < n && !st; i++) {
+    if (!in_pipe(c, p, i)) continue;
+    char why[128] = "";
+    if (exited(&c->w[i], why, sizeof why))
+      on_lost(c, &(rg_control_event_t){.kind = RG_CONTROL_EVENT_LOST, .worker_id = c->w[i].id});
+    if (c->w[i].lost)
+      st = rg_status_make(RG_UNAVAILABLE, "worker %s was lost during step %llu: %s",
+                          wlabel(c, i, lb, sizeof lb), (unsigned long long)p->step,
+                          c->w[i].lost_why[0] ? c->w[i].lost_why : why);
+  }
+  // The workers give up on a silent peer after step_timeout_s and report
+  // whom they waited for; the coordinator waits a little longer, so that
+  // report, not a guess, names the culprit.
+  double limit = c->o.step_timeout_s * 1.25 + 0.25;
+  if (!st && pending && now_s() - p->t0 > limit) {
+    for (size_t k = 0; k < p->nr && !st; k++)
+      if (!rg_transport_req_done(p->reqs[k])) {
+        char stages[256];
+        st = rg_status_make(RG_DEADLINE_EXCEEDED,
+                            "worker %s did not finish step %llu within %.1f s (it runs %s); the "
+                            "step's requests fail",
+                            wlabel(c, p->owner[k], lb, sizeof lb), (unsigned long long)p->step,
+                            limit, stage_list(c, p->owner[k], stages, sizeof stages));
       }
-      pending += !done;
-    }
-    if (st || !pending) break;
-    RG_RETURN_IF_ERROR(pump(c, 0.0, NULL));
-    for (int i = 0; i < n && !st; i++) {
-      char why[128];
-      if (exited(&c->w[i], why, sizeof why))
-        on_lost(c, &(rg_control_event_t){.kind = RG_CONTROL_EVENT_LOST, .worker_id = c->w[i].id});
-      if (c->w[i].lost)
-        st = rg_status_make(RG_UNAVAILABLE, "worker %s was lost during step %llu: %s",
-                            wlabel(c, i, lb, sizeof lb), (unsigned long long)c->step,
-                            c->w[i].lost_why[0] ? c->w[i].lost_why : why);
-    }
-    // The workers give up on a silent peer after step_timeout_s and report
-    // whom they waited for; the coordinator waits a little longer, so that
-    // report, not a guess, names the culprit.
-    if (!st && now_s() - t0 > c->o.step_timeout_s * 1.25 + 0.25) {
-      for (size_t k = 0; k < nr && !st; k++)
-        if (!rg_transport_req_done(reqs[k])) {
-          const cworker_t *w = &c->w[owner[k]];
-          const rg_cluster_worker_t *lw = &c->o.layout.workers[owner[k]];
-          char stages[256] = "";
-          size_t u = 0;
-          for (int s = 0; s < lw->n_stages && u < sizeof stages - 40; s++)
-            u += (size_t)snprintf(stages + u, sizeof stages - u, "%s%s[%lld,%lld)", s ? ", " : "",
-                                  rg_stage_kind_name(lw->stages[s].kind),
-                                  (long long)lw->stages[s].layer_begin,
-                                  (long long)lw->stages[s].layer_end);
-          st = rg_status_make(RG_DEADLINE_EXCEEDED,
-                              "worker %s did not finish step %llu within %.1f s (it runs %s); the "
-                              "step's requests fail",
-                              wlabel(c, owner[k], lb, sizeof lb), (unsigned long long)c->step,
-                              c->o.step_timeout_s * 1.25 + 0.25, stages);
-          (void)w;
-        }
-    }
-    if (st) break;
+  }
+  if (!st && pending) return NULL;
+  for (int i = 0; i < n && !st; i++)
+    if (p->sends[i]) st = rg_transport_wait(p->sends[i], c->o.step_timeout_s);
+  pipe_abandon(c, p);
+  *done = 1;
+  return st;
+}
+
+// Polls until the step is done.
+static rg_status_t pipe_wait(rg_cluster_t *c, pipe_t *p) {
+  double idle = 0;
+  for (;;) {
+    int done;
+    RG_RETURN_IF_ERROR(pipe_poll(c, p, &done));
+    if (done) return NULL;
     idle = idle < 1e-3 ? idle + 5e-6 : idle;
     if (idle > 2e-5) nap(idle);
   }
-  for (size_t k = first_done; k < nr && !st; k++)
-    if (!taken[k]) st = take_done(c, owner[k], reqs[k], bad_hop);
-  for (size_t k = 0; k < nr; k++) rg_transport_req_free(reqs[k]);
-  for (int i = 0; i < n; i++) {
-    if (sends[i] && !st) st = rg_transport_wait(sends[i], c->o.step_timeout_s);
-    rg_transport_req_free(sends[i]);
+}
+
+// Builds the pipeline's micro-batches from the entries (two when the layout
+// ping-pongs and there are two sequences to split).
+static rg_status_t pipe_build(rg_cluster_t *c, pipe_t *p, const rg_step_entry_t *entries, size_t n,
+                              int *n_mb, int64_t *tokens) {
+  int mb = p->n_mb > 1 && n >= 2 ? 2 : 1;
+  size_t split = mb == 2 ? (n + 1) / 2 : n;
+  size_t parts[MAX_MB][2] = {{0, split}, {split, n}};
+  *tokens = 0;
+  for (int m = 0; m < mb; m++) {
+    RG_RETURN_IF_ERROR(rg_step_build(&p->sb[m], &p->lim, entries + parts[m][0],
+                                     parts[m][1] - parts[m][0], &p->st[m]));
+    *tokens += p->st[m].n_tokens;
   }
-  return st;
+  if (*tokens > p->bounds.max_tokens)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "a step of %lld tokens; the workers take at most %lld",
+                          (long long)*tokens, (long long)p->bounds.max_tokens);
+  *n_mb = mb;
+  return NULL;
 }
 
 static int finite_all(const float *p, size_t n) {
@@ -692,58 +870,223 @@ static int finite_all(const float *p, size_t n) {
   return 1;
 }
 
-rg_status_t rg_cluster_forward(rg_cluster_t *c, const rg_step_entry_t *entries, size_t n,
-                               float *logits) {
-  if (!n) return NULL;
-  double t0 = now_s();
-  // Rejoined workers get their stages again first.
+// Rejoined workers get their stages again before a step.
+static rg_status_t take_back(rg_cluster_t *c) {
   RG_RETURN_IF_ERROR(pump(c, 0.0, NULL));
   for (int i = 0; i < c->o.layout.n_workers; i++)
     if (c->w[i].joined && !c->w[i].lost && !c->w[i].ready) {
       say(c, "worker %s rejoined; assigning its stages again", wname(c, i));
       RG_RETURN_IF_ERROR(gather(c, i));
     }
-  int n_mb = c->n_mb > 1 && n >= 2 ? 2 : 1;
-  size_t split = n_mb == 2 ? (n + 1) / 2 : n;
-  size_t parts[MAX_MB][2] = {{0, split}, {split, n}};
-  int64_t tokens = 0;
-  for (int m = 0; m < n_mb; m++) {
-    RG_RETURN_IF_ERROR(rg_step_build(&c->sb[m], &c->lim, entries + parts[m][0],
-                                     parts[m][1] - parts[m][0], &c->st[m]));
-    tokens += c->st[m].n_tokens;
-  }
-  if (tokens > c->bounds.max_tokens)
-    return rg_status_make(RG_INVALID_ARGUMENT,
-                          "a step of %lld tokens; the workers take at most %lld", (long long)tokens,
-                          (long long)c->bounds.max_tokens);
-  uint32_t flags = c->o.trace_path ? RG__STEP_TRACE : 0;
-  RG_RETURN_IF_ERROR(run_step(c, n_mb, flags, logits, NULL));
+  return NULL;
+}
+
+// After a step's logits: non-finite values are diagnosed by running the step
+// again with a check after every stage (the same KV writes), naming the
+// first hop whose output was not finite.
+static rg_status_t check_logits(rg_cluster_t *c, pipe_t *p, float *logits) {
   size_t nl = 0;
-  for (int m = 0; m < n_mb; m++) nl += (size_t)c->st[m].n_logits;
-  if (!finite_all(logits, nl * (size_t)c->a->vocab)) {
-    // Run the step again with a check after every stage: the same KV
-    // writes, the first non-finite output named.
-    int bad = -1;
-    RG_RETURN_IF_ERROR(run_step(c, n_mb, flags | RG__STEP_CHECK, logits, &bad));
-    char lb[160];
-    if (bad < 0)
-      return rg_status_make(
-          RG_INTERNAL,
-          "the logits are not finite, but every hidden state was: lm_head on %s (its "
-          "final norm or weights) is where they appear",
-          wlabel(c, c->lm_worker, lb, sizeof lb));
-    const rg_cluster_hop_t *h = &c->hops[bad];
-    return rg_status_make(
-        RG_INTERNAL,
-        "non-finite values first appear after %s%s%.0lld on worker %s (check that "
-        "layer's weights)",
-        rg_stage_kind_name(h->kind), h->layer >= 0 ? " at layer " : "",
-        h->layer >= 0 ? (long long)h->layer : 0LL, wlabel(c, h->worker, lb, sizeof lb));
-  }
+  for (int m = 0; m < p->n_mb_now; m++) nl += (size_t)p->st[m].n_logits;
+  if (finite_all(logits, nl * (size_t)c->a->vocab)) return NULL;
+  p->plan.n_stash = p->plan.n_expect = 0;
+  RG_RETURN_IF_ERROR(pipe_begin(c, p, p->n_mb_now, p->flags | RG__STEP_CHECK, logits));
+  RG_RETURN_IF_ERROR(pipe_wait(c, p));
+  char lb[160];
+  if (p->bad_hop < 0)
+    return rg_status_make(RG_INTERNAL,
+                          "the logits are not finite, but every hidden state was: lm_head on %s "
+                          "(its final norm or weights) is where they appear",
+                          wlabel(c, p->lm_worker, lb, sizeof lb));
+  const rg_cluster_hop_t *h = &p->hops[p->bad_hop];
+  return rg_status_make(RG_INTERNAL,
+                        "non-finite values first appear after %s%s%.0lld on worker %s (check that "
+                        "layer's weights)",
+                        rg_stage_kind_name(h->kind), h->layer >= 0 ? " at layer " : "",
+                        h->layer >= 0 ? (long long)h->layer : 0LL,
+                        wlabel(c, h->worker, lb, sizeof lb));
+}
+
+rg_status_t rg_cluster_forward(rg_cluster_t *c, const rg_step_entry_t *entries, size_t n,
+                               float *logits) {
+  if (!n) return NULL;
+  if (c->n_pipes != 1)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "a prefill-decode layout runs its two sides through the executor's "
+                          "begin and poll, not one forward");
+  double t0 = now_s();
+  pipe_t *p = &c->pipes[0];
+  RG_RETURN_IF_ERROR(take_back(c));
+  int n_mb;
+  int64_t tokens;
+  RG_RETURN_IF_ERROR(pipe_build(c, p, entries, n, &n_mb, &tokens));
+  p->plan.n_stash = p->plan.n_expect = 0;
+  uint32_t flags = c->o.trace_path ? RG__STEP_TRACE : 0;
+  RG_RETURN_IF_ERROR(pipe_begin(c, p, n_mb, flags, logits));
+  RG_RETURN_IF_ERROR(pipe_wait(c, p));
+  RG_RETURN_IF_ERROR(check_logits(c, p, logits));
   c->c.tokens += tokens;
   c->c.steps++;
   c->c.seconds += now_s() - t0;
   return NULL;
+}
+
+// ----- Prefill-decode: outbox accounting and transfer orders ---------------------------
+
+static stash_rec_t *find_stash(rg_cluster_t *c, uint64_t key) {
+  for (size_t i = 0; i < c->n_stash; i++)
+    if (c->stash[i].key == key) return &c->stash[i];
+  return NULL;
+}
+
+static void free_stash(rg_cluster_t *c, uint64_t key) {
+  stash_rec_t *r = find_stash(c, key);
+  if (!r) return;
+  for (int32_t k = 0; k < r->n; k++) c->outbox_free[c->n_outbox_free++] = r->blocks[k];
+  free(r->blocks);
+  *r = c->stash[--c->n_stash];
+}
+
+static rg_status_t add_stash(rg_cluster_t *c, pipe_t *p, uint64_t key, const rg_step_entry_t *e) {
+  if (find_stash(c, key))
+    return rg_status_make(RG_INVALID_ARGUMENT, "request %llu is prefilled twice",
+                          (unsigned long long)key);
+  if (e->n_blocks > c->n_outbox_free)
+    return rg_status_make(RG_UNAVAILABLE,
+                          "the prefill outbox has %lld free blocks; request %llu needs %d (wait "
+                          "for transfers to finish before prefilling more)",
+                          (long long)c->n_outbox_free, (unsigned long long)key, (int)e->n_blocks);
+  if (c->n_stash == c->cap_stash) {
+    size_t cap = c->cap_stash ? c->cap_stash * 2 : 64;
+    stash_rec_t *ns = realloc(c->stash, cap * sizeof *ns);
+    if (!ns) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    c->stash = ns, c->cap_stash = cap;
+  }
+  uint32_t need = p->plan.n_stash + (uint32_t)e->n_blocks;
+  if (need > p->plan.cap_stash) {
+    uint32_t cap = p->plan.cap_stash ? p->plan.cap_stash : 64;
+    while (cap < need) cap *= 2;
+    rg__stash_t *ns = realloc(p->plan.stash, cap * sizeof *ns);
+    if (!ns) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    p->plan.stash = ns, p->plan.cap_stash = cap;
+  }
+  stash_rec_t r = {key, malloc((size_t)e->n_blocks * sizeof(int32_t) + 1), e->n_blocks,
+                   e->pos + e->n};
+  if (!r.blocks) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  for (int32_t k = 0; k < e->n_blocks; k++) {
+    r.blocks[k] = c->outbox_free[--c->n_outbox_free];
+    p->plan.stash[p->plan.n_stash++] = (rg__stash_t){e->blocks[k], r.blocks[k]};
+  }
+  c->stash[c->n_stash++] = r;
+  return NULL;
+}
+
+static rg_status_t grow_expect(rg__kvplan_t *pl) {
+  if (pl->n_expect < pl->cap_expect) return NULL;
+  uint32_t cap = pl->cap_expect ? pl->cap_expect * 2 : 64;
+  rg__expect_t *ne = realloc(pl->expect, cap * sizeof *ne);
+  if (!ne) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  pl->expect = ne, pl->cap_expect = cap;
+  return NULL;
+}
+
+// Orders the prefill workers to write an imported prompt's KV into the
+// decode workers that hold the same layers, and adds what each decode worker
+// must wait for to the decode step's plan.
+static rg_status_t order_import(rg_cluster_t *c, pipe_t *dp, const rg_pd_import_t *im) {
+  stash_rec_t *r = find_stash(c, im->key);
+  if (!r)
+    return rg_status_make(RG_INVALID_ARGUMENT, "request %llu is imported but was never prefilled",
+                          (unsigned long long)im->key);
+  if (im->pos_end > r->n_pos)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "request %llu imports positions up to %lld; its prefill computed %lld",
+                          (unsigned long long)im->key, (long long)im->pos_end, (long long)r->n_pos);
+  const rg_cluster_layout_t *L = &c->o.layout;
+  pipe_t *pp = &c->pipes[0];
+  for (int src = 0; src < L->n_workers; src++) {
+    if (c->w[src].pipe != 0) continue;
+    for (int ss = 0; ss < L->workers[src].n_stages; ss++) {
+      const rg_stage_spec_t *a = &L->workers[src].stages[ss];
+      if (a->kind != RG_STAGE_ATTENTION) continue;
+      for (int dst = 0; dst < L->n_workers; dst++) {
+        if (c->w[dst].pipe != (int)(dp - c->pipes)) continue;
+        for (int ds = 0, ai = 0; ds < L->workers[dst].n_stages; ds++) {
+          const rg_stage_spec_t *b = &L->workers[dst].stages[ds];
+          if (b->kind != RG_STAGE_ATTENTION) continue;
+          int slot = ai++;
+          int64_t l0 = a->layer_begin > b->layer_begin ? a->layer_begin : b->layer_begin;
+          int64_t l1 = a->layer_end < b->layer_end ? a->layer_end : b->layer_end;
+          if (l0 >= l1) continue;
+          if (!c->w[dst].has_desc[slot])
+            return rg_status_make(RG_INTERNAL,
+                                  "worker %s sent no KV region for its layers "
+                                  "[%lld, %lld)",
+                                  wname(c, dst), (long long)b->layer_begin,
+                                  (long long)b->layer_end);
+          rg__xfer_t x = {.xfer = ++c->xfer_id,
+                          .key = im->key,
+                          .to = (uint32_t)dst,
+                          .dst_layer_begin = b->layer_begin,
+                          .dst_n_blocks = dp->lim.n_blocks,
+                          .dst_block_size = dp->lim.block_size,
+                          .layer_begin = l0,
+                          .layer_end = l1,
+                          .pos_begin = im->pos_begin,
+                          .pos_end = im->pos_end,
+                          .src_block_size = pp->lim.block_size,
+                          .src = r->blocks,
+                          .dst = (int32_t *)im->blocks,
+                          .n_src = (uint32_t)r->n,
+                          .n_dst = (uint32_t)im->n_blocks};
+          memcpy(x.desc, c->w[dst].kv_desc[slot], sizeof x.desc);
+          size_t len = 0;
+          RG_RETURN_IF_ERROR(rg__xfer_encode(&x, &c->xfer_buf, &c->xfer_cap, &len));
+          // Orders go out on their own sequence; the sends complete in the background.
+          if (c->n_orders == sizeof c->orders / sizeof c->orders[0]) {
+            RG_RETURN_IF_ERROR(rg_transport_wait(c->orders[0], c->o.step_timeout_s));
+            rg_transport_req_free(c->orders[0]);
+            free(c->order_bufs[0]);
+            memmove(c->orders, c->orders + 1, (--c->n_orders) * sizeof c->orders[0]);
+            memmove(c->order_bufs, c->order_bufs + 1, c->n_orders * sizeof c->order_bufs[0]);
+          }
+          uint8_t *copy = malloc(len);
+          if (!copy) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+          memcpy(copy, c->xfer_buf, len);
+          rg_status_t st = rg_transport_send(c->tp, c->w[src].peer,
+                                             rg__tag(RG__K_XFER, c->w[src].xfer_seq, 0, 0), copy,
+                                             len, "a transfer order", &c->orders[c->n_orders]);
+          if (st) {
+            free(copy);
+            return st;
+          }
+          c->order_bufs[c->n_orders++] = copy;
+          c->w[src].xfer_seq++;
+          RG_RETURN_IF_ERROR(grow_expect(&dp->plan));
+          dp->plan.expect[dp->plan.n_expect++] =
+              (rg__expect_t){(uint32_t)dst, (uint32_t)src, x.xfer, im->key};
+        }
+      }
+    }
+  }
+  return NULL;
+}
+
+// Frees the transfer orders whose sends have completed.
+static void reap_orders(rg_cluster_t *c) {
+  size_t k = 0;
+  for (size_t i = 0; i < c->n_orders; i++) {
+    bool done = false;
+    rg_status_t s = rg_transport_test(c->orders[i], &done);
+    if (done || s) {
+      rg_status_free(s);
+      rg_transport_req_free(c->orders[i]);
+      free(c->order_bufs[i]);
+    } else {
+      c->orders[k] = c->orders[i];
+      c->order_bufs[k++] = c->order_bufs[i];
+    }
+  }
+  c->n_orders = k;
 }
 
 // ----- The executor and reports --------------------------------------------------------
@@ -761,6 +1104,11 @@ static rg_status_t x_swap(void *impl, const rg_engine_copy_t *out, size_t n_out,
 static void x_counters(void *impl, rg_engine_counters_t *out) {
   rg_cluster_t *c = impl;
   *out = c->c;
+  for (int k = 0; c->n_pipes == 2 && k < 2; k++) {
+    out->tokens += c->pipes[k].c.tokens;
+    out->steps += c->pipes[k].c.steps;
+    out->seconds += c->pipes[k].c.seconds;
+  }
   out->weight_bytes = out->kv_bytes = out->flops = 0;
   for (int i = 0; i < c->o.layout.n_workers; i++)
     for (int s = 0; s < c->o.layout.workers[i].n_stages; s++) {
@@ -770,18 +1118,122 @@ static void x_counters(void *impl, rg_engine_counters_t *out) {
     }
 }
 
+// Prefill-decode: begin a step on one side.
+static rg_status_t x_begin(void *impl, int side, const rg_step_entry_t *e, const uint64_t *keys,
+                           size_t n, const rg_pd_import_t *im, size_t n_im, float *logits) {
+  rg_cluster_t *c = impl;
+  if (c->n_pipes != 2 || side < 0 || side > 1)
+    return rg_status_make(RG_INVALID_ARGUMENT, "side %d of a layout with %d pipelines", side,
+                          c->n_pipes);
+  pipe_t *p = &c->pipes[side];
+  if (p->busy)
+    return rg_status_make(RG_INVALID_ARGUMENT, "the %s side has a step in flight",
+                          rg_cluster_role_name(p->role));
+  RG_RETURN_IF_ERROR(take_back(c));
+  reap_orders(c);
+  p->plan.n_stash = p->plan.n_expect = 0;
+  p->n_keys_now = 0;
+  size_t want = side ? n_im : n;
+  if (want > p->cap_keys_now) {
+    uint64_t *nk = realloc(p->keys_now, (want + 1) * sizeof *nk);
+    if (!nk) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    p->keys_now = nk, p->cap_keys_now = want + 1;
+  }
+  int n_mb = 1;
+  int64_t tokens = 0;
+  if (n) RG_RETURN_IF_ERROR(pipe_build(c, p, e, n, &n_mb, &tokens));
+  rg_status_t st = NULL;
+  if (side == 0) {
+    for (size_t k = 0; k < n && !st; k++)
+      if (e[k].want_logits) {
+        st = add_stash(c, p, keys[k], &e[k]);
+        if (!st) p->keys_now[p->n_keys_now++] = keys[k];
+      }
+  } else {
+    for (size_t k = 0; k < n_im && !st; k++) {
+      st = order_import(c, p, &im[k]);
+      if (!st) p->keys_now[p->n_keys_now++] = im[k].key;
+    }
+  }
+  if (!st && !n) {
+    // Imports only (nothing to compute yet): a step of no entries still
+    // carries the plan, so build an empty micro-batch.
+    st = rg_step_build(&p->sb[0], &p->lim, NULL, 0, &p->st[0]);
+  }
+  p->tokens_now = tokens;
+  p->t_begin = now_s();
+  p->logits = logits;
+  if (!st) st = pipe_begin(c, p, n_mb, c->o.trace_path ? RG__STEP_TRACE : 0, logits);
+  if (st && side == 0)
+    for (size_t k = 0; k < p->n_keys_now; k++) free_stash(c, p->keys_now[k]);
+  return st;
+}
+
+static rg_status_t x_poll(void *impl, int side, int *done, uint64_t *bad, size_t cap,
+                          size_t *n_bad) {
+  rg_cluster_t *c = impl;
+  *n_bad = 0;
+  *done = 1;
+  if (c->n_pipes != 2 || side < 0 || side > 1)
+    return rg_status_make(RG_INVALID_ARGUMENT, "side %d of a layout with %d pipelines", side,
+                          c->n_pipes);
+  pipe_t *p = &c->pipes[side];
+  if (!p->busy) return NULL;
+  rg_status_t st = pipe_poll(c, p, done);
+  if (!*done) return st;
+  if (!st && p->st[0].n_logits) st = check_logits(c, p, p->logits);
+  if (side == 1 || st)  // imported (or failed): the outbox copies are no longer needed
+    for (size_t k = 0; k < p->n_keys_now; k++)
+      if (side == 1 || st) free_stash(c, p->keys_now[k]);
+  for (uint32_t k = 0; k < p->n_bad_keys && *n_bad < cap; k++) bad[(*n_bad)++] = p->bad_keys[k];
+  if (!st) {
+    p->c.tokens += p->tokens_now;
+    p->c.steps++;
+    p->c.seconds += now_s() - p->t_begin;
+  }
+  return st;
+}
+
+static void x_forget(void *impl, uint64_t key) {
+  free_stash(impl, key);
+}
+
+static void x_side_counters(void *impl, int side, rg_engine_counters_t *out) {
+  rg_cluster_t *c = impl;
+  memset(out, 0, sizeof *out);
+  if (side < 0 || side >= c->n_pipes) return;
+  *out = c->pipes[side].c;
+  for (int i = 0; i < c->o.layout.n_workers; i++)
+    if (c->w[i].pipe == side)
+      for (int s = 0; s < c->o.layout.workers[i].n_stages; s++) {
+        out->weight_bytes += c->w[i].stages[s].weight_bytes;
+        out->kv_bytes += c->w[i].stages[s].kv_bytes;
+        out->flops += c->w[i].stages[s].flops;
+      }
+}
+
 rg_executor_t rg_cluster_executor(rg_cluster_t *c) {
-  return (rg_executor_t){c,
-                         x_forward,
-                         x_swap,
-                         x_counters,
-                         rg_model_tokenizer(c->model),
-                         c->a->vocab,
-                         c->lim.n_blocks,
-                         c->lim.max_context,
-                         0,
-                         (int)c->lim.block_size,
-                         c->max_seqs};
+  const pipe_t *d = &c->pipes[c->n_pipes - 1];
+  rg_executor_t x = {.impl = c,
+                     .forward = x_forward,
+                     .swap = x_swap,
+                     .counters = x_counters,
+                     .tokenizer = rg_model_tokenizer(c->model),
+                     .vocab = c->a->vocab,
+                     .kv_blocks = d->lim.n_blocks,
+                     .max_context = d->lim.max_context,
+                     .block_size = (int)d->lim.block_size,
+                     .max_seqs = c->max_seqs};
+  if (c->n_pipes == 2) {
+    x.begin = x_begin;
+    x.poll = x_poll;
+    x.forget = x_forget;
+    x.side_counters = x_side_counters;
+    x.prefill_kv_blocks = c->pipes[0].lim.n_blocks;
+    x.prefill_block_size = (int)c->pipes[0].lim.block_size;
+    x.outbox_blocks = c->outbox_blocks;
+  }
+  return x;
 }
 
 size_t rg_cluster_stage_count(const rg_cluster_t *c) {
@@ -827,11 +1279,14 @@ void rg_cluster_link_info(const rg_cluster_t *c, size_t k, rg_cluster_link_info_
       continue;
     }
     const rg__link_t *l = &c->w[i].links[k];
-    snprintf(out->from, sizeof out->from, "%s", wname(c, i));
-    snprintf(out->to, sizeof out->to, "%s",
-             l->peer == 0
-                 ? "coordinator"
-                 : (l->peer <= (uint32_t)c->o.layout.n_workers ? wname(c, (int)l->peer - 1) : "?"));
+    uint32_t peer = l->peer & ~RG__LINK_INBOUND;
+    const char *other = peer == 0                                 ? "coordinator"
+                        : peer <= (uint32_t)c->o.layout.n_workers ? wname(c, (int)peer - 1)
+                                                                  : "?";
+    int in = (l->peer & RG__LINK_INBOUND) != 0;
+    snprintf(out->from, sizeof out->from, "%s", in ? other : wname(c, i));
+    snprintf(out->to, sizeof out->to, "%s", in ? wname(c, i) : other);
+    out->kv = in;
     out->bytes = l->bytes;
     out->seconds = l->seconds;
     out->messages = l->messages;
@@ -885,8 +1340,22 @@ void rg_cluster_destroy(rg_cluster_t *c) {
   write_trace(c);
   free(c->trace);
   for (int i = 0; i < RG_CLUSTER_MAX_WORKERS; i++) free(c->w[i].done_buf);
-  for (int m = 0; m < MAX_MB; m++) rg_step_buf_free(&c->sb[m]);
-  free(c->msg);
+  for (int k = 0; k < 2; k++) {
+    pipe_t *p = &c->pipes[k];
+    pipe_abandon(c, p);
+    for (int m = 0; m < MAX_MB; m++) rg_step_buf_free(&p->sb[m]);
+    free(p->msg);
+    free(p->keys_now);
+    rg__kvplan_free(&p->plan);
+  }
+  for (size_t i = 0; i < c->n_orders; i++) {
+    rg_transport_req_free(c->orders[i]);
+    free(c->order_bufs[i]);
+  }
+  while (c->n_stash) free_stash(c, c->stash[0].key);
+  free(c->stash);
+  free(c->outbox_free);
+  free(c->xfer_buf);
   rg_transport_destroy(c->tp);
   rg_control_server_destroy(c->srv);
   rg_model_close(c->model);

@@ -1,4 +1,6 @@
-// The DONE message and receive-buffer bounds (see cluster_impl.h).
+// The DONE, KV-plan and XFER messages and receive-buffer bounds (see
+// cluster_impl.h). Decoders check every count against the bytes left, so a
+// hostile or cut message is refused, never read past.
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +56,8 @@ rg_status_t rg__done_encode(const rg__done_t *d, uint8_t **buf, size_t *cap, siz
     PUT(e->layer);
     PUT(e->bytes);
   }
+  PUT(d->n_bad_keys);
+  for (uint32_t i = 0; i < d->n_bad_keys && i < 64; i++) PUT(d->bad_keys[i]);
   return NULL;
 }
 
@@ -95,7 +99,7 @@ rg_status_t rg__done_decode(const uint8_t *buf, size_t len, rg__done_t *d) {
     d->stages[i] = (rg_stage_counters_t){f[0], f[1], f[2], f[3], f[4], k[0], k[1]};
   }
   GET(d->n_links);
-  if (d->n_links > RG_CLUSTER_MAX_WORKERS + 1) goto short_msg;
+  if (d->n_links > 2 * RG_CLUSTER_MAX_WORKERS + 1) goto short_msg;
   for (uint32_t i = 0; i < d->n_links; i++) {
     GET(d->links[i].peer);
     GET(d->links[i].bytes);
@@ -119,6 +123,10 @@ rg_status_t rg__done_decode(const uint8_t *buf, size_t len, rg__done_t *d) {
     GET(e->layer);
     GET(e->bytes);
   }
+  GET(d->n_bad_keys);
+  if (d->n_bad_keys > 64) goto short_msg;
+  for (uint32_t i = 0; i < d->n_bad_keys; i++) GET(d->bad_keys[i]);
+  if (r.off != len) goto short_msg;
   return NULL;
 short_msg:
   free(d->events);
@@ -127,10 +135,170 @@ short_msg:
                         r.off, len);
 }
 
+// ----- KV plans -------------------------------------------------------------------
+
+static rg_status_t grow(void **p, uint32_t *cap, uint32_t want, size_t elt) {
+  if (want <= *cap) return NULL;
+  uint32_t c = *cap ? *cap : 16;
+  while (c < want) c *= 2;
+  void *n = realloc(*p, (size_t)c * elt);
+  if (!n) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a KV plan");
+  *p = n;
+  *cap = c;
+  return NULL;
+}
+
+rg_status_t rg__kvplan_encode(const rg__kvplan_t *p, uint8_t **buf, size_t *cap, size_t *len) {
+  PUT(p->n_stash);
+  for (uint32_t i = 0; i < p->n_stash; i++) {
+    PUT(p->stash[i].dev);
+    PUT(p->stash[i].outbox);
+  }
+  PUT(p->n_expect);
+  for (uint32_t i = 0; i < p->n_expect; i++) {
+    PUT(p->expect[i].to);
+    PUT(p->expect[i].from);
+    PUT(p->expect[i].xfer);
+    PUT(p->expect[i].key);
+  }
+  return NULL;
+}
+
+rg_status_t rg__kvplan_decode(const uint8_t *buf, size_t len, rg__kvplan_t *p, size_t *used) {
+  rd_t r = {buf, len, 0};
+  p->n_stash = p->n_expect = 0;
+  uint32_t n;
+  GET(n);
+  if (n > RG__KVPLAN_MAX || n > (len - r.off) / 8) goto short_msg;
+  RG_RETURN_IF_ERROR(grow((void **)&p->stash, &p->cap_stash, n, sizeof *p->stash));
+  for (uint32_t i = 0; i < n; i++) {
+    GET(p->stash[i].dev);
+    GET(p->stash[i].outbox);
+  }
+  p->n_stash = n;
+  GET(n);
+  if (n > RG__KVPLAN_MAX || n > (len - r.off) / 24) goto short_msg;
+  RG_RETURN_IF_ERROR(grow((void **)&p->expect, &p->cap_expect, n, sizeof *p->expect));
+  for (uint32_t i = 0; i < n; i++) {
+    GET(p->expect[i].to);
+    GET(p->expect[i].from);
+    GET(p->expect[i].xfer);
+    GET(p->expect[i].key);
+  }
+  p->n_expect = n;
+  *used = r.off;
+  return NULL;
+short_msg:
+  p->n_stash = p->n_expect = 0;
+  return rg_status_make(RG_INVALID_ARGUMENT,
+                        "KV plan of a step: malformed or cut at byte %zu of %zu", r.off, len);
+}
+
+void rg__kvplan_free(rg__kvplan_t *p) {
+  free(p->stash);
+  free(p->expect);
+  memset(p, 0, sizeof *p);
+}
+
+// ----- XFER --------------------------------------------------------------------------
+
+rg_status_t rg__xfer_encode(const rg__xfer_t *x, uint8_t **buf, size_t *cap, size_t *len) {
+  *len = 0;
+  RG_RETURN_IF_ERROR(put(buf, cap, len, "RGXF", 4));
+  PUT(x->xfer);
+  PUT(x->key);
+  PUT(x->to);
+  RG_RETURN_IF_ERROR(put(buf, cap, len, x->desc, sizeof x->desc));
+  PUT(x->dst_layer_begin);
+  PUT(x->dst_n_blocks);
+  PUT(x->dst_block_size);
+  PUT(x->layer_begin);
+  PUT(x->layer_end);
+  PUT(x->pos_begin);
+  PUT(x->pos_end);
+  PUT(x->src_block_size);
+  PUT(x->n_src);
+  RG_RETURN_IF_ERROR(put(buf, cap, len, x->src, (size_t)x->n_src * sizeof(int32_t)));
+  PUT(x->n_dst);
+  RG_RETURN_IF_ERROR(put(buf, cap, len, x->dst, (size_t)x->n_dst * sizeof(int32_t)));
+  return NULL;
+}
+
+rg_status_t rg__xfer_decode(const uint8_t *buf, size_t len, rg__xfer_t *x) {
+  memset(x, 0, sizeof *x);
+  rd_t r = {buf, len, 0};
+  char magic[4] = {0};
+  if (!get(&r, magic, 4) || memcmp(magic, "RGXF", 4))
+    return rg_status_make(RG_INVALID_ARGUMENT, "transfer order: bad magic");
+  GET(x->xfer);
+  GET(x->key);
+  GET(x->to);
+  if (!get(&r, x->desc, sizeof x->desc)) goto short_msg;
+  GET(x->dst_layer_begin);
+  GET(x->dst_n_blocks);
+  GET(x->dst_block_size);
+  GET(x->layer_begin);
+  GET(x->layer_end);
+  GET(x->pos_begin);
+  GET(x->pos_end);
+  GET(x->src_block_size);
+  GET(x->n_src);
+  if (x->n_src > RG__XFER_MAX_BLOCKS || x->n_src > (len - r.off) / 4) goto short_msg;
+  x->src = malloc((size_t)x->n_src * sizeof(int32_t) + 1);
+  if (!x->src) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory reading a transfer order");
+  if (!get(&r, x->src, (size_t)x->n_src * sizeof(int32_t))) goto short_msg;
+  GET(x->n_dst);
+  if (x->n_dst > RG__XFER_MAX_BLOCKS || x->n_dst > (len - r.off) / 4) goto short_msg;
+  x->dst = malloc((size_t)x->n_dst * sizeof(int32_t) + 1);
+  if (!x->dst) {
+    rg__xfer_free(x);
+    return rg_status_make(RG_OUT_OF_MEMORY, "out of memory reading a transfer order");
+  }
+  if (!get(&r, x->dst, (size_t)x->n_dst * sizeof(int32_t)) || r.off != len) goto short_msg;
+  // The numbers must describe a transfer at all; the sender checks them
+  // against its own pool and outbox before touching memory.
+  if (x->src_block_size < 1 || x->dst_block_size < 1 || x->pos_begin < 0 ||
+      x->pos_end <= x->pos_begin || x->layer_end <= x->layer_begin || x->layer_begin < 0 ||
+      x->dst_layer_begin < 0 || x->dst_layer_begin > x->layer_begin || x->dst_n_blocks < 1 ||
+      (int64_t)x->n_src * x->src_block_size < x->pos_end ||
+      (int64_t)(x->pos_begin / x->dst_block_size + x->n_dst) * x->dst_block_size < x->pos_end) {
+    rg__xfer_free(x);
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transfer order %llu: positions [%lld, %lld) of layers [%lld, %lld) do "
+                          "not fit its %u source and %u destination blocks",
+                          (unsigned long long)x->xfer, (long long)x->pos_begin,
+                          (long long)x->pos_end, (long long)x->layer_begin, (long long)x->layer_end,
+                          x->n_src, x->n_dst);
+  }
+  for (uint32_t i = 0; i < x->n_dst; i++)
+    if (x->dst[i] < 0 || x->dst[i] >= x->dst_n_blocks) {
+      int32_t b = x->dst[i];
+      rg__xfer_free(x);
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "transfer order: destination block %d outside the pool's %lld", (int)b,
+                            (long long)x->dst_n_blocks);
+    }
+  return NULL;
+short_msg:
+  rg__xfer_free(x);
+  return rg_status_make(RG_INVALID_ARGUMENT, "transfer order: malformed or cut at byte %zu of %zu",
+                        r.off, len);
+}
+
+void rg__xfer_free(rg__xfer_t *x) {
+  free(x->src);
+  free(x->dst);
+  x->src = x->dst = NULL;
+  x->n_src = x->n_dst = 0;
+}
+
 size_t rg__step_message_cap(const rg__step_bounds_t *b, int n_mb) {
   // Per micro-batch: magic, header, 4 int32 arrays of T, S+1 offsets, the
   // table, shapes; the whole step may sit in one micro-batch.
   size_t per = 4 + 32 + (size_t)b->max_tokens * 16 + ((size_t)b->max_seqs + 1) * 4 +
                (size_t)b->max_table * 4 + (size_t)b->max_seqs * 16;
-  return RG__STEP_HEAD + (size_t)n_mb * per;
+  // Then the KV plan: a stash of up to a table of blocks, an expected
+  // transfer per sequence from each worker.
+  size_t plan = 8 + (size_t)b->max_table * 8 + (size_t)b->max_seqs * RG_CLUSTER_MAX_WORKERS * 24;
+  return RG__STEP_HEAD + (size_t)n_mb * per + plan;
 }

@@ -1,6 +1,7 @@
 // A worker process: joins the coordinator, loads its stage instances, and
 // runs its hops of every step (see runtime/cluster.h).
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,11 +61,32 @@ typedef struct {
   dbuf_t x[MAX_MB], logits[MAX_MB];
   // Statistics.
   rg__link_t links[RG_CLUSTER_MAX_WORKERS + 1];
+  rg__link_t kv_in[RG_CLUSTER_MAX_WORKERS];  // KV pages received from each worker
   rg__event_t *events;
   size_t n_events, cap_events;
   int trace, check;
   int32_t bad_hop;
   uint64_t step;
+  // Prefill-decode. A prefill worker stashes each finished prompt's blocks
+  // into its outbox (per attention instance, host memory registered as an RMA
+  // source) and serves XFER orders from it; a decode worker's KV pools are
+  // registered as RMA targets and it waits for the notices its STEP expects.
+  rg_cluster_role_t role;
+  rg_buffer_t *outbox[RG_CLUSTER_MAX_STAGES];
+  rg_transport_region_t *outbox_region[RG_CLUSTER_MAX_STAGES];
+  int64_t outbox_blocks;
+  rg_transport_region_t *kv_region[RG_CLUSTER_MAX_STAGES];
+  rg__kvplan_t plan;
+  uint64_t xfer_seq;
+  rg_transport_req_t *xfer_recv;
+  uint8_t *xfer_buf;
+  rg_transport_req_t *writes[256];
+  size_t n_writes;
+  uint64_t bad_keys[64];
+  uint32_t n_bad_keys;
+  // Test hook (RIDGE_TEST_CORRUPT_KV_WRITE=k): flip a bit of the k-th KV
+  // transfer this worker sends, so a test can show the receiver catches it.
+  uint64_t corrupt_at, n_xfers_done;
 } worker_t;
 
 static void say(const worker_t *w, const char *fmt, const char *a) {
@@ -101,6 +123,42 @@ static rg_status_t stage_from_wire(const rg_control_stage_instance_t *si, rg_sta
   return NULL;
 }
 
+// What the worker's role needs for moving KV between workers: outboxes on a
+// prefill worker, RMA-target pools on a decode worker. Both need host memory
+// (no FI_HMEM here): a device whose memory is not host-visible is refused.
+static rg_status_t setup_kv_moves(worker_t *w) {
+  for (int i = 0; i < w->n_stages; i++) {
+    rg_buffer_t *kv = rg_stage_kv_buffer(w->stages[i]);
+    if (!kv) continue;
+    const char *dev = w->o.device ? w->o.device : "cpu:0";
+    if (w->role == RG_CLUSTER_ROLE_PREFILL) {
+      if (w->outbox_blocks < 1)
+        return rg_status_make(RG_INVALID_ARGUMENT, "Assign: a prefill worker needs outbox_blocks");
+      size_t bytes = (size_t)w->outbox_blocks * rg_stage_kv_block_bytes(w->stages[i]);
+      RG_RETURN_IF_ERROR(rg_buffer_alloc(w->dev, bytes, &w->outbox[i]));
+      void *host = rg_buffer_host_ptr(w->outbox[i]);
+      if (!host)
+        return rg_status_make(RG_UNIMPLEMENTED,
+                              "prefill on %s: its KV outbox must be host memory to send by RMA, "
+                              "and %s's is not (no FI_HMEM); prefill on cpu:0",
+                              dev, dev);
+      RG_RETURN_IF_ERROR(rg_transport_region_register(w->tp, host, bytes, RG_TRANSPORT_WRITE_SOURCE,
+                                                      &w->outbox_region[i]));
+    } else if (w->role == RG_CLUSTER_ROLE_DECODE) {
+      void *host = rg_buffer_host_ptr(kv);
+      if (!host)
+        return rg_status_make(RG_UNIMPLEMENTED,
+                              "decode on %s: prefilled KV pages are written by RMA into the KV "
+                              "pool, which must be host memory, and %s's is not (no FI_HMEM); "
+                              "decode on cpu:0",
+                              dev, dev);
+      RG_RETURN_IF_ERROR(rg_transport_region_register(w->tp, host, rg_buffer_size(kv),
+                                                      RG_TRANSPORT_WRITE_TARGET, &w->kv_region[i]));
+    }
+  }
+  return NULL;
+}
+
 static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
   if (!as->model_path || !*as->model_path)
     return rg_status_make(RG_INVALID_ARGUMENT, "Assign names no model");
@@ -128,12 +186,31 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
     RG_RETURN_IF_ERROR(rg_cluster_worker_add(&w->layout.workers[si->worker], &sp));
   }
   w->me = (int)as->my_index;
+  // Roles, in layout order ("prefill,decode,tier"); absent: every worker runs all.
+  const char *roles = opt_get(as, "roles");
+  for (int i = 0; roles && *roles && i < w->layout.n_workers; i++) {
+    size_t n = strcspn(roles, ",");
+    rg_cluster_role_t r = RG_CLUSTER_ROLE_ALL;
+    int found = 0;
+    for (int k = 0; k <= RG_CLUSTER_ROLE_TIER; k++)
+      if (strlen(rg_cluster_role_name((rg_cluster_role_t)k)) == n &&
+          !strncmp(roles, rg_cluster_role_name((rg_cluster_role_t)k), n))
+        r = (rg_cluster_role_t)k, found = 1;
+    if (!found) return rg_status_make(RG_INVALID_ARGUMENT, "Assign: roles '%s'", roles);
+    w->layout.workers[i].role = r;
+    roles += n + (roles[n] == ',');
+  }
+  w->role = w->layout.workers[w->me].role;
+  w->outbox_blocks = opt_int(as, "outbox_blocks", 0);
+  const char *corrupt = getenv("RIDGE_TEST_CORRUPT_KV_WRITE");
+  w->corrupt_at = corrupt ? strtoull(corrupt, NULL, 10) : 0;
   w->n_mb = (int)opt_int(as, "micro_batches", 1);
   if (w->n_mb < 1 || w->n_mb > MAX_MB)
     return rg_status_make(RG_INVALID_ARGUMENT, "Assign: %d micro-batches", w->n_mb);
   w->layout.micro_batches = w->n_mb;
-  RG_RETURN_IF_ERROR(rg_cluster_layout_hops(w->a, &w->layout, w->layout.workers[w->me].role,
-                                            w->hops, RG_CLUSTER_MAX_HOPS, &w->n_hops));
+  if (w->role != RG_CLUSTER_ROLE_TIER)
+    RG_RETURN_IF_ERROR(rg_cluster_layout_hops(w->a, &w->layout, w->role, w->hops,
+                                              RG_CLUSTER_MAX_HOPS, &w->n_hops));
   rg_dtype_t kv = RG_BF16;
   const char *kvs = opt_get(as, "kv_dtype");
   if (kvs && rg_dtype_parse(kvs, &kv))
@@ -157,7 +234,7 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
     for (int m = 0; m < w->n_mb; m++)
       RG_RETURN_IF_ERROR(rg_stage_ctx_create(w->stages[i], &w->ctx[i][m]));
   }
-  return NULL;
+  return setup_kv_moves(w);
 }
 
 static rg_status_t take_peers(worker_t *w, const rg_control_peer_table_t *pt) {
@@ -384,6 +461,8 @@ static rg_status_t run_hop(worker_t *w, int mb, int hop) {
   return s;
 }
 
+static rg_status_t service_xfers(worker_t *w);
+
 // Advances micro-batch mb's program as far as it can without waiting.
 // *blocked is set when it waits on a receive or a send.
 static rg_status_t advance(worker_t *w, prog_t *p, int mb, int *blocked) {
@@ -448,6 +527,9 @@ static rg_status_t advance(worker_t *w, prog_t *p, int mb, int *blocked) {
       }
       case A_RUN:
         RG_RETURN_IF_ERROR(run_hop(w, mb, a->hop));
+        // A prefill worker answers transfer orders between its hops, so a
+        // decode step waiting for pages waits one layer, not a whole prompt.
+        RG_RETURN_IF_ERROR(service_xfers(w));
         break;
       case A_SEND_X:
         if (w->x[mb].stage) RG_RETURN_IF_ERROR(rg_buffer_read(w->x[mb].buf, 0, w->x[mb].stage, xb));
@@ -487,6 +569,255 @@ static void cancel_prog(prog_t *p) {
   p->n_sends = 0;
 }
 
+// ----- Moving KV between workers ------------------------------------------------------
+
+static int attention_stage(const worker_t *w, int64_t l0, int64_t l1) {
+  for (int i = 0; i < w->n_stages; i++) {
+    const rg_stage_spec_t *sp = rg_stage_spec(w->stages[i]);
+    if (sp->kind == RG_STAGE_ATTENTION && sp->layer_begin <= l0 && l1 <= sp->layer_end) return i;
+  }
+  return -1;
+}
+
+// Reaps finished RMA writes; a failed one is reported (its receiver fails
+// the step waiting for the notice, naming this worker).
+static void reap_writes(worker_t *w) {
+  for (size_t i = 0; i < w->n_writes;) {
+    bool done = false;
+    rg_status_t s = rg_transport_test(w->writes[i], &done);
+    if (!done && !s) {
+      i++;
+      continue;
+    }
+    if (s && !w->o.quiet)
+      fprintf(stderr, "ridge worker %s: a KV transfer failed: %s\n", w->names[w->me],
+              rg_status_message(s));
+    rg_status_free(s);
+    rg_transport_req_free(w->writes[i]);
+    w->writes[i] = w->writes[--w->n_writes];
+  }
+}
+
+// One XFER order: positions [pos_begin, pos_end) of layers [layer_begin,
+// layer_end) from the outbox into the receiver's pool. A block holds
+// (n_kv_heads, block_size, head_dim) elements (ops/ops.h), so a run of
+// positions inside one source and one destination block is one piece per
+// head: a segment strides over the heads, one per (layer, K|V, run). Where
+// the block sizes agree and a run fills its block, the heads' pieces are
+// adjacent on both sides and the transport merges them into one.
+static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
+  int si = attention_stage(w, x->layer_begin, x->layer_end);
+  if (si < 0 || !w->outbox_region[si])
+    return rg_status_make(
+        RG_INVALID_ARGUMENT, "transfer %llu: this worker holds no outbox for layers [%lld, %lld)",
+        (unsigned long long)x->xfer, (long long)x->layer_begin, (long long)x->layer_end);
+  if (x->to >= (uint32_t)w->layout.n_workers || (int)x->to == w->me)
+    return rg_status_make(RG_INVALID_ARGUMENT, "transfer %llu: to worker %u",
+                          (unsigned long long)x->xfer, x->to);
+  rg_stage_kv_layout_t L;
+  rg_stage_kv_layout(w->stages[si], &L);
+  if (x->src_block_size != L.block_size)
+    return rg_status_make(
+        RG_INVALID_ARGUMENT, "transfer %llu: source blocks of %lld tokens; this pool's are %lld",
+        (unsigned long long)x->xfer, (long long)x->src_block_size, (long long)L.block_size);
+  for (uint32_t i = 0; i < x->n_src; i++)
+    if (x->src[i] < 0 || x->src[i] >= w->outbox_blocks)
+      return rg_status_make(RG_INVALID_ARGUMENT, "transfer %llu: outbox block %d outside its %lld",
+                            (unsigned long long)x->xfer, (int)x->src[i],
+                            (long long)w->outbox_blocks);
+  rg_transport_region_desc_t desc;
+  RG_RETURN_IF_ERROR(rg_transport_desc_decode(x->desc, sizeof x->desc, &desc));
+  const rg_stage_spec_t *sp = rg_stage_spec(w->stages[si]);
+  const uint8_t *ob = rg_buffer_host_ptr(w->outbox[si]);
+  size_t per = rg_stage_kv_block_bytes(w->stages[si]), row = L.row_bytes;
+  int64_t bp = L.block_size, bd = x->dst_block_size;
+  size_t dst_blk = (size_t)bd * row, dst_layer = (size_t)x->dst_n_blocks * dst_blk;
+  size_t cap = 64, n = 0;
+  rg_transport_segment_t *seg = malloc(cap * sizeof *seg);
+  if (!seg) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a KV transfer");
+  int64_t d0 = x->pos_begin / bd;
+  int64_t heads = w->a->n_kv_heads;
+  size_t head = row / (size_t)heads;  // one head's row: head_dim elements
+  for (int64_t p = x->pos_begin; p < x->pos_end;) {
+    int64_t run = bp - p % bp;
+    if (bd - p % bd < run) run = bd - p % bd;
+    if (x->pos_end - p < run) run = x->pos_end - p;
+    int32_t sb = x->src[p / bp], db = x->dst[p / bd - d0];
+    for (int64_t l = x->layer_begin; l < x->layer_end; l++)
+      for (int kv = 0; kv < 2; kv++) {
+        if (n == cap) {
+          rg_transport_segment_t *ns = realloc(seg, 2 * cap * sizeof *seg);
+          if (!ns) {
+            free(seg);
+            return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a KV transfer");
+          }
+          seg = ns, cap *= 2;
+        }
+        seg[n++] = (rg_transport_segment_t){
+            .src = ob + (size_t)sb * per +
+                   ((size_t)(l - sp->layer_begin) * 2 + (size_t)kv) * L.block_bytes +
+                   (size_t)(p % bp) * head,
+            .dst_offset = ((uint64_t)(l - x->dst_layer_begin) * 2 + (uint64_t)kv) * dst_layer +
+                          (uint64_t)db * dst_blk + (uint64_t)(p % bd) * head,
+            .len = (uint64_t)run * head,
+            .count = (uint32_t)heads,
+            .src_stride = (int64_t)((size_t)bp * head),
+            .dst_stride = (uint64_t)bd * head};
+      }
+    p += run;
+  }
+  reap_writes(w);
+  rg_status_t st = NULL;
+  if (w->n_writes == sizeof w->writes / sizeof w->writes[0])
+    st = rg_status_make(RG_UNAVAILABLE, "transfer %llu: %zu KV transfers already in flight",
+                        (unsigned long long)x->xfer, w->n_writes);
+  char what[96];
+  snprintf(what, sizeof what, "KV pages of request %llu to %s", (unsigned long long)x->key,
+           w->names[x->to]);
+  // The notice carries the request and the bytes, which the receiver counts
+  // on its inbound link (it sees the whole transfer: post to checked notice).
+  uint64_t payload[2] = {x->key, (uint64_t)(x->pos_end - x->pos_begin) * row * 2 *
+                                     (uint64_t)(x->layer_end - x->layer_begin)};
+  if (!st && w->corrupt_at && ++w->n_xfers_done == w->corrupt_at)
+    rg_transport_corrupt_next_write(w->tp);
+  if (!st)
+    st = rg_transport_write(w->tp, w->peer[x->to], w->outbox_region[si], &desc, seg, n,
+                            rg__tag(RG__K_KVN, x->xfer, 0, 0), payload, sizeof payload, what,
+                            &w->writes[w->n_writes]);
+  // Finish it now: the receiver is waiting for these pages, and shm's writes
+  // complete only as both sides make progress, which a prefill step busy
+  // computing would give only between its hops.
+  if (!st) {
+    st = rg_transport_wait(w->writes[w->n_writes], w->step_timeout);
+    rg_transport_req_free(w->writes[w->n_writes]);
+    w->writes[w->n_writes] = NULL;
+  }
+  free(seg);
+  return st;
+}
+
+// Takes the XFER orders that have come (never waits). An order that cannot
+// be carried out is reported; its receiver then names this worker.
+static rg_status_t service_xfers(worker_t *w) {
+  if (w->role != RG_CLUSTER_ROLE_PREFILL && w->role != RG_CLUSTER_ROLE_TIER) return NULL;
+  size_t cap = 256 + 8 * (size_t)(w->lim.max_context + 1);
+  if (!w->xfer_buf && !(w->xfer_buf = malloc(cap)))
+    return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for transfer orders");
+  for (;;) {
+    if (!w->xfer_recv)
+      RG_RETURN_IF_ERROR(rg_transport_recv(w->tp, w->coord, rg__tag(RG__K_XFER, w->xfer_seq, 0, 0),
+                                           w->xfer_buf, cap, "a transfer order", &w->xfer_recv));
+    bool done = false;
+    rg_status_t s = rg_transport_test(w->xfer_recv, &done);
+    if (!done && !s) break;
+    size_t len = rg_transport_req_bytes(w->xfer_recv);
+    rg_transport_req_free(w->xfer_recv);
+    w->xfer_recv = NULL;
+    if (s) return s;  // the coordinator is gone, or the endpoint
+    w->xfer_seq++;
+    rg__xfer_t x;
+    s = rg__xfer_decode(w->xfer_buf, len, &x);
+    if (!s) s = do_xfer(w, &x);
+    rg__xfer_free(&x);
+    if (s && !w->o.quiet)
+      fprintf(stderr, "ridge worker %s: %s\n", w->names[w->me], rg_status_message(s));
+    rg_status_free(s);
+  }
+  reap_writes(w);
+  return NULL;
+}
+
+// Before the forward: the KV of the prompts this step imports, written here
+// by RMA, each checked against its checksum. A page that fails it is not
+// used: its request is named in the report, and the coordinator discards
+// what this step computed for it.
+static rg_status_t take_imports(worker_t *w) {
+  w->n_bad_keys = 0;
+  rg_transport_req_t *reqs[256];
+  uint64_t keys[256], got[256][2];
+  uint32_t from[256];
+  double posted[256];
+  size_t n = 0;
+  rg_status_t st = NULL;
+  for (uint32_t i = 0; i < w->plan.n_expect && !st; i++) {
+    const rg__expect_t *e = &w->plan.expect[i];
+    if ((int)e->to != w->me) continue;
+    if (e->from >= (uint32_t)w->layout.n_workers || (int)e->from == w->me || n == 256) {
+      st = rg_status_make(RG_INVALID_ARGUMENT, "a STEP expects KV from worker %u", e->from);
+      break;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "KV pages of request %llu from %s", (unsigned long long)e->key,
+             w->names[e->from]);
+    keys[n] = e->key;
+    from[n] = e->from;
+    posted[n] = now_s();
+    st = rg_transport_recv_notice(w->tp, w->peer[e->from], rg__tag(RG__K_KVN, e->xfer, 0, 0),
+                                  got[n], sizeof got[n], what, &reqs[n]);
+    if (!st) n++;
+  }
+  // The transport's own wait keeps this side's progress going (shm has the
+  // receiver copy the pages in), backing off only as it stays idle.
+  double t0 = now_s();
+  if (!st && n) {
+    rg_status_t ws = rg_transport_wait_all(reqs, n, w->step_timeout);
+    if (ws && rg_status_code(ws) == RG_DEADLINE_EXCEEDED)
+      st = rg_status_wrap(ws, "%s: waited %.1f s for KV pages", w->names[w->me], now_s() - t0);
+    else
+      rg_status_free(ws);  // each one's own result is read below
+  }
+  for (size_t k = 0; k < n && !st; k++) {
+    bool done = false;
+    rg_status_t s = rg_transport_test(reqs[k], &done);
+    if (!done && !s)
+      s = rg_status_make(RG_DEADLINE_EXCEEDED,
+                         "%s: the KV pages of request %llu from %s did not come", w->names[w->me],
+                         (unsigned long long)keys[k], w->names[from[k]]);
+    if (s && rg_status_code(s) == RG_DATA_CORRUPT && w->n_bad_keys < 64) {
+      if (!w->o.quiet)
+        fprintf(stderr, "ridge worker %s: %s\n", w->names[w->me], rg_status_message(s));
+      w->bad_keys[w->n_bad_keys++] = keys[k];
+      rg_status_free(s);
+    } else if (s) {
+      st = s;
+    } else if (got[k][0] != keys[k]) {
+      st = rg_status_make(RG_PROTOCOL, "%s sent the KV of request %llu for request %llu",
+                          w->names[from[k]], (unsigned long long)got[k][0],
+                          (unsigned long long)keys[k]);
+    } else {
+      rg__link_t *lk = &w->kv_in[from[k]];
+      lk->peer = (from[k] + 1) | RG__LINK_INBOUND;
+      lk->bytes += (double)got[k][1];
+      lk->seconds += now_s() - posted[k];
+      lk->messages++;
+    }
+  }
+  record(w, t0, now_s(), 2, 0, 0, -1, 0);
+  for (size_t k = 0; k < n; k++) rg_transport_req_free(reqs[k]);
+  return st;
+}
+
+// After the forward: the blocks of the prompts this step finished, into the
+// outbox, before the scheduler can hand them out again.
+static rg_status_t stash(worker_t *w) {
+  if (!w->plan.n_stash) return NULL;
+  size_t n = w->plan.n_stash;
+  int32_t *src = malloc(n * sizeof *src), *dst = malloc(n * sizeof *dst);
+  rg_status_t st = src && dst ? NULL : rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  for (size_t i = 0; !st && i < n; i++) {
+    src[i] = w->plan.stash[i].dev;
+    dst[i] = w->plan.stash[i].outbox;
+    if (dst[i] < 0 || dst[i] >= w->outbox_blocks)
+      st = rg_status_make(RG_INVALID_ARGUMENT, "a STEP stashes into outbox block %d of %lld",
+                          (int)dst[i], (long long)w->outbox_blocks);
+  }
+  for (int i = 0; !st && i < w->n_stages; i++)
+    if (w->outbox[i]) st = rg_stage_kv_copy(w->stages[i], w->outbox[i], src, dst, n, 1);
+  free(src);
+  free(dst);
+  return st;
+}
+
 static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_t *flags) {
   if (len < RG__STEP_HEAD || memcmp(msg, "RGSP", 4))
     return rg_status_make(RG_INVALID_ARGUMENT, "a STEP message without its header");
@@ -512,6 +843,15 @@ static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_
     RG_RETURN_IF_ERROR(rg_step_decode(msg + off, len - off, &w->lim, &w->sb[m], &w->st[m], &used));
     off += used;
   }
+  size_t used;
+  RG_RETURN_IF_ERROR(rg__kvplan_decode(msg + off, len - off, &w->plan, &used));
+  if (off + used != len)
+    return rg_status_make(RG_INVALID_ARGUMENT, "a STEP message with %zu bytes past its end",
+                          len - off - used);
+  if (w->plan.n_stash && w->role != RG_CLUSTER_ROLE_PREFILL)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "a STEP stashes KV on a worker that does not prefill");
+  RG_RETURN_IF_ERROR(take_imports(w));
   const rg_arch_t *a = w->a;
   rg_status_t s = NULL;
   int begun = 0;
@@ -538,6 +878,7 @@ static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_
       if (p[m].pc < p[m].n || p[m].n_sends) all_done = 0;
     }
     if (s || all_done) break;
+    if (!s) s = service_xfers(w);
     if (!progress) {
       // Waiting on peers: spin briefly, then back off (a decode step waits
       // microseconds on shm; an idle wait should cost no CPU).
@@ -549,6 +890,7 @@ static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_
   }
   for (uint32_t m = 0; p && m < n_mb; m++) cancel_prog(&p[m]);
   free(p);
+  if (!s) s = stash(w);
   for (int i = 0; begun && i < w->n_stages; i++)
     for (uint32_t m = 0; m < n_mb; m++) {
       if (s || w->check)
@@ -569,8 +911,13 @@ static rg_status_t send_done(worker_t *w, rg_status_t err) {
   for (int i = 0; i < w->n_stages; i++) rg_stage_counters(w->stages[i], &d.stages[i]);
   for (size_t i = 0; i < RG_CLUSTER_MAX_WORKERS + 1; i++)
     if (w->links[i].messages) d.links[d.n_links++] = w->links[i];
+  for (size_t i = 0; i < RG_CLUSTER_MAX_WORKERS; i++)
+    if (w->kv_in[i].messages) d.links[d.n_links++] = w->kv_in[i];
   d.events = w->events;
   d.n_events = (uint32_t)w->n_events;
+  d.n_bad_keys = w->n_bad_keys;
+  memcpy(d.bad_keys, w->bad_keys, sizeof d.bad_keys);
+  w->n_bad_keys = 0;
   uint8_t *buf = NULL;
   size_t cap = 0, len = 0;
   rg_status_t s = rg__done_encode(&d, &buf, &cap, &len);
@@ -614,6 +961,7 @@ static rg_status_t serve_steps(worker_t *w) {
       continue;
     }
     rg_status_free(rs);
+    if ((st = service_xfers(w))) break;
     // Between steps: the control plane (shutdown, a coordinator gone).
     rg_control_event_t ev;
     rg_status_t cs = rg_control_client_recv(w->ctl, 0.0, &ev);
@@ -630,8 +978,15 @@ static rg_status_t serve_steps(worker_t *w) {
         st = take_peers(w, RG_CONTROL_MSG_AS(ev.msg, peer_table));
     }
     rg_control_event_deinit(&ev);
-    idle = idle < 2e-3 ? idle + 2e-5 : idle;
-    nap(idle);
+    // Transfers in flight need this side's progress to complete (shm's
+    // writes and the notice that follows them): stay awake while they last.
+    // Yield rather than spin: on a machine with fewer cores than processes
+    // the receiver needs this core to copy the pages.
+    idle = w->n_writes ? 0 : idle < 2e-3 ? idle + 2e-5 : idle;
+    if (idle > 0)
+      nap(idle);
+    else
+      sched_yield();
   }
   rg_transport_req_free(r);
   free(msg);
@@ -707,10 +1062,22 @@ rg_status_t rg_worker_run(const rg_worker_options_t *opt) {
   }
   rg_control_ready_t rd = RIDGE__CONTROL__READY__INIT;
   rd.stages_loaded = (uint32_t)w->n_stages;
+  uint8_t descs[RG_CLUSTER_MAX_STAGES][RG_TRANSPORT_DESC_BYTES];
+  ProtobufCBinaryData regions[RG_CLUSTER_MAX_STAGES];
   for (int i = 0; i < w->n_stages; i++) {
     rd.weight_bytes += (uint64_t)rg_stage_weight_bytes(w->stages[i]);
     rd.kv_bytes += (uint64_t)rg_stage_kv_bytes(w->stages[i]);
+    if (!rg_stage_kv_buffer(w->stages[i])) continue;
+    regions[rd.n_kv_regions] = (ProtobufCBinaryData){0, NULL};
+    if (w->kv_region[i]) {
+      rg_transport_region_desc_t d;
+      rg_transport_region_desc(w->kv_region[i], &d);
+      rg_transport_desc_encode(&d, descs[i]);
+      regions[rd.n_kv_regions] = (ProtobufCBinaryData){RG_TRANSPORT_DESC_BYTES, descs[i]};
+    }
+    rd.n_kv_regions++;
   }
+  rd.kv_regions = regions;
   if ((st = rg_control_client_send(w->ctl, &rd.base))) goto done;
   if ((st = wait_message(w, RG_CONTROL_MSG_PEER_TABLE, 120, &ev))) goto done;
   st = take_peers(w, RG_CONTROL_MSG_AS(ev.msg, peer_table));
@@ -722,10 +1089,19 @@ done:
     rg_buffer_release(w->logits[m].buf), free(w->logits[m].stage);
     rg_step_buf_free(&w->sb[m]);
   }
+  rg_transport_req_free(w->xfer_recv);
+  for (size_t i = 0; i < w->n_writes; i++) rg_transport_req_free(w->writes[i]);
+  for (int i = 0; i < RG_CLUSTER_MAX_STAGES; i++) {
+    rg_transport_region_deregister(w->outbox_region[i]);
+    rg_transport_region_deregister(w->kv_region[i]);
+    rg_buffer_release(w->outbox[i]);
+  }
   for (int i = 0; i < w->n_stages; i++) {
     for (int m = 0; m < MAX_MB; m++) rg_stage_ctx_destroy(w->ctx[i][m]);
     rg_stage_destroy(w->stages[i]);
   }
+  free(w->xfer_buf);
+  rg__kvplan_free(&w->plan);
   rg_weight_cache_destroy(w->cache);
   rg_model_close(w->model);
   rg_control_client_destroy(w->ctl);
