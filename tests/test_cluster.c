@@ -490,7 +490,7 @@ RG_TEST(cluster_ridge_run_layout_matches_the_single_process_run) {
   char *o = NULL;
   snprintf(cmd, sizeof cmd, "run --model %s --layout sideways", dense);
   RG_CHECK(rg_test_run_ridge(t, cmd, &o) == 2);
-  RG_CHECK_CONTAINS(o, "expected colocated, attention-ffn, experts or pipeline");
+  RG_CHECK_CONTAINS(o, "expected colocated, attention-ffn, experts, pipeline or prefill-decode");
   free(o);
   snprintf(cmd, sizeof cmd, "run --model %s --listen 127.0.0.1:1 --layout pipeline", dense);
   RG_CHECK(rg_test_run_ridge(t, cmd, &o) == 2);
@@ -499,4 +499,188 @@ RG_TEST(cluster_ridge_run_layout_matches_the_single_process_run) {
   RG_CHECK(rg_test_run_ridge(t, "worker", &o) == 2);
   RG_CHECK_CONTAINS(o, "--coordinator");
   free(o);
+}
+
+// ----- Prefill-decode ----------------------------------------------------------------
+
+// Prefill on one worker, decode on another, the prompt's KV written by RMA
+// from the prefill worker's outbox into the decode pool: the single-process
+// tokens and logits (within rounding), with equal block sizes and with pages
+// merged (16 -> 64) and split (16 -> 8); the bytes on the link are exactly
+// the prompts' KV.
+RG_TEST(cluster_prefill_decode_gives_the_single_process_logits) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  rg_arch_t a;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  rg_engine_options_t eo = exact_options();
+  rg_engine_t *e;
+  RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
+  rg_executor_t x = rg_engine_executor(e);
+  outputs_t want = {0};
+  rg_status_t st = serve_with(&x, a.vocab, &want);
+  rg_engine_destroy(e);
+  RG_REQUIRE_OK(st);
+  const int64_t sizes[3][2] = {{16, 16}, {16, 64}, {16, 8}};
+  double row = (double)(a.n_kv_heads * a.head_dim) * 4.0;  // f32 KV
+  for (int k = 0; k < 3; k++) {
+    rg_cluster_layout_t l;
+    RG_REQUIRE_OK(rg_cluster_layout_pd(&a, "cpu:0", "cpu:0", sizes[k][0], sizes[k][1], &l));
+    rg_cluster_options_t co = {.model_path = dense,
+                               .layout = l,
+                               .engine = exact_options(),
+                               .launch = 1,
+                               .ridge_binary = rg_test_ridge_bin(),
+                               .quiet = 1,
+                               .step_timeout_s = 60};
+    rg_cluster_t *c;
+    RG_REQUIRE_OK(rg_cluster_create(&co, &c));
+    rg_executor_t cx = rg_cluster_executor(c);
+    outputs_t got = {0};
+    st = serve_with(&cx, a.vocab, &got);
+    double kv_bytes = 0;
+    for (size_t i = 0; i < rg_cluster_link_count(c); i++) {
+      rg_cluster_link_info_t li;
+      rg_cluster_link_info(c, i, &li);
+      if (li.kv) kv_bytes += li.bytes;
+    }
+    rg_cluster_destroy(c);
+    RG_CHECK_OK(st);
+    char what[64];
+    snprintf(what, sizeof what, "prefill-decode, blocks %lld -> %lld", (long long)sizes[k][0],
+             (long long)sizes[k][1]);
+    // Within rounding, not bit for bit: the decode side batches the requests
+    // as they arrive from prefill, not as one process would, and the
+    // matmuls' blocking follows the rows in a step.
+    if (!st) check_same(t, what, &want, &got, a.vocab, 0);
+    // Every prompt's KV crossed once: positions x layers x K and V.
+    double prompts = 0;
+    for (int i = 0; i < N_REQ; i++) prompts += LEN - i * 3;
+    printf("    %s: %.0f bytes of KV on the link (%.0f expected)\n", what, kv_bytes,
+           prompts * row * 2 * (double)a.n_layers);
+    RG_CHECK(kv_bytes == prompts * row * 2 * (double)a.n_layers);
+    free(got.logits);
+  }
+  free(want.logits);
+}
+
+// One request alone runs the same matmul shapes in both: bit for bit.
+RG_TEST(cluster_prefill_decode_single_request_is_bit_identical) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  rg_arch_t a;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  int32_t ids[37];
+  for (int k = 0; k < 37; k++) ids[k] = (k * 13 + 1) % 450;
+  rg_serve_request_t r = {0, ids, 37, OUT, {0, 0, 1, 0}, 0};
+  float *lg[2];
+  rg_serve_result_t res[2];
+  for (int k = 0; k < 2; k++) {
+    lg[k] = calloc((size_t)OUT * (size_t)a.vocab, sizeof(float));
+    RG_REQUIRE(lg[k]);
+    rg_serve_options_t so = {.max_batch_tokens = 16, .dump_logits = lg[k], .dump_rows = OUT};
+    rg_serve_stats_t ss;
+    rg_engine_options_t eo = exact_options();
+    if (!k) {
+      rg_engine_t *e;
+      RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
+      rg_status_t st = rg_serve(e, &r, 1, &so, &res[k], &ss);
+      rg_engine_destroy(e);
+      RG_REQUIRE_OK(st);
+    } else {
+      rg_cluster_options_t co = {.model_path = dense,
+                                 .engine = eo,
+                                 .launch = 1,
+                                 .ridge_binary = rg_test_ridge_bin(),
+                                 .quiet = 1,
+                                 .step_timeout_s = 60};
+      RG_REQUIRE_OK(rg_cluster_layout_pd(&a, "cpu:0", "cpu:0", 16, 16, &co.layout));
+      rg_cluster_t *c;
+      RG_REQUIRE_OK(rg_cluster_create(&co, &c));
+      rg_executor_t x = rg_cluster_executor(c);
+      rg_status_t st = rg_serve_on(&x, &r, 1, &so, &res[k], &ss);
+      rg_cluster_destroy(c);
+      RG_REQUIRE_OK(st);
+    }
+  }
+  RG_CHECK(res[0].n_tokens == OUT && res[1].n_tokens == OUT);
+  RG_CHECK(!memcmp(res[0].tokens, res[1].tokens, OUT * sizeof(int32_t)));
+  RG_CHECK(!memcmp(lg[0], lg[1], (size_t)OUT * (size_t)a.vocab * sizeof(float)));
+  rg_serve_results_free(res, 2);
+  free(lg[0]);
+  free(lg[1]);
+}
+
+// A prefix the decode side has cached is not sent again; a page corrupted in
+// transit is caught by its checksum and never used: the request is
+// recomputed on the decode side and still gives the single-process tokens.
+RG_TEST(cluster_prefill_decode_skips_cached_prefixes_and_recomputes_corrupted_pages) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  rg_arch_t a;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  // Two requests, the second arriving after the first is done, sharing their
+  // first 32 tokens (two blocks of 16).
+  enum { L = 40, SHARED = 32, OUT2 = 5 };
+  int32_t ids[2][L];
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < L; k++)
+      ids[i][k] = (int32_t)(k < SHARED ? (k * 7 + 3) % 400 : (i * 51 + k) % 400);
+  rg_serve_request_t r[2] = {{0, ids[0], L, OUT2, {0, 0, 1, 0}, 0},
+                             {1, ids[1], L, OUT2, {0, 0, 1, 0}, 0.5}};
+  rg_serve_options_t so = {.max_batch_tokens = 64, .prefix_cache = 1};
+  rg_engine_options_t eo = exact_options();
+  rg_engine_t *e;
+  RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
+  rg_serve_result_t want[2], got[2];
+  rg_serve_stats_t ss;
+  rg_status_t st = rg_serve(e, r, 2, &so, want, &ss);
+  rg_engine_destroy(e);
+  RG_REQUIRE_OK(st);
+  double row = (double)(a.n_kv_heads * a.head_dim) * 4.0 * 2 * (double)a.n_layers;
+  for (int corrupt = 0; corrupt < 2; corrupt++) {
+    if (corrupt) setenv("RIDGE_TEST_CORRUPT_KV_WRITE", "1", 1);
+    rg_cluster_layout_t l;
+    RG_REQUIRE_OK(rg_cluster_layout_pd(&a, "cpu:0", "cpu:0", 16, 16, &l));
+    rg_cluster_options_t co = {.model_path = dense,
+                               .layout = l,
+                               .engine = exact_options(),
+                               .launch = 1,
+                               .ridge_binary = rg_test_ridge_bin(),
+                               .quiet = 1,
+                               .step_timeout_s = 60};
+    rg_cluster_t *c;
+    st = rg_cluster_create(&co, &c);
+    unsetenv("RIDGE_TEST_CORRUPT_KV_WRITE");
+    RG_REQUIRE_OK(st);
+    rg_executor_t cx = rg_cluster_executor(c);
+    st = rg_serve_on(&cx, r, 2, &so, got, &ss);
+    double kv_bytes = 0;
+    for (size_t i = 0; i < rg_cluster_link_count(c); i++) {
+      rg_cluster_link_info_t li;
+      rg_cluster_link_info(c, i, &li);
+      if (li.kv) kv_bytes += li.bytes;
+    }
+    rg_cluster_destroy(c);
+    RG_CHECK_OK(st);
+    for (int i = 0; i < 2; i++) {
+      RG_CHECK(got[i].n_tokens == OUT2);
+      RG_CHECK(!memcmp(got[i].tokens, want[i].tokens, OUT2 * sizeof(int32_t)));
+    }
+    printf("    %s: %.0f bytes of KV sent, %lld recomputed\n",
+           corrupt ? "first transfer corrupted" : "clean", kv_bytes, (long long)ss.kv_recomputed);
+    if (!corrupt) {
+      // The first prompt whole; of the second only what the decode side
+      // lacked: its 32 shared tokens are cached there.
+      RG_CHECK(kv_bytes == (double)(L + (L - SHARED)) * row);
+      RG_CHECK(ss.kv_recomputed == 0);
+    } else {
+      RG_CHECK(ss.kv_recomputed == 1);
+    }
+    rg_serve_results_free(got, 2);
+  }
+  rg_serve_results_free(want, 2);
 }
