@@ -10,6 +10,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -938,6 +939,12 @@ static rg_status_t start_cluster(const run_args_t *a, const char *model_path,
   return rg_pool_create(eo->threads, &be->pool);
 }
 
+static volatile int g_stop;
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
 // ----- The command ---------------------------------------------------------------
 
 static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *exit_status) {
@@ -1093,7 +1100,17 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
     goto done;
   }
+  // Ctrl-C (or SIGTERM) from here on stops the run cleanly: the steps in
+  // flight finish, the workers are shut down, the requests end "interrupted".
+  struct sigaction sa = {0}, old_int, old_term;
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  so.stop = &g_stop;
   st = rg_serve_on(&be.x, sr, n_served, &so, sres, &ss);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
   for (size_t k = 0; k < n_served; k++) res[served_of[k]] = sres[k];
   free(sres);
   if (st) goto done;
@@ -1320,5 +1337,9 @@ int rg_cmd_run(int argc, char **argv, const rg_cli_common_t *common) {
   }
   int status = 0;
   st = run(&a, common, &status);
+  if (st && rg_status_code(st) == RG_CANCELLED) {
+    rg_cli_fail("run", st);
+    return 130;  // as a shell reports a command ended by SIGINT
+  }
   return st ? rg_cli_fail("run", st) : status;
 }

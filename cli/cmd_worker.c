@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,12 @@ static const char usage[] =
     "  ridge run --layout attention-ffn --listen 127.0.0.1:7070 --secret-file /tmp/secret &\n"
     "  ridge worker --coordinator 127.0.0.1:7070 --name w0 --secret-file /tmp/secret &\n"
     "  ridge worker --coordinator 127.0.0.1:7070 --name w1 --secret-file /tmp/secret\n";
+
+static volatile int g_stop;
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
 
 int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common) {
   static const struct option longs[] = {{"coordinator", required_argument, 0, 'c'},
@@ -136,6 +143,17 @@ int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common) {
   }
   if (st) return rg_cli_fail(CMD, st);
   o.secret = &secret;
+  // Ctrl-C or SIGTERM (systemd, Kubernetes) leaves between steps: the
+  // endpoint closes and the coordinator sees the worker go.
+  // A worker its coordinator started ignores SIGINT (the coordinator stops
+  // the run on Ctrl-C and shuts it down): that stays so.
+  struct sigaction sa = {0}, old;
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, NULL, &old);
+  if (old.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  o.stop = &g_stop;
   st = rg_worker_run(&o);
   memset(&secret, 0, sizeof secret);
   return rg_cli_fail(CMD, st);

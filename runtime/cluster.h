@@ -199,6 +199,7 @@ typedef struct {
   int threads, isa;          // CPU device settings
   double connect_timeout_s;  // 0 = 30
   int quiet;
+  volatile int *stop;  // optional: set (by a signal handler) to leave between steps
 } rg_worker_options_t;
 
 // Joins the coordinator, loads what it is assigned, and runs steps until

@@ -163,6 +163,7 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
   for (size_t i = 0; i < r->n; i++) active += !r->live[i].done;
   int idle_spins = 0;
   while (active) {
+    if (o->stop && *o->stop) return rg_status_make(RG_CANCELLED, "interrupted");
     double now = now_s() - t0;
     rg_sched_batch_t b;
     RG_RETURN_IF_ERROR(rg_sched_schedule(r->sched, now, &b));
@@ -178,7 +179,7 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
           next = r->reqs[i].arrival;
       RG_RETURN_IF_ERROR(rg_sched_commit(r->sched, now, NULL, 0));
       if (isfinite(next)) {
-        sleep_s(next - now);
+        sleep_s(fmin(next - now, 0.1));  // short naps: a stop request is seen soon
         continue;
       }
       if (++idle_spins > 3)
@@ -375,6 +376,10 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
   for (size_t i = 0; i < n; i++) active += !r->live[i].done;
   double idle = 0;
   while (active && !st) {
+    if (r->o->stop && *r->o->stop) {
+      st = rg_status_make(RG_CANCELLED, "interrupted");
+      break;
+    }
     double now = now_s() - t0;
     int progress = 0;
     // Requests that have arrived enter prefill in arrival order while the
@@ -591,7 +596,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       double wake = INFINITY;
       if (next < n) wake = r->reqs[order[next]].arrival;
       if (isfinite(wake) && wake > now) {
-        sleep_s(wake - now);
+        sleep_s(fmin(wake - now, 0.1));
         continue;
       }
       if (++r->idle_spins > 1000)

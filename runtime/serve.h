@@ -51,6 +51,10 @@ typedef struct {
   // (dump_rows, vocab); rows it did not reach stay as they were.
   float *dump_logits;
   int64_t dump_rows;
+  // Optional: set (from a signal handler) to stop. The steps in flight
+  // finish, every unfinished request ends with "interrupted", and serve
+  // returns RG_CANCELLED.
+  volatile int *stop;
 } rg_serve_options_t;
 
 typedef struct {

@@ -684,3 +684,51 @@ RG_TEST(cluster_prefill_decode_skips_cached_prefixes_and_recomputes_corrupted_pa
   }
   rg_serve_results_free(want, 2);
 }
+
+// Ctrl-C stops a multi-process run cleanly: the coordinator finishes the
+// step in flight, shuts its workers down and exits 130 saying so, well
+// within a few seconds.
+RG_TEST(cluster_ctrl_c_stops_the_run_and_its_workers) {
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  char log[1100];
+  snprintf(log, sizeof log, "%s/run.log", rg_test_tmpdir(t));
+  fflush(NULL);
+  pid_t pid = fork();
+  RG_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
+    execl(rg_test_ridge_bin(), "ridge", "run", "--model", dense, "--layout", "attention-ffn",
+          "--workload", "chat", "--num-requests", "500", "--rate", "50", "-n", "32", "--threads",
+          "1", "--no-measure", (char *)NULL);
+    _exit(127);
+  }
+  // Wait until it is serving (the KV line comes once every worker is ready).
+  for (int i = 0; i < 300; i++) {
+    char *text = NULL;
+    size_t len = 0;
+    rg_status_t s = rg_file_read_all(log, "log", 1u << 20, &text, &len);
+    int ready = !s && strstr(text, "requests;");
+    rg_status_free(s);
+    free(text);
+    if (ready) break;
+    struct timespec ns = {0, 50000000};
+    nanosleep(&ns, NULL);
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  kill(pid, SIGINT);
+  int status = 0;
+  RG_REQUIRE(waitpid(pid, &status, 0) == pid);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+  char *text = NULL;
+  size_t len = 0;
+  RG_REQUIRE_OK(rg_file_read_all(log, "log", 1u << 20, &text, &len));
+  printf("    stopped %.2f s after SIGINT, exit %d\n", took,
+         WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  RG_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 130);
+  RG_CHECK_CONTAINS(text, "ridge run: interrupted");
+  RG_CHECK(took < 10);
+  free(text);
+}

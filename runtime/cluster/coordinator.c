@@ -199,6 +199,9 @@ static rg_status_t spawn(rg_cluster_t *c, int i) {
   if (pid < 0)
     return rg_status_make(RG_UNAVAILABLE, "cannot start worker %s: %s", w->name, strerror(errno));
   if (pid == 0) {
+    // Ctrl-C reaches the whole process group: the coordinator stops the run
+    // and shuts its workers down, so they do not act on it themselves.
+    signal(SIGINT, SIG_IGN);
     setenv("RIDGE_SECRET", c->secret_text, 1);
     execv(bin, (char *const *)argv);
     fprintf(stderr, "ridge worker %s: cannot run %s: %s\n", w->name, bin, strerror(errno));

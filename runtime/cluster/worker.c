@@ -961,6 +961,10 @@ static rg_status_t serve_steps(worker_t *w) {
       continue;
     }
     rg_status_free(rs);
+    if (w->o.stop && *w->o.stop) {
+      st = rg_status_make(RG_CANCELLED, "stopped by a signal");
+      break;
+    }
     if ((st = service_xfers(w))) break;
     // Between steps: the control plane (shutdown, a coordinator gone).
     rg_control_event_t ev;
