@@ -566,6 +566,11 @@ static rg_status_t create(rg_cluster_t *c) {
       rg_control_server_port(c->srv), rg_transport_describe(c->tp));
   if (o->launch)
     for (int i = 0; i < o->layout.n_workers; i++) RG_RETURN_IF_ERROR(spawn(c, i));
+  else
+    for (int i = 0; i < o->layout.n_workers; i++)
+      say(c, "waiting for worker %s: ridge worker --coordinator HOST:%d --name %s --device %s "
+             "--secret-file F",
+          wname(c, i), rg_control_server_port(c->srv), wname(c, i), o->layout.workers[i].device);
   return gather(c, -1);
 }
 
