@@ -94,6 +94,10 @@ static const char usage[] =
     "  --kv-dtype T       KV cache dtype (default bf16)\n"
     "  --swap-tokens N    a host-memory tier for preempted KV (default 0: none)\n"
     "  --preempt P        recompute (default) or swap (needs --swap-tokens)\n"
+    "  --tier-tokens N    a capacity tier for idle cached prefixes (default 0: none): host\n"
+    "                     memory standing in for DRAM or SSD; with --layout, its own worker\n"
+    "  --retention S      seconds an unused cached prefix stays on the device before it moves\n"
+    "                     to the tier (the golden time; default 0: only when room is needed)\n"
     "\n"
     "Across processes (the dataflow runtime: one `ridge worker` per device, linked by libfabric):\n"
     "  --layout L         colocated (every stage on one worker), attention-ffn (embed, attention\n"
@@ -140,7 +144,8 @@ typedef struct {
   long long micro_batches;
   long long n, top_k, seed, batch, threads, max_context, max_seqs, max_batch_tokens, block_size,
       kv_tokens;
-  long long swap_tokens, num_requests, decode_block_size;
+  long long swap_tokens, num_requests, decode_block_size, tier_tokens;
+  double retention;
   double temperature, top_p, rate;
   int chat, json, no_measure, prefix_cache;
 } run_args_t;
@@ -191,7 +196,9 @@ enum {
   O_LISTEN,
   O_SECRET,
   O_STEP_TIMEOUT,
-  O_DECODE_BLOCK
+  O_DECODE_BLOCK,
+  O_TIER,
+  O_RETENTION
 };
 
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a,
@@ -235,6 +242,8 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                                         {"secret-file", required_argument, 0, O_SECRET},
                                         {"step-timeout", required_argument, 0, O_STEP_TIMEOUT},
                                         {"decode-block-size", required_argument, 0, O_DECODE_BLOCK},
+                                        {"tier-tokens", required_argument, 0, O_TIER},
+                                        {"retention", required_argument, 0, O_RETENTION},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
@@ -368,6 +377,12 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
       case O_SECRET:
         a->secret_file = optarg;
         break;
+      case O_TIER:
+        RG_RETURN_IF_ERROR(rg_parse_count("--tier-tokens", optarg, 0, &a->tier_tokens));
+        break;
+      case O_RETENTION:
+        RG_RETURN_IF_ERROR(parse_real("--retention", optarg, 0, 1e7, &a->retention));
+        break;
       case O_DECODE_BLOCK:
         RG_RETURN_IF_ERROR(
             parse_num("--decode-block-size", optarg, 1, 1024, &a->decode_block_size));
@@ -391,6 +406,13 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                           "give one of --prompt, --prompt-ids, --requests and --workload");
   if (a->chat && (a->prompt_ids || a->requests || a->workload))
     return rg_status_make(RG_INVALID_ARGUMENT, "--chat applies to --prompt text");
+  if (a->retention > 0 && !a->tier_tokens)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--retention is how long a prefix waits before moving to the capacity "
+                          "tier: give --tier-tokens too");
+  if (a->tier_tokens && !a->prefix_cache)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--tier-tokens holds cached prefixes: it needs --prefix-cache on");
   if (a->decode_block_size &&
       (!a->layout || (strcmp(a->layout, "prefill-decode") && strcmp(a->layout, "pd"))))
     return rg_status_make(RG_INVALID_ARGUMENT,
@@ -973,6 +995,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   eo.block_size = (int)a->block_size;
   eo.kv_tokens = a->kv_tokens;
   eo.swap_tokens = a->swap_tokens;
+  eo.tier_tokens = a->tier_tokens;
   if (a->kvdt) {
     if (rg_dtype_parse(a->kvdt, &eo.kv_dtype) ||
         (eo.kv_dtype != RG_F32 && eo.kv_dtype != RG_BF16 && eo.kv_dtype != RG_F16))
@@ -1091,7 +1114,8 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
                            .on_token = on_token,
                            .ctx = &sc,
                            .dump_logits = dump,
-                           .dump_rows = a->n};
+                           .dump_rows = a->n,
+                           .retention_s = a->retention};
   if (sc.stream && tok && !a->prompt_ids)
     fputs(a->chat ? "" : (a->prompt ? a->prompt : "The quick brown fox"), stdout);
   rg_serve_stats_t ss;
@@ -1164,6 +1188,13 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     rg_json_num(root, "prefix_lookup_tokens", (double)ss.prefix_lookup_tokens, &bad);
     rg_json_num(root, "preemptions_recompute", (double)ss.preempt_recompute, &bad);
     rg_json_num(root, "preemptions_swap", (double)ss.preempt_swap, &bad);
+    rg_json_num(root, "kv_recomputed", (double)ss.kv_recomputed, &bad);
+    if (a->tier_tokens) {
+      rg_json_num(root, "tier_offloaded_blocks", (double)ss.tier_offloaded, &bad);
+      rg_json_num(root, "tier_reloaded_blocks", (double)ss.tier_reloaded, &bad);
+      rg_json_num(root, "tier_hit_tokens", (double)ss.tier_hit_tokens, &bad);
+      rg_json_num(root, "tier_copy_s", ss.tier_seconds, &bad);
+    }
     rg_json_num(root, "prefill_tokens_per_s", pf_s > 0 ? pf_tok / pf_s : 0, &bad);
     rg_json_num(root, "prefill_gflop_per_s", pf_s > 0 ? ss.prefill.flops / pf_s / 1e9 : 0, &bad);
     rg_json_num(root, "decode_tokens_per_s", dec_s > 0 ? dec_tok / dec_s : 0, &bad);
@@ -1292,6 +1323,16 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
             100 * ss.prefix_hit_rate, (long long)ss.prefix_hit_tokens,
             (long long)ss.prefix_lookup_tokens, (long long)ss.preempt_recompute,
             (long long)ss.preempt_swap);
+    if (a->tier_tokens)
+      fprintf(stderr,
+              "  capacity tier: %lld blocks moved down, %lld brought back (%lld prompt tokens "
+              "found there instead of recomputed), %s copying\n",
+              (long long)ss.tier_offloaded, (long long)ss.tier_reloaded,
+              (long long)ss.tier_hit_tokens,
+              rg_fmt_quantity(ss.tier_seconds, RG_UNIT_TIME, b1, sizeof b1));
+    if (ss.kv_recomputed)
+      fprintf(stderr, "  %lld request%s recomputed: imported KV pages failed their checksum\n",
+              (long long)ss.kv_recomputed, ss.kv_recomputed == 1 ? "" : "s");
     fprintf(stderr, "  prefill %.1f tokens/s (%.2f GFLOP/s); decode %.1f tokens/s",
             pf_s > 0 ? pf_tok / pf_s : 0, pf_s > 0 ? ss.prefill.flops / pf_s / 1e9 : 0,
             dec_s > 0 ? dec_tok / dec_s : 0);

@@ -38,7 +38,8 @@ struct rg_engine_s {
   // KV geometry.
   rg_dtype_t kv_type;
   int block_size, max_seqs;
-  int64_t n_blocks, max_context, swap_blocks;
+  int64_t n_blocks, max_context, swap_blocks, cap_blocks;
+  rg_buffer_t **caps;  // per stage: the capacity tier's share (attention stages only)
   double kv_bytes, weight_bytes;
   rg_step_buf_t sb;  // host scratch for one step's metadata
   rg_engine_counters_t c;
@@ -151,6 +152,7 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
     return rg_status_make(RG_INVALID_ARGUMENT, "KV dtype %s is not supported; use f32, bf16 or f16",
                           rg_dtype_name(e->kv_type));
   e->swap_blocks = o->swap_tokens > 0 ? (o->swap_tokens + e->block_size - 1) / e->block_size : 0;
+  e->cap_blocks = o->tier_tokens > 0 ? (o->tier_tokens + e->block_size - 1) / e->block_size : 0;
   double kv = (double)a->n_layers * 2.0 * (double)e->n_blocks * e->block_size *
               (double)(a->n_kv_heads * a->head_dim) * rg_dtype_bytes(e->kv_type);
   RG_RETURN_IF_ERROR(
@@ -186,7 +188,7 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
   sp = (rg_stage_spec_t){.kind = RG_STAGE_LM_HEAD};
   RG_RETURN_IF_ERROR(add_stage(e, &sp, main_dev, &so, &e->lm_head));
 
-  if (e->swap_blocks) {
+  if (e->swap_blocks || e->cap_blocks) {
     for (int i = 0; i < e->n_devs && !e->host; i++)
       if (rg_device_cpu_pool(e->devs[i].dev)) {
         e->host = e->devs[i].dev;
@@ -196,12 +198,33 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
       rg_device_options_t ho = {.threads = 1};
       RG_RETURN_IF_ERROR(rg_device_open("cpu", 0, &ho, &e->host));
     }
-    if (!(e->tiers = calloc(e->n_stages, sizeof(rg_buffer_t *))))
-      return rg_status_make(RG_OUT_OF_MEMORY, "oom");
+    // Host tiers are host memory: refuse what would not fit, naming the flag.
+    double per_all = 0;
     for (size_t i = 0; i < e->n_stages; i++)
       if (rg_stage_spec(e->stages[i])->kind == RG_STAGE_ATTENTION)
-        RG_RETURN_IF_ERROR(rg_buffer_alloc(
-            e->host, (size_t)e->swap_blocks * rg_stage_kv_block_bytes(e->stages[i]), &e->tiers[i]));
+        per_all += (double)rg_stage_kv_block_bytes(e->stages[i]);
+    double want = per_all * (double)(e->swap_blocks + e->cap_blocks);
+    uint64_t avail = mem_available();
+    if (avail && want > 0.9 * (double)avail) {
+      char need[32], got[32];
+      return rg_status_make(RG_OUT_OF_MEMORY,
+                            "the host tiers (%lld swap and %lld capacity blocks) need %s, but %s "
+                            "is available: lower --swap-tokens or --tier-tokens",
+                            (long long)e->swap_blocks, (long long)e->cap_blocks,
+                            rg_fmt_bytes_iec(want, need, sizeof need),
+                            rg_fmt_bytes_iec((double)avail, got, sizeof got));
+    }
+    if (!(e->tiers = calloc(e->n_stages, sizeof(rg_buffer_t *))) ||
+        !(e->caps = calloc(e->n_stages, sizeof(rg_buffer_t *))))
+      return rg_status_make(RG_OUT_OF_MEMORY, "oom");
+    for (size_t i = 0; i < e->n_stages; i++) {
+      if (rg_stage_spec(e->stages[i])->kind != RG_STAGE_ATTENTION) continue;
+      size_t per = rg_stage_kv_block_bytes(e->stages[i]);
+      if (e->swap_blocks)
+        RG_RETURN_IF_ERROR(rg_buffer_alloc(e->host, (size_t)e->swap_blocks * per, &e->tiers[i]));
+      if (e->cap_blocks)
+        RG_RETURN_IF_ERROR(rg_buffer_alloc(e->host, (size_t)e->cap_blocks * per, &e->caps[i]));
+    }
   }
   snprintf(e->describe, sizeof e->describe,
            "%s, %lld layers, d_model %lld, %lld/%lld heads%s, %s weights, %s KV",
@@ -230,9 +253,11 @@ void rg_engine_destroy(rg_engine_t *e) {
   if (!e) return;
   for (size_t i = 0; i < e->n_stages; i++) {
     if (e->tiers) rg_buffer_release(e->tiers[i]);
+    if (e->caps) rg_buffer_release(e->caps[i]);
     rg_stage_destroy(e->stages[i]);
   }
   free(e->tiers);
+  free(e->caps);
   free(e->stages);
   free(e->attn_of), free(e->ffn_of);
   rg_weight_cache_destroy(e->cache);
@@ -462,11 +487,13 @@ rg_status_t rg_engine_forward(rg_engine_t *e, const rg_engine_entry_t *entries, 
   return st;
 }
 
-rg_status_t rg_engine_swap(rg_engine_t *e, const rg_engine_copy_t *out, size_t n_out,
-                           const rg_engine_copy_t *in, size_t n_in) {
+// Block copies between the device pools and one tier (per attention stage).
+static rg_status_t tier_copy(rg_engine_t *e, rg_buffer_t **tiers, int64_t n_blocks,
+                             const char *what, const rg_engine_copy_t *out, size_t n_out,
+                             const rg_engine_copy_t *in, size_t n_in) {
   if (!n_out && !n_in) return NULL;
-  if (!e->tiers)
-    return rg_status_make(RG_INVALID_ARGUMENT, "this engine has no swap tier (swap_tokens is 0)");
+  if (!tiers || !n_blocks)
+    return rg_status_make(RG_INVALID_ARGUMENT, "this engine has no %s tier", what);
   int32_t *src = malloc((n_out + n_in + 1) * sizeof(int32_t)),
           *dst = malloc((n_out + n_in + 1) * sizeof(int32_t));
   rg_status_t s = src && dst ? NULL : rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
@@ -474,15 +501,29 @@ rg_status_t rg_engine_swap(rg_engine_t *e, const rg_engine_copy_t *out, size_t n
     const rg_engine_copy_t *c = i < n_out ? &out[i] : &in[i - n_out];
     src[i] = c->src, dst[i] = c->dst;
     int32_t tier = i < n_out ? c->dst : c->src;
-    if (tier < 0 || tier >= e->swap_blocks)
-      s = rg_status_make(RG_INVALID_ARGUMENT, "swap: tier block %d is outside the tier of %lld",
-                         (int)tier, (long long)e->swap_blocks);
+    if (tier < 0 || tier >= n_blocks)
+      s = rg_status_make(RG_INVALID_ARGUMENT, "%s: tier block %d is outside the tier of %lld", what,
+                         (int)tier, (long long)n_blocks);
   }
   for (size_t i = 0; !s && i < e->n_stages; i++) {
-    if (!e->tiers[i]) continue;
-    s = rg_stage_kv_copy(e->stages[i], e->tiers[i], src, dst, n_out, 1);
-    if (!s) s = rg_stage_kv_copy(e->stages[i], e->tiers[i], src + n_out, dst + n_out, n_in, 0);
+    if (!tiers[i]) continue;
+    s = rg_stage_kv_copy(e->stages[i], tiers[i], src, dst, n_out, 1);
+    if (!s) s = rg_stage_kv_copy(e->stages[i], tiers[i], src + n_out, dst + n_out, n_in, 0);
   }
   free(src), free(dst);
   return s;
+}
+
+rg_status_t rg_engine_swap(rg_engine_t *e, const rg_engine_copy_t *out, size_t n_out,
+                           const rg_engine_copy_t *in, size_t n_in) {
+  return tier_copy(e, e->tiers, e->swap_blocks, "swap", out, n_out, in, n_in);
+}
+
+rg_status_t rg_engine_tier(rg_engine_t *e, const rg_engine_copy_t *out, size_t n_out,
+                           const rg_engine_copy_t *in, size_t n_in) {
+  return tier_copy(e, e->caps, e->cap_blocks, "capacity", out, n_out, in, n_in);
+}
+
+int64_t rg_engine_tier_blocks(const rg_engine_t *e) {
+  return e->cap_blocks;
 }

@@ -57,6 +57,9 @@ typedef struct {
   int64_t max_context;  // per sequence; 0 = min(model maximum, 4096)
   int max_seqs;         // sequences a step may hold; 0 = 16
   int64_t swap_tokens;  // host-memory swap tier for preempted KV, in tokens; 0 = none
+  // A capacity tier for idle cached KV (sessions that come back), in
+  // tokens; 0 = none. Host memory, standing in for host DRAM or SSD.
+  int64_t tier_tokens;
   // Cap on the CPU kernels' instruction set (RG_CPU_ISA_AUTO = the best the
   // CPU has), for this engine's devices only. AVX512 rather than
   // AVX512_BF16 keeps activations in f32 in bf16 matmuls: slower, but exact
@@ -95,6 +98,7 @@ int rg_engine_block_size(const rg_engine_t *e);
 int64_t rg_engine_max_context(const rg_engine_t *e);
 int rg_engine_max_seqs(const rg_engine_t *e);
 int64_t rg_engine_swap_blocks(const rg_engine_t *e);
+int64_t rg_engine_tier_blocks(const rg_engine_t *e);
 double rg_engine_kv_bytes(const rg_engine_t *e);  // bytes of the device KV pool(s)
 
 // One entry of a forward step (runtime/step.h): n tokens of one sequence at
@@ -115,6 +119,9 @@ RG_MUST_USE rg_status_t rg_engine_forward(rg_engine_t *e, const rg_engine_entry_
 typedef struct {
   int32_t src, dst;
 } rg_engine_copy_t;
+// The same for the capacity tier: out = sched's offloads, in = its reloads.
+RG_MUST_USE rg_status_t rg_engine_tier(rg_engine_t *e, const rg_engine_copy_t *out, size_t n_out,
+                                       const rg_engine_copy_t *in, size_t n_in);
 RG_MUST_USE rg_status_t rg_engine_swap(rg_engine_t *e, const rg_engine_copy_t *out, size_t n_out,
                                        const rg_engine_copy_t *in, size_t n_in);
 

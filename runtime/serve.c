@@ -167,9 +167,21 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
     double now = now_s() - t0;
     rg_sched_batch_t b;
     RG_RETURN_IF_ERROR(rg_sched_schedule(r->sched, now, &b));
-    if (b.n_swap_out || b.n_swap_in)
+    // The copies in sched's order: what reads device blocks, then what writes them.
+    if (b.n_swap_out)
       RG_RETURN_IF_ERROR(r->x->swap(r->x->impl, (const rg_engine_copy_t *)b.swap_out, b.n_swap_out,
-                                    (const rg_engine_copy_t *)b.swap_in, b.n_swap_in));
+                                    NULL, 0));
+    double tt = now_s();
+    if (b.n_offloads)
+      RG_RETURN_IF_ERROR(r->x->tier(r->x->impl, (const rg_engine_copy_t *)b.offloads,
+                                    b.n_offloads, NULL, 0));
+    if (b.n_swap_in)
+      RG_RETURN_IF_ERROR(
+          r->x->swap(r->x->impl, NULL, 0, (const rg_engine_copy_t *)b.swap_in, b.n_swap_in));
+    if (b.n_reloads)
+      RG_RETURN_IF_ERROR(r->x->tier(r->x->impl, NULL, 0, (const rg_engine_copy_t *)b.reloads,
+                                    b.n_reloads));
+    if (b.n_offloads || b.n_reloads) stats->tier_seconds += now_s() - tt;
     if (!b.n_entries) {
       // Nothing runnable: wait for the next arrival, or give up when none is due.
       double next = INFINITY;
@@ -420,6 +432,13 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       rg_sched_t *sc = side ? ds : ps;
       const size_t *of = side ? d_of : p_of;
       if ((st = rg_sched_schedule(sc, now, &s->b))) break;
+      if (side && (s->b.n_offloads || s->b.n_reloads)) {
+        double tt = now_s();
+        st = x->tier(x->impl, (const rg_engine_copy_t *)s->b.offloads, s->b.n_offloads,
+                     (const rg_engine_copy_t *)s->b.reloads, s->b.n_reloads);
+        stats->tier_seconds += now_s() - tt;
+        if (st) break;
+      }
       if (!s->b.n_entries && !s->b.n_imports) {
         st = rg_sched_commit(sc, now, NULL, 0);
         continue;
@@ -631,6 +650,10 @@ static rg_status_t engine_swap(void *impl, const rg_engine_copy_t *out, size_t n
                                const rg_engine_copy_t *in, size_t n_in) {
   return rg_engine_swap(impl, out, n_out, in, n_in);
 }
+static rg_status_t engine_tier(void *impl, const rg_engine_copy_t *out, size_t n_out,
+                               const rg_engine_copy_t *in, size_t n_in) {
+  return rg_engine_tier(impl, out, n_out, in, n_in);
+}
 static void engine_counters(void *impl, rg_engine_counters_t *out) {
   rg_engine_counters(impl, out);
 }
@@ -645,6 +668,8 @@ rg_executor_t rg_engine_executor(rg_engine_t *e) {
                          .kv_blocks = rg_engine_kv_blocks(e),
                          .max_context = rg_engine_max_context(e),
                          .swap_blocks = rg_engine_swap_blocks(e),
+                         .tier = engine_tier,
+                         .tier_blocks = rg_engine_tier_blocks(e),
                          .block_size = rg_engine_block_size(e),
                          .max_seqs = rg_engine_max_seqs(e)};
 }
@@ -675,7 +700,14 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
       .max_context = e->max_context,
       .preempt = o.preempt,
       .prefix_cache = o.prefix_cache,
+      .n_tier_blocks = e->tier ? e->tier_blocks : 0,
+      .retention_s = e->tier && e->tier_blocks ? o.retention_s : 0,
   };
+  if (sc.n_tier_blocks && !sc.prefix_cache) {
+    st = rg_status_make(RG_INVALID_ARGUMENT,
+                        "the capacity tier holds cached prefixes; it needs the prefix cache on");
+    goto done;
+  }
   if (sc.max_batch_tokens < sc.max_seqs) sc.max_batch_tokens = sc.max_seqs;
   if (sc.preempt == RG_SCHED_PREEMPT_SWAP && !sc.n_swap_blocks) {
     st = rg_status_make(RG_INVALID_ARGUMENT,
@@ -694,6 +726,8 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
     pc.block_size = e->prefill_block_size;
     pc.n_blocks = e->prefill_kv_blocks;
     pc.n_swap_blocks = 0;
+    pc.n_tier_blocks = 0;  // idle sessions' KV waits on the decode side
+    pc.retention_s = 0;
     if ((st = rg_sched_create(&pc, &r.psched))) goto done;
     if (!(r.p_of_handle = calloc(n, sizeof *r.p_of_handle))) {
       st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory for %zu requests", n);
@@ -793,6 +827,9 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
     stats->preempt_swap = ss.preempt_swap;
     stats->prefix_lookup_tokens = ss.prefix_lookup_tokens;
     stats->prefix_hit_tokens = ss.prefix_hit_tokens;
+    stats->tier_offloaded = ss.blocks_offloaded;
+    stats->tier_reloaded = ss.blocks_reloaded;
+    stats->tier_hit_tokens = ss.tier_hit_tokens;
     if (r.psched) {
       // Prefix hits are the prefill side's: that is where prompts are computed.
       rg_sched_stats_t ps;

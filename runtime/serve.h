@@ -55,6 +55,10 @@ typedef struct {
   // finish, every unfinished request ends with "interrupted", and serve
   // returns RG_CANCELLED.
   volatile int *stop;
+  // With a capacity tier (the executor's tier_blocks): seconds a cached
+  // prefix stays on the device unused before it moves to the tier (the
+  // "golden time"); 0 = only when the device needs the room.
+  double retention_s;
 } rg_serve_options_t;
 
 typedef struct {
@@ -80,6 +84,10 @@ typedef struct {
   // Prefill-decode: requests recomputed on the decode side because their
   // imported KV pages failed the checksum.
   int64_t kv_recomputed;
+  // The capacity tier: blocks moved down and back, prompt tokens found there,
+  // and the time the executor spent on those copies.
+  int64_t tier_offloaded, tier_reloaded, tier_hit_tokens;
+  double tier_seconds;
   double wall_s;                     // first arrival to the last token
   double tokens_per_s;               // new tokens / wall
   rg_percentiles_t ttft, tbt, e2e;   // seconds
@@ -118,6 +126,11 @@ typedef struct {
   rg_status_t (*forward)(void *impl, const rg_step_entry_t *entries, size_t n, float *logits);
   rg_status_t (*swap)(void *impl, const rg_engine_copy_t *out, size_t n_out,
                       const rg_engine_copy_t *in, size_t n_in);
+  // The capacity tier's copies (sched's offloads, then its reloads); NULL
+  // when tier_blocks is 0. A cluster runs them with the next step.
+  rg_status_t (*tier)(void *impl, const rg_engine_copy_t *offloads, size_t n_offloads,
+                      const rg_engine_copy_t *reloads, size_t n_reloads);
+  int64_t tier_blocks;
   void (*counters)(void *impl, rg_engine_counters_t *out);
   const rg_tokenizer_t *tokenizer;
   int64_t vocab, kv_blocks, max_context, swap_blocks;
