@@ -920,6 +920,8 @@ static rg_status_t make_layout(const run_args_t *a, const rg_arch_t *arch, rg_cl
                           "prefill-decode, got '%s'",
                           a->layout);
   }
+  // The capacity tier: a worker of its own holding idle prefixes' KV.
+  if (a->tier_tokens) RG_RETURN_IF_ERROR(rg_cluster_layout_add_tier(l, devs[0], a->tier_tokens));
   return NULL;
 }
 

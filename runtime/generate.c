@@ -87,7 +87,16 @@ rg_status_t rg_npy_write_f32(const char *path, const float *data, int64_t rows, 
   rg_file_writer_t *w;
   RG_RETURN_IF_ERROR(rg_file_writer_open(path, "logits", &w));
   FILE *f = rg_file_writer_stream(w);
-  unsigned char head[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
+  unsigned char head[10] = {0x93,
+                            'N',
+                            'U',
+                            'M',
+                            'P',
+                            'Y',
+                            1,
+                            0,
+                            (unsigned char)(hlen & 0xff),
+                            (unsigned char)(hlen >> 8)};
   int ok = fwrite(head, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)dl, f) == (size_t)dl;
   for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
   ok = ok && fputc('\n', f) != EOF;

@@ -57,9 +57,12 @@ static float sum_scalar(const float *p, size_t n) {
 static void read_range(void *ctx, size_t b, size_t e, int thread) {
   read_ctx_t *c = ctx;
   float s;
-  if (__builtin_cpu_supports("avx512f")) s = sum_avx512(c->buf + b, e - b);
-  else if (__builtin_cpu_supports("avx2")) s = sum_avx2(c->buf + b, e - b);
-  else s = sum_scalar(c->buf + b, e - b);
+  if (__builtin_cpu_supports("avx512f"))
+    s = sum_avx512(c->buf + b, e - b);
+  else if (__builtin_cpu_supports("avx2"))
+    s = sum_avx2(c->buf + b, e - b);
+  else
+    s = sum_scalar(c->buf + b, e - b);
   c->sums[thread & 1023] += s;
 }
 
@@ -71,17 +74,19 @@ typedef struct {
   double sink[1024];
 } fma_ctx_t;
 
-#define FMA12(F, m, x)                                                                     \
+#define FMA12(F, m, x)                                                                      \
   a0 = F(a0, m, x), a1 = F(a1, m, x), a2 = F(a2, m, x), a3 = F(a3, m, x), a4 = F(a4, m, x), \
   a5 = F(a5, m, x), a6 = F(a6, m, x), a7 = F(a7, m, x), a8 = F(a8, m, x), a9 = F(a9, m, x), \
   a10 = F(a10, m, x), a11 = F(a11, m, x)
 
-__attribute__((target("avx512f"))) static void fma_avx512(void *ctx, size_t b, size_t e, int thread) {
+__attribute__((target("avx512f"))) static void fma_avx512(void *ctx, size_t b, size_t e,
+                                                          int thread) {
   fma_ctx_t *c = ctx;
   __m512 m = _mm512_set1_ps(0.999999f), x = _mm512_set1_ps(1e-7f);
-  __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2), a3 = _mm512_set1_ps(3),
-         a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5), a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7),
-         a8 = _mm512_set1_ps(8), a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11);
+  __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1), a2 = _mm512_set1_ps(2),
+         a3 = _mm512_set1_ps(3), a4 = _mm512_set1_ps(4), a5 = _mm512_set1_ps(5),
+         a6 = _mm512_set1_ps(6), a7 = _mm512_set1_ps(7), a8 = _mm512_set1_ps(8),
+         a9 = _mm512_set1_ps(9), a10 = _mm512_set1_ps(10), a11 = _mm512_set1_ps(11);
   for (size_t r = b; r < e; r++)
     for (long it = 0; it < c->iters; it++) FMA12(_mm512_fmadd_ps, m, x);
   __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
@@ -90,12 +95,14 @@ __attribute__((target("avx512f"))) static void fma_avx512(void *ctx, size_t b, s
   c->sink[thread & 1023] += _mm512_reduce_add_ps(s);
 }
 
-__attribute__((target("avx2,fma"))) static void fma_avx2(void *ctx, size_t b, size_t e, int thread) {
+__attribute__((target("avx2,fma"))) static void fma_avx2(void *ctx, size_t b, size_t e,
+                                                         int thread) {
   fma_ctx_t *c = ctx;
   __m256 m = _mm256_set1_ps(0.999999f), x = _mm256_set1_ps(1e-7f);
-  __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2), a3 = _mm256_set1_ps(3),
-         a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5), a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7),
-         a8 = _mm256_set1_ps(8), a9 = _mm256_set1_ps(9), a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11);
+  __m256 a0 = _mm256_set1_ps(0), a1 = _mm256_set1_ps(1), a2 = _mm256_set1_ps(2),
+         a3 = _mm256_set1_ps(3), a4 = _mm256_set1_ps(4), a5 = _mm256_set1_ps(5),
+         a6 = _mm256_set1_ps(6), a7 = _mm256_set1_ps(7), a8 = _mm256_set1_ps(8),
+         a9 = _mm256_set1_ps(9), a10 = _mm256_set1_ps(10), a11 = _mm256_set1_ps(11);
   for (size_t r = b; r < e; r++)
     for (long it = 0; it < c->iters; it++) FMA12(_mm256_fmadd_ps, m, x);
   __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
@@ -229,7 +236,8 @@ rg_status_t rg_limits_measure(rg_pool_t *pool, double budget_s, rg_limits_t *out
   free(buf);
   out->read_bandwidth = best;
   // FMA peak: 12 chains x vector width x 2 FLOP per FMA per iteration.
-  int avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  int avx512 = __builtin_cpu_supports("avx512f"),
+      avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (!avx512 && !avx2) {
     out->fma_isa = "scalar";
     return NULL;

@@ -22,7 +22,7 @@ typedef struct {
   double read_bandwidth;  // bytes/s, summing a buffer far larger than cache
   double fma_peak;        // f32 FLOP/s, independent FMA chains on every thread
   int threads;
-  const char *fma_isa;    // "avx512f", "avx2", "scalar"
+  const char *fma_isa;  // "avx512f", "avx2", "scalar"
   // Matrix peaks of the other paths, FLOP/s (int8 OP/s for AMX-INT8), or 0
   // where the CPU lacks the instructions; *_note then says why (NULL when
   // measured).

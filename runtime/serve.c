@@ -169,18 +169,18 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
     RG_RETURN_IF_ERROR(rg_sched_schedule(r->sched, now, &b));
     // The copies in sched's order: what reads device blocks, then what writes them.
     if (b.n_swap_out)
-      RG_RETURN_IF_ERROR(r->x->swap(r->x->impl, (const rg_engine_copy_t *)b.swap_out, b.n_swap_out,
-                                    NULL, 0));
+      RG_RETURN_IF_ERROR(
+          r->x->swap(r->x->impl, (const rg_engine_copy_t *)b.swap_out, b.n_swap_out, NULL, 0));
     double tt = now_s();
     if (b.n_offloads)
-      RG_RETURN_IF_ERROR(r->x->tier(r->x->impl, (const rg_engine_copy_t *)b.offloads,
-                                    b.n_offloads, NULL, 0));
+      RG_RETURN_IF_ERROR(
+          r->x->tier(r->x->impl, (const rg_engine_copy_t *)b.offloads, b.n_offloads, NULL, 0));
     if (b.n_swap_in)
       RG_RETURN_IF_ERROR(
           r->x->swap(r->x->impl, NULL, 0, (const rg_engine_copy_t *)b.swap_in, b.n_swap_in));
     if (b.n_reloads)
-      RG_RETURN_IF_ERROR(r->x->tier(r->x->impl, NULL, 0, (const rg_engine_copy_t *)b.reloads,
-                                    b.n_reloads));
+      RG_RETURN_IF_ERROR(
+          r->x->tier(r->x->impl, NULL, 0, (const rg_engine_copy_t *)b.reloads, b.n_reloads));
     if (b.n_offloads || b.n_reloads) stats->tier_seconds += now_s() - tt;
     if (!b.n_entries) {
       // Nothing runnable: wait for the next arrival, or give up when none is due.

@@ -732,3 +732,92 @@ RG_TEST(cluster_ctrl_c_stops_the_run_and_its_workers) {
   RG_CHECK(took < 10);
   free(text);
 }
+
+// ----- The capacity tier ---------------------------------------------------------------
+
+// A session that comes back after the golden time finds its prefix in the
+// capacity tier (moved there after `retention` idle seconds) and gets the
+// same tokens as when it was recomputed: in one process, and across workers
+// where the tier is a worker of its own holding the KV in its memory. A
+// reload corrupted on its way is never used: the step's requests fail,
+// saying so.
+RG_TEST(cluster_capacity_tier_keeps_idle_prefixes_and_brings_them_back) {
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  rg_arch_t a;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  enum { L = 72, SHARED = 64, OUT2 = 6 };
+  int32_t ids[2][L];
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < L; k++)
+      ids[i][k] = (int32_t)(k < SHARED ? (k * 7 + 3) % 400 : (i * 37 + k) % 400);
+  rg_serve_request_t r[2] = {{0, ids[0], L, OUT2, {0, 0, 1, 0}, 0},
+                             {1, ids[1], L, OUT2, {0, 0, 1, 0}, 0.6}};
+  rg_serve_options_t so = {.max_batch_tokens = 64, .prefix_cache = 1, .retention_s = 0.15};
+  rg_serve_result_t want[2], got[2];
+  rg_serve_stats_t ss;
+  // No tier: the second prompt's shared blocks are still cached on the device.
+  rg_engine_options_t eo = exact_options();
+  eo.max_context = 128;
+  rg_engine_t *e;
+  RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
+  RG_REQUIRE_OK(rg_serve(e, r, 2, &so, want, &ss));
+  rg_engine_destroy(e);
+  // One process with a tier.
+  eo.tier_tokens = 1024;
+  RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
+  RG_REQUIRE_OK(rg_serve(e, r, 2, &so, got, &ss));
+  rg_engine_destroy(e);
+  printf("    one process: %lld blocks down, %lld back, %lld tokens from the tier\n",
+         (long long)ss.tier_offloaded, (long long)ss.tier_reloaded, (long long)ss.tier_hit_tokens);
+  RG_CHECK(ss.tier_offloaded >= SHARED / 16 && ss.tier_reloaded == SHARED / 16);
+  RG_CHECK(ss.tier_hit_tokens == SHARED);
+  for (int i = 0; i < 2; i++)
+    RG_CHECK(got[i].n_tokens == OUT2 && !memcmp(got[i].tokens, want[i].tokens, OUT2 * 4));
+  rg_serve_results_free(got, 2);
+  // Attention | FFN with a tier worker, then the same with a corrupted reload.
+  for (int corrupt = 0; corrupt < 2; corrupt++) {
+    rg_cluster_options_t co = {.model_path = dense,
+                               .engine = exact_options(),
+                               .launch = 1,
+                               .ridge_binary = rg_test_ridge_bin(),
+                               .quiet = 1,
+                               .step_timeout_s = 60};
+    co.engine.max_context = 128;
+    RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &co.layout));
+    RG_REQUIRE_OK(rg_cluster_layout_add_tier(&co.layout, "cpu:0", 1024));
+    if (corrupt) setenv("RIDGE_TEST_CORRUPT_KV_WRITE", "1", 1);
+    rg_cluster_t *c;
+    rg_status_t st = rg_cluster_create(&co, &c);
+    unsetenv("RIDGE_TEST_CORRUPT_KV_WRITE");
+    RG_REQUIRE_OK(st);
+    rg_executor_t x = rg_cluster_executor(c);
+    RG_CHECK(x.tier_blocks == 1024 / 16);
+    st = rg_serve_on(&x, r, 2, &so, got, &ss);
+    double reload_bytes = 0;
+    for (size_t i = 0; i < rg_cluster_link_count(c); i++) {
+      rg_cluster_link_info_t li;
+      rg_cluster_link_info(c, i, &li);
+      if (li.kv && !strcmp(li.from, co.layout.workers[2].name)) reload_bytes += li.bytes;
+    }
+    rg_cluster_destroy(c);
+    RG_CHECK_OK(st);
+    printf(
+        "    across workers%s: %lld blocks down, %lld back, %.0f bytes reloaded; request 1: %s\n",
+        corrupt ? ", first reload corrupted" : "", (long long)ss.tier_offloaded,
+        (long long)ss.tier_reloaded, reload_bytes,
+        got[1].finish && !strcmp(got[1].finish, "error") ? got[1].error : "ok");
+    RG_CHECK(got[0].n_tokens == OUT2 && !memcmp(got[0].tokens, want[0].tokens, OUT2 * 4));
+    if (!corrupt) {
+      RG_CHECK(ss.tier_hit_tokens == SHARED);
+      RG_CHECK(got[1].n_tokens == OUT2 && !memcmp(got[1].tokens, want[1].tokens, OUT2 * 4));
+      double per_token = (double)(a.n_kv_heads * a.head_dim) * 4.0 * 2 * (double)a.n_layers;
+      RG_CHECK(reload_bytes == SHARED * per_token);
+    } else {
+      RG_CHECK(got[1].finish && !strcmp(got[1].finish, "error"));
+      RG_CHECK(strstr(got[1].error, "failed their checksum") != NULL);
+    }
+    rg_serve_results_free(got, 2);
+  }
+  rg_serve_results_free(want, 2);
+}

@@ -33,7 +33,9 @@ static inline uint64_t rg__tag(int kind, uint64_t step, int mb, int hop) {
 // epoch its sends need, then each micro-batch's step in rg_step_encode's form,
 // then the KV moves around it (rg__kvplan_t): u32 n_stash + n_stash x {i32
 // device block, i32 outbox block}; u32 n_expect + n_expect x {u32 receiving
-// worker, u32 sending worker, u64 transfer id, u64 request key}.
+// worker, u32 sending worker, u64 transfer id, u64 request key}; u32 n_push +
+// n_push x {u32 worker, u32 slot, i32 device block, u64 offset, u64 transfer
+// id}, then (when n_push > 0) the tier region's descriptor.
 #define RG__STEP_HEAD 24
 
 // Prefill-decode: after its forward, a prefill worker copies the blocks of
@@ -48,12 +50,23 @@ typedef struct {
   uint32_t to, from;
   uint64_t xfer, key;
 } rg__expect_t;
+// A capacity-tier offload: `worker` writes device block dev of its attention
+// instance `slot` (its slot-th attention stage) to the tier region at
+// dst_offset, notice tagged (KVN, xfer); done before its forward.
+typedef struct {
+  uint32_t worker, slot;
+  int32_t dev;
+  uint64_t dst_offset, xfer;
+} rg__push_t;
 #define RG__KVPLAN_MAX 65536
 typedef struct {
   rg__stash_t *stash;
   uint32_t n_stash, cap_stash;
   rg__expect_t *expect;
   uint32_t n_expect, cap_expect;
+  rg__push_t *push;
+  uint32_t n_push, cap_push;
+  uint8_t tier_desc[RG_TRANSPORT_DESC_BYTES];  // where pushes go (sent when n_push > 0)
 } rg__kvplan_t;
 RG_MUST_USE rg_status_t rg__kvplan_encode(const rg__kvplan_t *p, uint8_t **buf, size_t *cap,
                                           size_t *len);
@@ -69,8 +82,14 @@ void rg__kvplan_free(rg__kvplan_t *p);
 // src_block_size) into the receiving worker's KV pool (dst[j] holds positions
 // from (pos_begin / dst_block_size + j) * dst_block_size), splitting or merging
 // pages where the block sizes differ, then sends the notice tagged (KVN, xfer).
+// src_kind 0: the source is the sender's outbox (the attention instance
+// holding layer_begin); 1: its capacity-tier region, blocks of src_per bytes
+// from src_base, each (layers from src_layer_begin, K|V, src_block_bytes).
 typedef struct {
   uint64_t xfer, key;
+  uint32_t src_kind;
+  uint64_t src_base, src_per, src_block_bytes;
+  int64_t src_layer_begin;
   uint32_t to;  // layout index of the receiving worker
   uint8_t desc[RG_TRANSPORT_DESC_BYTES];
   // The receiving instance's pool: its first layer, blocks and block size.
@@ -82,6 +101,21 @@ typedef struct {
 #define RG__XFER_MAX_BLOCKS (1u << 20)
 RG_MUST_USE rg_status_t rg__xfer_encode(const rg__xfer_t *x, uint8_t **buf, size_t *cap,
                                         size_t *len);
+// EXPECT (to a capacity tier): "RGXE", u32 n, n x {u32 sending worker, u64
+// transfer id, u64 offset, u64 bytes}: notices of offloads to wait for
+// before the next order, and where each lands.
+#define RG__EXPECT_MAX 4096
+typedef struct {
+  uint32_t from[RG__EXPECT_MAX];
+  uint64_t xfer[RG__EXPECT_MAX], offset[RG__EXPECT_MAX], bytes[RG__EXPECT_MAX];
+  uint32_t n;
+} rg__expect_order_t;
+// The key of a reload's expected notice: not a request's (reloads fill
+// cached blocks), so a reload that fails its checksum fails the step.
+#define RG__KEY_RELOAD UINT64_MAX
+RG_MUST_USE rg_status_t rg__expect_encode(const rg__expect_order_t *e, uint8_t **buf, size_t *cap,
+                                          size_t *len);
+RG_MUST_USE rg_status_t rg__expect_decode(const uint8_t *buf, size_t len, rg__expect_order_t *e);
 RG_MUST_USE rg_status_t rg__xfer_decode(const uint8_t *buf, size_t len, rg__xfer_t *x);
 void rg__xfer_free(rg__xfer_t *x);
 #define RG__STEP_CHECK 1u  // after each stage, check the hidden states are finite

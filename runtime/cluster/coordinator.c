@@ -87,6 +87,13 @@ typedef struct {
   rg_engine_counters_t c;
 } pipe_t;
 
+// One attention instance's share of the capacity tier's memory.
+typedef struct {
+  int worker, slot;
+  int64_t layer_begin, layer_end;
+  uint64_t base, per, block_bytes;
+} tier_slice_t;
+
 // A prompt's KV in the prefill workers' outboxes, until the decode side has it.
 typedef struct {
   uint64_t key;
@@ -129,6 +136,15 @@ struct rg_cluster_s {
   rg_transport_req_t *orders[64];
   uint8_t *order_bufs[64];
   size_t n_orders;
+  // The capacity tier: its worker, its blocks (of the pipeline it serves,
+  // the last), and per attention instance of that pipeline its slice of the
+  // tier's memory: tier_blocks blocks of slice_per bytes from slice_base.
+  int tier_worker;
+  int64_t tier_blocks;
+  size_t tier_bytes;
+  tier_slice_t slices[RG_CLUSTER_MAX_WORKERS * RG_CLUSTER_MAX_STAGES];
+  int n_slices;
+  rg__expect_order_t *expect_order;
   rg_engine_counters_t c;
   trace_ev_t *trace;
   size_t n_trace, cap_trace;
@@ -303,7 +319,7 @@ static rg_status_t send_assign(rg_cluster_t *c, int i) {
   for (int k = 0, u = 0; k < L->n_workers; k++)
     u += snprintf(roles + u, sizeof roles - (size_t)u, "%s%s", k ? "," : "",
                   rg_cluster_role_name(L->workers[k].role));
-  char opts[16][2][64];
+  char opts[20][2][64];
   int no = 0;
 #define OPT(k, ...) \
   (snprintf(opts[no][0], 64, "%s", k), snprintf(opts[no][1], 64, __VA_ARGS__), no++)
@@ -314,12 +330,14 @@ static rg_status_t send_assign(rg_cluster_t *c, int i) {
   OPT("max_seqs", "%lld", (long long)pp->bounds.max_seqs);
   OPT("max_table", "%lld", (long long)pp->bounds.max_table);
   OPT("outbox_blocks", "%lld", (long long)c->outbox_blocks);
+  OPT("has_tier", "%d", c->tier_worker >= 0);
+  OPT("tier_bytes", "%zu", i == c->tier_worker ? c->tier_bytes : (size_t)0);
   OPT("step_timeout_ms", "%lld", (long long)(c->o.step_timeout_s * 1e3));
   OPT("copy_weights", "%d", c->o.engine.load == RG_LOAD_COPY);
   OPT("next_step", "%llu", (unsigned long long)pp->step + 1);
 #undef OPT
   // Longer than an option's 64 bytes with many workers: its own buffer.
-  rg_control_option_t o[16], *op[16];
+  rg_control_option_t o[20], *op[20];
   for (int k = 0; k < no; k++) {
     rg_control_option_t init = RIDGE__CONTROL__OPTION__INIT;
     o[k] = init;
@@ -542,6 +560,31 @@ static rg_status_t create(rg_cluster_t *c) {
       c->outbox_free[k] = (int32_t)(c->outbox_blocks - 1 - k);
     c->n_outbox_free = c->outbox_blocks;
   }
+  c->tier_worker = -1;
+  for (int i = 0; i < o->layout.n_workers; i++)
+    if (o->layout.workers[i].role == RG_CLUSTER_ROLE_TIER) c->tier_worker = i;
+  if (c->tier_worker >= 0) {
+    const pipe_t *tp = &c->pipes[c->n_pipes - 1];
+    const rg_cluster_worker_t *tw = &o->layout.workers[c->tier_worker];
+    c->tier_blocks = (tw->tier_tokens + tp->lim.block_size - 1) / tp->lim.block_size;
+    uint64_t row = (uint64_t)(c->a->n_kv_heads * c->a->head_dim) * rg_dtype_bytes(c->kv_dtype);
+    uint64_t base = 0;
+    for (int i = 0; i < o->layout.n_workers; i++) {
+      if (c->w[i].pipe != c->n_pipes - 1) continue;
+      for (int s = 0, slot = 0; s < o->layout.workers[i].n_stages; s++) {
+        const rg_stage_spec_t *sp = &o->layout.workers[i].stages[s];
+        if (sp->kind != RG_STAGE_ATTENTION) continue;
+        uint64_t blk = (uint64_t)tp->lim.block_size * row;
+        uint64_t per = (uint64_t)(sp->layer_end - sp->layer_begin) * 2 * blk;
+        c->slices[c->n_slices++] =
+            (tier_slice_t){i, slot++, sp->layer_begin, sp->layer_end, base, per, blk};
+        base += per * (uint64_t)c->tier_blocks;
+      }
+    }
+    c->tier_bytes = (size_t)base;
+    if (!(c->expect_order = calloc(1, sizeof *c->expect_order)))
+      return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  }
   if (c->o.step_timeout_s <= 0) c->o.step_timeout_s = 10;
   if (o->secret) {
     c->secret = *o->secret;
@@ -568,8 +611,9 @@ static rg_status_t create(rg_cluster_t *c) {
     for (int i = 0; i < o->layout.n_workers; i++) RG_RETURN_IF_ERROR(spawn(c, i));
   else
     for (int i = 0; i < o->layout.n_workers; i++)
-      say(c, "waiting for worker %s: ridge worker --coordinator HOST:%d --name %s --device %s "
-             "--secret-file F",
+      say(c,
+          "waiting for worker %s: ridge worker --coordinator HOST:%d --name %s --device %s "
+          "--secret-file F",
           wname(c, i), rg_control_server_port(c->srv), wname(c, i), o->layout.workers[i].device);
   return gather(c, -1);
 }
@@ -737,6 +781,8 @@ static rg_status_t pipe_begin(rg_cluster_t *c, pipe_t *p, int n_mb, uint32_t fla
   for (int m = 0; m < n_mb; m++)
     RG_RETURN_IF_ERROR(rg_step_encode(&p->st[m], &p->msg, &p->msg_cap, &p->msg_len));
   RG_RETURN_IF_ERROR(rg__kvplan_encode(&p->plan, &p->msg, &p->msg_cap, &p->msg_len));
+  // The plan's moves go with this step only.
+  p->plan.n_stash = p->plan.n_expect = p->plan.n_push = 0;
   p->nr = 0;
   size_t row = 0;
   rg_status_t st = NULL;
@@ -896,7 +942,6 @@ static rg_status_t check_logits(rg_cluster_t *c, pipe_t *p, float *logits) {
   size_t nl = 0;
   for (int m = 0; m < p->n_mb_now; m++) nl += (size_t)p->st[m].n_logits;
   if (finite_all(logits, nl * (size_t)c->a->vocab)) return NULL;
-  p->plan.n_stash = p->plan.n_expect = 0;
   RG_RETURN_IF_ERROR(pipe_begin(c, p, p->n_mb_now, p->flags | RG__STEP_CHECK, logits));
   RG_RETURN_IF_ERROR(pipe_wait(c, p));
   char lb[160];
@@ -927,10 +972,13 @@ rg_status_t rg_cluster_forward(rg_cluster_t *c, const rg_step_entry_t *entries, 
   int n_mb;
   int64_t tokens;
   RG_RETURN_IF_ERROR(pipe_build(c, p, entries, n, &n_mb, &tokens));
-  p->plan.n_stash = p->plan.n_expect = 0;
   uint32_t flags = c->o.trace_path ? RG__STEP_TRACE : 0;
   RG_RETURN_IF_ERROR(pipe_begin(c, p, n_mb, flags, logits));
   RG_RETURN_IF_ERROR(pipe_wait(c, p));
+  if (p->n_bad_keys)
+    return rg_status_make(RG_DATA_CORRUPT,
+                          "KV pages reloaded from the capacity tier failed their checksum; the "
+                          "step's requests fail rather than use them");
   RG_RETURN_IF_ERROR(check_logits(c, p, logits));
   c->c.tokens += tokens;
   c->c.steps++;
@@ -997,6 +1045,31 @@ static rg_status_t grow_expect(rg__kvplan_t *pl) {
   return NULL;
 }
 
+// Sends the order in c->xfer_buf to worker i on its own sequence; the send
+// completes in the background (reap_orders).
+static rg_status_t send_order(rg_cluster_t *c, int i, size_t len) {
+  if (c->n_orders == sizeof c->orders / sizeof c->orders[0]) {
+    RG_RETURN_IF_ERROR(rg_transport_wait(c->orders[0], c->o.step_timeout_s));
+    rg_transport_req_free(c->orders[0]);
+    free(c->order_bufs[0]);
+    memmove(c->orders, c->orders + 1, (--c->n_orders) * sizeof c->orders[0]);
+    memmove(c->order_bufs, c->order_bufs + 1, c->n_orders * sizeof c->order_bufs[0]);
+  }
+  uint8_t *copy = malloc(len);
+  if (!copy) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  memcpy(copy, c->xfer_buf, len);
+  rg_status_t st =
+      rg_transport_send(c->tp, c->w[i].peer, rg__tag(RG__K_XFER, c->w[i].xfer_seq, 0, 0), copy, len,
+                        "a transfer order", &c->orders[c->n_orders]);
+  if (st) {
+    free(copy);
+    return st;
+  }
+  c->order_bufs[c->n_orders++] = copy;
+  c->w[i].xfer_seq++;
+  return NULL;
+}
+
 // Orders the prefill workers to write an imported prompt's KV into the
 // decode workers that hold the same layers, and adds what each decode worker
 // must wait for to the decode step's plan.
@@ -1049,31 +1122,111 @@ static rg_status_t order_import(rg_cluster_t *c, pipe_t *dp, const rg_pd_import_
           memcpy(x.desc, c->w[dst].kv_desc[slot], sizeof x.desc);
           size_t len = 0;
           RG_RETURN_IF_ERROR(rg__xfer_encode(&x, &c->xfer_buf, &c->xfer_cap, &len));
-          // Orders go out on their own sequence; the sends complete in the background.
-          if (c->n_orders == sizeof c->orders / sizeof c->orders[0]) {
-            RG_RETURN_IF_ERROR(rg_transport_wait(c->orders[0], c->o.step_timeout_s));
-            rg_transport_req_free(c->orders[0]);
-            free(c->order_bufs[0]);
-            memmove(c->orders, c->orders + 1, (--c->n_orders) * sizeof c->orders[0]);
-            memmove(c->order_bufs, c->order_bufs + 1, c->n_orders * sizeof c->order_bufs[0]);
-          }
-          uint8_t *copy = malloc(len);
-          if (!copy) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
-          memcpy(copy, c->xfer_buf, len);
-          rg_status_t st = rg_transport_send(c->tp, c->w[src].peer,
-                                             rg__tag(RG__K_XFER, c->w[src].xfer_seq, 0, 0), copy,
-                                             len, "a transfer order", &c->orders[c->n_orders]);
-          if (st) {
-            free(copy);
-            return st;
-          }
-          c->order_bufs[c->n_orders++] = copy;
-          c->w[src].xfer_seq++;
+          RG_RETURN_IF_ERROR(send_order(c, src, len));
           RG_RETURN_IF_ERROR(grow_expect(&dp->plan));
           dp->plan.expect[dp->plan.n_expect++] =
               (rg__expect_t){(uint32_t)dst, (uint32_t)src, x.xfer, im->key};
         }
       }
+    }
+  }
+  return NULL;
+}
+
+// The capacity tier's copies, run with the next step of the pipeline it
+// serves: each offload is a push in that step's plan (every attention worker
+// writes its layers of the block into its slice of the tier's memory, before
+// its forward), and the tier worker is told which notices to check; each
+// reload is an order to the tier worker to write the block back, which the
+// attention workers wait for before their forward. The tier handles its
+// orders in sequence, so a block offloaded and reloaded in one step comes
+// back only after it has arrived.
+static rg_status_t x_tier(void *impl, const rg_engine_copy_t *off, size_t n_off,
+                          const rg_engine_copy_t *rel, size_t n_rel) {
+  rg_cluster_t *c = impl;
+  if (!n_off && !n_rel) return NULL;
+  int t = c->tier_worker;
+  char lb[160];
+  if (t < 0) return rg_status_make(RG_INVALID_ARGUMENT, "this layout has no capacity tier");
+  if (c->w[t].lost || !c->w[t].ready || !c->w[t].has_desc[0])
+    return rg_status_make(RG_UNAVAILABLE, "the capacity tier %s is not there (%s)",
+                          wlabel(c, t, lb, sizeof lb),
+                          c->w[t].lost_why[0] ? c->w[t].lost_why : "not ready");
+  pipe_t *p = &c->pipes[c->n_pipes - 1];
+  rg__expect_order_t *e = c->expect_order;
+  e->n = 0;
+  for (size_t k = 0; k < n_off; k++) {
+    if (off[k].dst < 0 || off[k].dst >= c->tier_blocks || off[k].src < 0 ||
+        off[k].src >= p->lim.n_blocks)
+      return rg_status_make(RG_INVALID_ARGUMENT, "an offload of block %d to tier block %d",
+                            (int)off[k].src, (int)off[k].dst);
+    for (int sl = 0; sl < c->n_slices; sl++) {
+      const tier_slice_t *ts = &c->slices[sl];
+      if (p->plan.n_push == p->plan.cap_push) {
+        uint32_t cap = p->plan.cap_push ? p->plan.cap_push * 2 : 64;
+        rg__push_t *np = realloc(p->plan.push, cap * sizeof *np);
+        if (!np) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+        p->plan.push = np, p->plan.cap_push = cap;
+      }
+      uint64_t off_bytes = ts->base + (uint64_t)off[k].dst * ts->per;
+      uint64_t id = ++c->xfer_id;
+      p->plan.push[p->plan.n_push++] =
+          (rg__push_t){(uint32_t)ts->worker, (uint32_t)ts->slot, off[k].src, off_bytes, id};
+      if (e->n == RG__EXPECT_MAX) {
+        size_t len = 0;
+        RG_RETURN_IF_ERROR(rg__expect_encode(e, &c->xfer_buf, &c->xfer_cap, &len));
+        RG_RETURN_IF_ERROR(send_order(c, t, len));
+        e->n = 0;
+      }
+      e->from[e->n] = (uint32_t)ts->worker;
+      e->xfer[e->n] = id;
+      e->offset[e->n] = off_bytes;
+      e->bytes[e->n++] = ts->per;
+    }
+  }
+  if (n_off) {
+    memcpy(p->plan.tier_desc, c->w[t].kv_desc[0], sizeof p->plan.tier_desc);
+    size_t len = 0;
+    RG_RETURN_IF_ERROR(rg__expect_encode(e, &c->xfer_buf, &c->xfer_cap, &len));
+    RG_RETURN_IF_ERROR(send_order(c, t, len));
+  }
+  for (size_t k = 0; k < n_rel; k++) {
+    if (rel[k].src < 0 || rel[k].src >= c->tier_blocks || rel[k].dst < 0 ||
+        rel[k].dst >= p->lim.n_blocks)
+      return rg_status_make(RG_INVALID_ARGUMENT, "a reload of tier block %d to block %d",
+                            (int)rel[k].src, (int)rel[k].dst);
+    for (int sl = 0; sl < c->n_slices; sl++) {
+      const tier_slice_t *ts = &c->slices[sl];
+      if (!c->w[ts->worker].has_desc[ts->slot])
+        return rg_status_make(RG_INTERNAL, "worker %s sent no KV region", wname(c, ts->worker));
+      int32_t src = rel[k].src, dst = rel[k].dst;
+      rg__xfer_t x = {.xfer = ++c->xfer_id,
+                      .key = RG__KEY_RELOAD,
+                      .src_kind = 1,
+                      .src_base = ts->base,
+                      .src_per = ts->per,
+                      .src_block_bytes = ts->block_bytes,
+                      .src_layer_begin = ts->layer_begin,
+                      .to = (uint32_t)ts->worker,
+                      .dst_layer_begin = ts->layer_begin,
+                      .dst_n_blocks = p->lim.n_blocks,
+                      .dst_block_size = p->lim.block_size,
+                      .layer_begin = ts->layer_begin,
+                      .layer_end = ts->layer_end,
+                      .pos_begin = 0,
+                      .pos_end = p->lim.block_size,
+                      .src_block_size = p->lim.block_size,
+                      .src = &src,
+                      .dst = &dst,
+                      .n_src = 1,
+                      .n_dst = 1};
+      memcpy(x.desc, c->w[ts->worker].kv_desc[ts->slot], sizeof x.desc);
+      size_t len = 0;
+      RG_RETURN_IF_ERROR(rg__xfer_encode(&x, &c->xfer_buf, &c->xfer_cap, &len));
+      RG_RETURN_IF_ERROR(send_order(c, t, len));
+      RG_RETURN_IF_ERROR(grow_expect(&p->plan));
+      p->plan.expect[p->plan.n_expect++] =
+          (rg__expect_t){(uint32_t)ts->worker, (uint32_t)t, x.xfer, RG__KEY_RELOAD};
     }
   }
   return NULL;
@@ -1139,7 +1292,6 @@ static rg_status_t x_begin(void *impl, int side, const rg_step_entry_t *e, const
                           rg_cluster_role_name(p->role));
   RG_RETURN_IF_ERROR(take_back(c));
   reap_orders(c);
-  p->plan.n_stash = p->plan.n_expect = 0;
   p->n_keys_now = 0;
   size_t want = side ? n_im : n;
   if (want > p->cap_keys_now) {
@@ -1193,7 +1345,13 @@ static rg_status_t x_poll(void *impl, int side, int *done, uint64_t *bad, size_t
   if (side == 1 || st)  // imported (or failed): the outbox copies are no longer needed
     for (size_t k = 0; k < p->n_keys_now; k++)
       if (side == 1 || st) free_stash(c, p->keys_now[k]);
-  for (uint32_t k = 0; k < p->n_bad_keys && *n_bad < cap; k++) bad[(*n_bad)++] = p->bad_keys[k];
+  for (uint32_t k = 0; k < p->n_bad_keys && *n_bad < cap; k++) {
+    if (p->bad_keys[k] == RG__KEY_RELOAD && !st)
+      st = rg_status_make(RG_DATA_CORRUPT,
+                          "KV pages reloaded from the capacity tier failed their checksum; the "
+                          "step's requests fail rather than use them");
+    bad[(*n_bad)++] = p->bad_keys[k];
+  }
   if (!st) {
     p->c.tokens += p->tokens_now;
     p->c.steps++;
@@ -1232,6 +1390,10 @@ rg_executor_t rg_cluster_executor(rg_cluster_t *c) {
                      .max_context = d->lim.max_context,
                      .block_size = (int)d->lim.block_size,
                      .max_seqs = c->max_seqs};
+  if (c->tier_worker >= 0) {
+    x.tier = x_tier;
+    x.tier_blocks = c->tier_blocks;
+  }
   if (c->n_pipes == 2) {
     x.begin = x_begin;
     x.poll = x_poll;
@@ -1364,6 +1526,7 @@ void rg_cluster_destroy(rg_cluster_t *c) {
   free(c->stash);
   free(c->outbox_free);
   free(c->xfer_buf);
+  free(c->expect_order);
   rg_transport_destroy(c->tp);
   rg_control_server_destroy(c->srv);
   rg_model_close(c->model);

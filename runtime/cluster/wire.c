@@ -161,12 +161,21 @@ rg_status_t rg__kvplan_encode(const rg__kvplan_t *p, uint8_t **buf, size_t *cap,
     PUT(p->expect[i].xfer);
     PUT(p->expect[i].key);
   }
+  PUT(p->n_push);
+  for (uint32_t i = 0; i < p->n_push; i++) {
+    PUT(p->push[i].worker);
+    PUT(p->push[i].slot);
+    PUT(p->push[i].dev);
+    PUT(p->push[i].dst_offset);
+    PUT(p->push[i].xfer);
+  }
+  if (p->n_push) RG_RETURN_IF_ERROR(put(buf, cap, len, p->tier_desc, sizeof p->tier_desc));
   return NULL;
 }
 
 rg_status_t rg__kvplan_decode(const uint8_t *buf, size_t len, rg__kvplan_t *p, size_t *used) {
   rd_t r = {buf, len, 0};
-  p->n_stash = p->n_expect = 0;
+  p->n_stash = p->n_expect = p->n_push = 0;
   uint32_t n;
   GET(n);
   if (n > RG__KVPLAN_MAX || n > (len - r.off) / 8) goto short_msg;
@@ -186,10 +195,22 @@ rg_status_t rg__kvplan_decode(const uint8_t *buf, size_t len, rg__kvplan_t *p, s
     GET(p->expect[i].key);
   }
   p->n_expect = n;
+  GET(n);
+  if (n > RG__KVPLAN_MAX || n > (len - r.off) / 28) goto short_msg;
+  RG_RETURN_IF_ERROR(grow((void **)&p->push, &p->cap_push, n, sizeof *p->push));
+  for (uint32_t i = 0; i < n; i++) {
+    GET(p->push[i].worker);
+    GET(p->push[i].slot);
+    GET(p->push[i].dev);
+    GET(p->push[i].dst_offset);
+    GET(p->push[i].xfer);
+  }
+  p->n_push = n;
+  if (n && !get(&r, p->tier_desc, sizeof p->tier_desc)) goto short_msg;
   *used = r.off;
   return NULL;
 short_msg:
-  p->n_stash = p->n_expect = 0;
+  p->n_stash = p->n_expect = p->n_push = 0;
   return rg_status_make(RG_INVALID_ARGUMENT,
                         "KV plan of a step: malformed or cut at byte %zu of %zu", r.off, len);
 }
@@ -197,6 +218,7 @@ short_msg:
 void rg__kvplan_free(rg__kvplan_t *p) {
   free(p->stash);
   free(p->expect);
+  free(p->push);
   memset(p, 0, sizeof *p);
 }
 
@@ -207,6 +229,11 @@ rg_status_t rg__xfer_encode(const rg__xfer_t *x, uint8_t **buf, size_t *cap, siz
   RG_RETURN_IF_ERROR(put(buf, cap, len, "RGXF", 4));
   PUT(x->xfer);
   PUT(x->key);
+  PUT(x->src_kind);
+  PUT(x->src_base);
+  PUT(x->src_per);
+  PUT(x->src_block_bytes);
+  PUT(x->src_layer_begin);
   PUT(x->to);
   RG_RETURN_IF_ERROR(put(buf, cap, len, x->desc, sizeof x->desc));
   PUT(x->dst_layer_begin);
@@ -232,8 +259,17 @@ rg_status_t rg__xfer_decode(const uint8_t *buf, size_t len, rg__xfer_t *x) {
     return rg_status_make(RG_INVALID_ARGUMENT, "transfer order: bad magic");
   GET(x->xfer);
   GET(x->key);
+  GET(x->src_kind);
+  GET(x->src_base);
+  GET(x->src_per);
+  GET(x->src_block_bytes);
+  GET(x->src_layer_begin);
   GET(x->to);
   if (!get(&r, x->desc, sizeof x->desc)) goto short_msg;
+  if (x->src_kind > 1 || (x->src_kind == 1 && (!x->src_per || !x->src_block_bytes))) {
+    rg__xfer_free(x);
+    return rg_status_make(RG_INVALID_ARGUMENT, "transfer order: source kind %u", x->src_kind);
+  }
   GET(x->dst_layer_begin);
   GET(x->dst_n_blocks);
   GET(x->dst_block_size);
@@ -285,6 +321,41 @@ short_msg:
                         r.off, len);
 }
 
+rg_status_t rg__expect_encode(const rg__expect_order_t *e, uint8_t **buf, size_t *cap,
+                              size_t *len) {
+  *len = 0;
+  RG_RETURN_IF_ERROR(put(buf, cap, len, "RGXE", 4));
+  PUT(e->n);
+  for (uint32_t i = 0; i < e->n; i++) {
+    PUT(e->from[i]);
+    PUT(e->xfer[i]);
+    PUT(e->offset[i]);
+    PUT(e->bytes[i]);
+  }
+  return NULL;
+}
+
+rg_status_t rg__expect_decode(const uint8_t *buf, size_t len, rg__expect_order_t *e) {
+  rd_t r = {buf, len, 0};
+  char magic[4] = {0};
+  if (!get(&r, magic, 4) || memcmp(magic, "RGXE", 4))
+    return rg_status_make(RG_INVALID_ARGUMENT, "expect order: bad magic");
+  GET(e->n);
+  if (e->n > RG__EXPECT_MAX || e->n > (len - r.off) / 28) goto short_msg;
+  for (uint32_t i = 0; i < e->n; i++) {
+    GET(e->from[i]);
+    GET(e->xfer[i]);
+    GET(e->offset[i]);
+    GET(e->bytes[i]);
+  }
+  if (r.off != len) goto short_msg;
+  return NULL;
+short_msg:
+  e->n = 0;
+  return rg_status_make(RG_INVALID_ARGUMENT, "expect order: malformed or cut at byte %zu of %zu",
+                        r.off, len);
+}
+
 void rg__xfer_free(rg__xfer_t *x) {
   free(x->src);
   free(x->dst);
@@ -299,6 +370,8 @@ size_t rg__step_message_cap(const rg__step_bounds_t *b, int n_mb) {
                (size_t)b->max_table * 4 + (size_t)b->max_seqs * 16;
   // Then the KV plan: a stash of up to a table of blocks, an expected
   // transfer per sequence from each worker.
-  size_t plan = 8 + (size_t)b->max_table * 8 + (size_t)b->max_seqs * RG_CLUSTER_MAX_WORKERS * 24;
+  size_t plan = 12 + RG_TRANSPORT_DESC_BYTES +
+                (size_t)b->max_table * (8 + 28 * RG_CLUSTER_MAX_WORKERS) +
+                (size_t)(b->max_seqs + b->max_table) * RG_CLUSTER_MAX_WORKERS * 24;
   return RG__STEP_HEAD + (size_t)n_mb * per + plan;
 }

@@ -87,6 +87,17 @@ typedef struct {
   // Test hook (RIDGE_TEST_CORRUPT_KV_WRITE=k): flip a bit of the k-th KV
   // transfer this worker sends, so a test can show the receiver catches it.
   uint64_t corrupt_at, n_xfers_done;
+  // Capacity tier: the tier worker's memory (host, registered both ways);
+  // attention workers of a layout with a tier register their pools both
+  // ways too (offloads read them, reloads write them).
+  int has_tier;
+  rg_buffer_t *tier;
+  rg_transport_region_t *tier_region;
+  size_t tier_bytes;
+  // Tier ranges whose offload failed its checksum: a reload that reads one
+  // is sent so that its receiver sees the checksum fail too.
+  uint64_t bad_lo[256], bad_hi[256];
+  size_t n_bad_ranges;
 } worker_t;
 
 static void say(const worker_t *w, const char *fmt, const char *a) {
@@ -127,10 +138,24 @@ static rg_status_t stage_from_wire(const rg_control_stage_instance_t *si, rg_sta
 // prefill worker, RMA-target pools on a decode worker. Both need host memory
 // (no FI_HMEM here): a device whose memory is not host-visible is refused.
 static rg_status_t setup_kv_moves(worker_t *w) {
+  const char *dev = w->o.device ? w->o.device : "cpu:0";
+  if (w->role == RG_CLUSTER_ROLE_TIER) {
+    if (!w->tier_bytes)
+      return rg_status_make(RG_INVALID_ARGUMENT, "Assign: a capacity tier of 0 bytes");
+    RG_RETURN_IF_ERROR(rg_buffer_alloc(w->dev, w->tier_bytes, &w->tier));
+    void *host = rg_buffer_host_ptr(w->tier);
+    if (!host)
+      return rg_status_make(RG_UNIMPLEMENTED,
+                            "a capacity tier on %s: its memory must be host memory (no FI_HMEM)",
+                            dev);
+    memset(host, 0, w->tier_bytes);
+    return rg_transport_region_register(w->tp, host, w->tier_bytes,
+                                        RG_TRANSPORT_WRITE_SOURCE | RG_TRANSPORT_WRITE_TARGET,
+                                        &w->tier_region);
+  }
   for (int i = 0; i < w->n_stages; i++) {
     rg_buffer_t *kv = rg_stage_kv_buffer(w->stages[i]);
     if (!kv) continue;
-    const char *dev = w->o.device ? w->o.device : "cpu:0";
     if (w->role == RG_CLUSTER_ROLE_PREFILL) {
       if (w->outbox_blocks < 1)
         return rg_status_make(RG_INVALID_ARGUMENT, "Assign: a prefill worker needs outbox_blocks");
@@ -144,7 +169,7 @@ static rg_status_t setup_kv_moves(worker_t *w) {
                               dev, dev);
       RG_RETURN_IF_ERROR(rg_transport_region_register(w->tp, host, bytes, RG_TRANSPORT_WRITE_SOURCE,
                                                       &w->outbox_region[i]));
-    } else if (w->role == RG_CLUSTER_ROLE_DECODE) {
+    } else if (w->role == RG_CLUSTER_ROLE_DECODE || w->has_tier) {
       void *host = rg_buffer_host_ptr(kv);
       if (!host)
         return rg_status_make(RG_UNIMPLEMENTED,
@@ -152,8 +177,9 @@ static rg_status_t setup_kv_moves(worker_t *w) {
                               "pool, which must be host memory, and %s's is not (no FI_HMEM); "
                               "decode on cpu:0",
                               dev, dev);
-      RG_RETURN_IF_ERROR(rg_transport_region_register(w->tp, host, rg_buffer_size(kv),
-                                                      RG_TRANSPORT_WRITE_TARGET, &w->kv_region[i]));
+      unsigned access = RG_TRANSPORT_WRITE_TARGET | (w->has_tier ? RG_TRANSPORT_WRITE_SOURCE : 0);
+      RG_RETURN_IF_ERROR(
+          rg_transport_region_register(w->tp, host, rg_buffer_size(kv), access, &w->kv_region[i]));
     }
   }
   return NULL;
@@ -202,6 +228,8 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
   }
   w->role = w->layout.workers[w->me].role;
   w->outbox_blocks = opt_int(as, "outbox_blocks", 0);
+  w->has_tier = (int)opt_int(as, "has_tier", 0);
+  w->tier_bytes = (size_t)opt_int(as, "tier_bytes", 0);
   const char *corrupt = getenv("RIDGE_TEST_CORRUPT_KV_WRITE");
   w->corrupt_at = corrupt ? strtoull(corrupt, NULL, 10) : 0;
   w->n_mb = (int)opt_int(as, "micro_batches", 1);
@@ -606,31 +634,60 @@ static void reap_writes(worker_t *w) {
 // the block sizes agree and a run fills its block, the heads' pieces are
 // adjacent on both sides and the transport merges them into one.
 static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
-  int si = attention_stage(w, x->layer_begin, x->layer_end);
-  if (si < 0 || !w->outbox_region[si])
-    return rg_status_make(
-        RG_INVALID_ARGUMENT, "transfer %llu: this worker holds no outbox for layers [%lld, %lld)",
-        (unsigned long long)x->xfer, (long long)x->layer_begin, (long long)x->layer_end);
   if (x->to >= (uint32_t)w->layout.n_workers || (int)x->to == w->me)
     return rg_status_make(RG_INVALID_ARGUMENT, "transfer %llu: to worker %u",
                           (unsigned long long)x->xfer, x->to);
-  rg_stage_kv_layout_t L;
-  rg_stage_kv_layout(w->stages[si], &L);
-  if (x->src_block_size != L.block_size)
-    return rg_status_make(
-        RG_INVALID_ARGUMENT, "transfer %llu: source blocks of %lld tokens; this pool's are %lld",
-        (unsigned long long)x->xfer, (long long)x->src_block_size, (long long)L.block_size);
-  for (uint32_t i = 0; i < x->n_src; i++)
-    if (x->src[i] < 0 || x->src[i] >= w->outbox_blocks)
-      return rg_status_make(RG_INVALID_ARGUMENT, "transfer %llu: outbox block %d outside its %lld",
-                            (unsigned long long)x->xfer, (int)x->src[i],
-                            (long long)w->outbox_blocks);
+  // The source: a prefill worker's outbox (its own pool's layout), or a
+  // capacity tier's region (the layout the order gives).
+  const uint8_t *ob;
+  const rg_transport_region_t *region;
+  size_t per, block_bytes;
+  int64_t bp, src_layer_begin;
+  if (x->src_kind == 1) {
+    if (!w->tier_region)
+      return rg_status_make(RG_INVALID_ARGUMENT, "transfer %llu: this worker holds no tier",
+                            (unsigned long long)x->xfer);
+    ob = (const uint8_t *)rg_buffer_host_ptr(w->tier) + x->src_base;
+    region = w->tier_region;
+    per = x->src_per, block_bytes = x->src_block_bytes;
+    bp = x->src_block_size, src_layer_begin = x->src_layer_begin;
+    uint64_t layers = (uint64_t)(x->layer_end - src_layer_begin);
+    for (uint32_t i = 0; i < x->n_src; i++) {
+      if (x->src[i] < 0 || x->src_base + ((uint64_t)x->src[i] + 1) * per > w->tier_bytes ||
+          layers * 2 * block_bytes > per)
+        return rg_status_make(RG_INVALID_ARGUMENT,
+                              "transfer %llu: tier block %d lies outside the tier's %zu bytes",
+                              (unsigned long long)x->xfer, (int)x->src[i], w->tier_bytes);
+      uint64_t lo = x->src_base + (uint64_t)x->src[i] * per, hi = lo + per;
+      for (size_t k = 0; k < w->n_bad_ranges; k++)
+        if (lo < w->bad_hi[k] && w->bad_lo[k] < hi) rg_transport_corrupt_next_write(w->tp);
+    }
+  } else {
+    int si = attention_stage(w, x->layer_begin, x->layer_end);
+    if (si < 0 || !w->outbox_region[si])
+      return rg_status_make(
+          RG_INVALID_ARGUMENT, "transfer %llu: this worker holds no outbox for layers [%lld, %lld)",
+          (unsigned long long)x->xfer, (long long)x->layer_begin, (long long)x->layer_end);
+    rg_stage_kv_layout_t L;
+    rg_stage_kv_layout(w->stages[si], &L);
+    if (x->src_block_size != L.block_size)
+      return rg_status_make(
+          RG_INVALID_ARGUMENT, "transfer %llu: source blocks of %lld tokens; this pool's are %lld",
+          (unsigned long long)x->xfer, (long long)x->src_block_size, (long long)L.block_size);
+    for (uint32_t i = 0; i < x->n_src; i++)
+      if (x->src[i] < 0 || x->src[i] >= w->outbox_blocks)
+        return rg_status_make(
+            RG_INVALID_ARGUMENT, "transfer %llu: outbox block %d outside its %lld",
+            (unsigned long long)x->xfer, (int)x->src[i], (long long)w->outbox_blocks);
+    ob = rg_buffer_host_ptr(w->outbox[si]);
+    region = w->outbox_region[si];
+    per = rg_stage_kv_block_bytes(w->stages[si]), block_bytes = L.block_bytes;
+    bp = L.block_size, src_layer_begin = rg_stage_spec(w->stages[si])->layer_begin;
+  }
   rg_transport_region_desc_t desc;
   RG_RETURN_IF_ERROR(rg_transport_desc_decode(x->desc, sizeof x->desc, &desc));
-  const rg_stage_spec_t *sp = rg_stage_spec(w->stages[si]);
-  const uint8_t *ob = rg_buffer_host_ptr(w->outbox[si]);
-  size_t per = rg_stage_kv_block_bytes(w->stages[si]), row = L.row_bytes;
-  int64_t bp = L.block_size, bd = x->dst_block_size;
+  size_t row = block_bytes / (size_t)bp;
+  int64_t bd = x->dst_block_size;
   size_t dst_blk = (size_t)bd * row, dst_layer = (size_t)x->dst_n_blocks * dst_blk;
   size_t cap = 64, n = 0;
   rg_transport_segment_t *seg = malloc(cap * sizeof *seg);
@@ -655,7 +712,7 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
         }
         seg[n++] = (rg_transport_segment_t){
             .src = ob + (size_t)sb * per +
-                   ((size_t)(l - sp->layer_begin) * 2 + (size_t)kv) * L.block_bytes +
+                   ((size_t)(l - src_layer_begin) * 2 + (size_t)kv) * block_bytes +
                    (size_t)(p % bp) * head,
             .dst_offset = ((uint64_t)(l - x->dst_layer_begin) * 2 + (uint64_t)kv) * dst_layer +
                           (uint64_t)db * dst_blk + (uint64_t)(p % bd) * head,
@@ -681,7 +738,7 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
   if (!st && w->corrupt_at && ++w->n_xfers_done == w->corrupt_at)
     rg_transport_corrupt_next_write(w->tp);
   if (!st)
-    st = rg_transport_write(w->tp, w->peer[x->to], w->outbox_region[si], &desc, seg, n,
+    st = rg_transport_write(w->tp, w->peer[x->to], region, &desc, seg, n,
                             rg__tag(RG__K_KVN, x->xfer, 0, 0), payload, sizeof payload, what,
                             &w->writes[w->n_writes]);
   // Finish it now: the receiver is waiting for these pages, and shm's writes
@@ -693,6 +750,108 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
     w->writes[w->n_writes] = NULL;
   }
   free(seg);
+  return st;
+}
+
+// A capacity tier, before its next order: the notices of the offloads
+// written into it, each checked against its checksum. A range that fails is
+// remembered: a later reload of it fails its receiver's checksum as well, so
+// bad KV is never used.
+static rg_status_t take_offloads(worker_t *w, size_t len) {
+  static rg__expect_order_t e;  // one order at a time; large
+  RG_RETURN_IF_ERROR(rg__expect_decode(w->xfer_buf, len, &e));
+  rg_transport_req_t *reqs[RG__EXPECT_MAX];
+  uint64_t got[RG__EXPECT_MAX][2];
+  size_t n = 0;
+  rg_status_t st = NULL;
+  for (uint32_t i = 0; i < e.n && !st; i++) {
+    if (e.from[i] >= (uint32_t)w->layout.n_workers || (int)e.from[i] == w->me) {
+      st = rg_status_make(RG_INVALID_ARGUMENT, "an expect order names worker %u", e.from[i]);
+      break;
+    }
+    st = rg_transport_recv_notice(w->tp, w->peer[e.from[i]], rg__tag(RG__K_KVN, e.xfer[i], 0, 0),
+                                  got[n], sizeof got[n], "an offload into the capacity tier",
+                                  &reqs[n]);
+    if (!st) n++;
+  }
+  if (!st && n) rg_status_free(rg_transport_wait_all(reqs, n, w->step_timeout));
+  for (size_t k = 0; k < n; k++) {
+    bool done = false;
+    rg_status_t s = rg_transport_test(reqs[k], &done);
+    if (!done && !s) s = rg_status_make(RG_DEADLINE_EXCEEDED, "an offload did not come");
+    if (s) {
+      if (!w->o.quiet)
+        fprintf(stderr, "ridge worker %s: an offload into the tier: %s\n", w->names[w->me],
+                rg_status_message(s));
+      rg_status_free(s);
+      if (w->n_bad_ranges < 256) {
+        w->bad_lo[w->n_bad_ranges] = e.offset[k];
+        w->bad_hi[w->n_bad_ranges++] = e.offset[k] + e.bytes[k];
+      } else {
+        w->bad_lo[0] = 0, w->bad_hi[0] = UINT64_MAX;  // too many to track: none is trusted
+      }
+    } else {
+      rg__link_t *lk = &w->kv_in[e.from[k]];
+      lk->peer = (e.from[k] + 1) | RG__LINK_INBOUND;
+      lk->bytes += (double)got[k][1];
+      lk->messages++;
+    }
+    rg_transport_req_free(reqs[k]);
+  }
+  return st;
+}
+
+// Before the forward: this worker's offloads to the capacity tier, written
+// from its KV pool (each block of each layer, K and V) and complete before
+// the step may overwrite those blocks.
+static rg_status_t push_offloads(worker_t *w) {
+  rg_status_t st = NULL;
+  rg_transport_region_desc_t desc;
+  int any = 0;
+  for (uint32_t i = 0; i < w->plan.n_push && !st; i++) {
+    const rg__push_t *pu = &w->plan.push[i];
+    if ((int)pu->worker != w->me) continue;
+    if (!any) {
+      RG_RETURN_IF_ERROR(
+          rg_transport_desc_decode(w->plan.tier_desc, sizeof w->plan.tier_desc, &desc));
+      any = 1;
+    }
+    int si = -1;
+    for (int k = 0, slot = 0; k < w->n_stages && si < 0; k++)
+      if (rg_stage_kv_buffer(w->stages[k]) && slot++ == (int)pu->slot) si = k;
+    if (si < 0 || !w->kv_region[si])
+      return rg_status_make(RG_INVALID_ARGUMENT, "an offload names attention instance %u",
+                            pu->slot);
+    rg_stage_kv_layout_t L;
+    rg_stage_kv_layout(w->stages[si], &L);
+    if (pu->dev < 0 || pu->dev >= L.n_blocks)
+      return rg_status_make(RG_INVALID_ARGUMENT, "an offload of device block %d of %lld", pu->dev,
+                            (long long)L.n_blocks);
+    const rg_stage_spec_t *sp = rg_stage_spec(w->stages[si]);
+    uint32_t layers = (uint32_t)(sp->layer_end - sp->layer_begin);
+    const uint8_t *pool = rg_buffer_host_ptr(rg_stage_kv_buffer(w->stages[si]));
+    rg_transport_segment_t seg[2];
+    for (int kv = 0; kv < 2; kv++)
+      seg[kv] = (rg_transport_segment_t){
+          .src = pool + (size_t)kv * L.layer_bytes + (size_t)pu->dev * L.block_bytes,
+          .dst_offset = pu->dst_offset + (uint64_t)kv * L.block_bytes,
+          .len = L.block_bytes,
+          .count = layers,
+          .src_stride = (int64_t)(2 * L.layer_bytes),
+          .dst_stride = 2 * L.block_bytes};
+    uint64_t payload[2] = {pu->xfer, 2 * (uint64_t)layers * L.block_bytes};
+    int tier = -1;
+    for (int k = 0; k < w->layout.n_workers; k++)
+      if (w->layout.workers[k].role == RG_CLUSTER_ROLE_TIER) tier = k;
+    if (tier < 0)
+      return rg_status_make(RG_INVALID_ARGUMENT, "an offload in a layout without a tier");
+    rg_transport_req_t *r = NULL;
+    st = rg_transport_write(w->tp, w->peer[tier], w->kv_region[si], &desc, seg, 2,
+                            rg__tag(RG__K_KVN, pu->xfer, 0, 0), payload, sizeof payload,
+                            "an offload to the capacity tier", &r);
+    if (!st) st = rg_transport_wait(r, w->step_timeout);
+    rg_transport_req_free(r);
+  }
   return st;
 }
 
@@ -715,10 +874,14 @@ static rg_status_t service_xfers(worker_t *w) {
     w->xfer_recv = NULL;
     if (s) return s;  // the coordinator is gone, or the endpoint
     w->xfer_seq++;
-    rg__xfer_t x;
-    s = rg__xfer_decode(w->xfer_buf, len, &x);
-    if (!s) s = do_xfer(w, &x);
-    rg__xfer_free(&x);
+    if (len >= 4 && !memcmp(w->xfer_buf, "RGXE", 4)) {
+      s = take_offloads(w, len);
+    } else {
+      rg__xfer_t x;
+      s = rg__xfer_decode(w->xfer_buf, len, &x);
+      if (!s) s = do_xfer(w, &x);
+      rg__xfer_free(&x);
+    }
     if (s && !w->o.quiet)
       fprintf(stderr, "ridge worker %s: %s\n", w->names[w->me], rg_status_message(s));
     rg_status_free(s);
@@ -851,6 +1014,7 @@ static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_
   if (w->plan.n_stash && w->role != RG_CLUSTER_ROLE_PREFILL)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "a STEP stashes KV on a worker that does not prefill");
+  RG_RETURN_IF_ERROR(push_offloads(w));
   RG_RETURN_IF_ERROR(take_imports(w));
   const rg_arch_t *a = w->a;
   rg_status_t s = NULL;
@@ -1081,6 +1245,13 @@ rg_status_t rg_worker_run(const rg_worker_options_t *opt) {
     }
     rd.n_kv_regions++;
   }
+  if (w->tier_region) {
+    rg_transport_region_desc_t d;
+    rg_transport_region_desc(w->tier_region, &d);
+    rg_transport_desc_encode(&d, descs[0]);
+    regions[0] = (ProtobufCBinaryData){RG_TRANSPORT_DESC_BYTES, descs[0]};
+    rd.n_kv_regions = 1;
+  }
   rd.kv_regions = regions;
   if ((st = rg_control_client_send(w->ctl, &rd.base))) goto done;
   if ((st = wait_message(w, RG_CONTROL_MSG_PEER_TABLE, 120, &ev))) goto done;
@@ -1095,6 +1266,8 @@ done:
   }
   rg_transport_req_free(w->xfer_recv);
   for (size_t i = 0; i < w->n_writes; i++) rg_transport_req_free(w->writes[i]);
+  rg_transport_region_deregister(w->tier_region);
+  rg_buffer_release(w->tier);
   for (int i = 0; i < RG_CLUSTER_MAX_STAGES; i++) {
     rg_transport_region_deregister(w->outbox_region[i]);
     rg_transport_region_deregister(w->kv_region[i]);
