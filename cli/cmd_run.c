@@ -1196,6 +1196,9 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
       rg_json_num(root, "tier_reloaded_blocks", (double)ss.tier_reloaded, &bad);
       rg_json_num(root, "tier_hit_tokens", (double)ss.tier_hit_tokens, &bad);
       rg_json_num(root, "tier_copy_s", ss.tier_seconds, &bad);
+      double rate = ss.prefill.seconds > 0 ? (double)ss.prefill.tokens / ss.prefill.seconds : 0;
+      if (rate > 0)
+        rg_json_num(root, "tier_recompute_estimate_s", (double)ss.tier_hit_tokens / rate, &bad);
     }
     rg_json_num(root, "prefill_tokens_per_s", pf_s > 0 ? pf_tok / pf_s : 0, &bad);
     rg_json_num(root, "prefill_gflop_per_s", pf_s > 0 ? ss.prefill.flops / pf_s / 1e9 : 0, &bad);
@@ -1325,13 +1328,24 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
             100 * ss.prefix_hit_rate, (long long)ss.prefix_hit_tokens,
             (long long)ss.prefix_lookup_tokens, (long long)ss.preempt_recompute,
             (long long)ss.preempt_swap);
-    if (a->tier_tokens)
+    if (a->tier_tokens) {
+      // Offload against recompute, both from this run: the copies' time, and
+      // what prefilling the tokens found in the tier would have taken at the
+      // prefill rate measured here.
+      double rate = ss.prefill.seconds > 0 ? (double)ss.prefill.tokens / ss.prefill.seconds : 0;
       fprintf(stderr,
               "  capacity tier: %lld blocks moved down, %lld brought back (%lld prompt tokens "
-              "found there instead of recomputed), %s copying\n",
+              "found there instead of recomputed); copies took %s",
               (long long)ss.tier_offloaded, (long long)ss.tier_reloaded,
               (long long)ss.tier_hit_tokens,
               rg_fmt_quantity(ss.tier_seconds, RG_UNIT_TIME, b1, sizeof b1));
+      if (rate > 0 && ss.tier_hit_tokens)
+        fprintf(stderr, ", recomputing them would have taken about %s at this run's %.0f prefill "
+                        "tokens/s",
+                rg_fmt_quantity((double)ss.tier_hit_tokens / rate, RG_UNIT_TIME, b2, sizeof b2),
+                rate);
+      fputc('\n', stderr);
+    }
     if (ss.kv_recomputed)
       fprintf(stderr, "  %lld request%s recomputed: imported KV pages failed their checksum\n",
               (long long)ss.kv_recomputed, ss.kv_recomputed == 1 ? "" : "s");

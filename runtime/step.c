@@ -182,7 +182,9 @@ rg_status_t rg_step_decode(const uint8_t *buf, size_t len, const rg_step_limits_
                           (long long)NT);
   for (int64_t s = 0; s < S; s++) {
     int32_t a = b->table_off[s], z = b->table_off[s + 1];
+    // Shapes bounded by the context first, so the sum below cannot overflow.
     if (z < a || b->shape[s].n_new < 1 || b->shape[s].context < 0 ||
+        b->shape[s].n_new > lim->max_context || b->shape[s].context > lim->max_context ||
         (int64_t)(z - a) * lim->block_size < b->shape[s].context + b->shape[s].n_new)
       return rg_status_make(RG_INVALID_ARGUMENT,
                             "step message: sequence %lld's table does not hold its positions",

@@ -293,7 +293,11 @@ rg_status_t rg__xfer_decode(const uint8_t *buf, size_t len, rg__xfer_t *x) {
   if (!get(&r, x->dst, (size_t)x->n_dst * sizeof(int32_t)) || r.off != len) goto short_msg;
   // The numbers must describe a transfer at all; the sender checks them
   // against its own pool and outbox before touching memory.
-  if (x->src_block_size < 1 || x->dst_block_size < 1 || x->pos_begin < 0 ||
+  // Sizes bounded first (a block of at most 2^20 tokens, positions below
+  // 2^40), so the products below cannot overflow.
+  if (x->src_block_size < 1 || x->dst_block_size < 1 || x->src_block_size > (1 << 20) ||
+      x->dst_block_size > (1 << 20) || x->pos_end > ((int64_t)1 << 40) ||
+      x->layer_end > (1 << 20) || x->dst_n_blocks > ((int64_t)1 << 40) || x->pos_begin < 0 ||
       x->pos_end <= x->pos_begin || x->layer_end <= x->layer_begin || x->layer_begin < 0 ||
       x->dst_layer_begin < 0 || x->dst_layer_begin > x->layer_begin || x->dst_n_blocks < 1 ||
       (int64_t)x->n_src * x->src_block_size < x->pos_end ||
