@@ -484,3 +484,98 @@ RG_TEST(runplan_plan_file_errors) {
   rg_cluster_plan_destroy(p);
 }
 
+// ----- End to end -----------------------------------------------------------------------
+
+static const char *test_model(rg_test_ctx_t *t) {
+  static char dir[1024];
+  snprintf(dir, sizeof dir, "%s/tiny", rg_test_tmpdir(t));
+  rg_testmodel_opts_t o = {0};
+  o.arch = RG_TESTMODEL_LLAMA;
+  o.size = RG_TESTMODEL_TINY;
+  o.dtype = RG_BF16;
+  o.gguf_type = RG_DTYPE_COUNT;
+  o.seed = 11;
+  rg_status_t st = rg_testmodel_write(dir, &o, NULL);
+  if (st) {
+    rg_test_fail(t, __FILE__, __LINE__, "testmodel: %s", rg_status_message(st));
+    rg_status_free(st);
+    return NULL;
+  }
+  return dir;
+}
+
+// A hand-written attention-FFN placement for the test model, on a fleet
+// whose classes both run on cpu:0: the same tokens as the single-process
+// run (greedy, f32 KV, the AVX-512 kernels), each stage labelled with the
+// class its worker stands in for.
+RG_TEST(runplan_ridge_run_plan_gives_the_single_process_tokens) {
+  if (rg_cpu_isa_best() < RG_CPU_ISA_AVX512) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *model = test_model(t);
+  RG_REQUIRE(model);
+  const char *dir = rg_test_tmpdir(t);
+  rg_test_write(t, "ef.yaml",
+                "name: ef\nprovider: \"shm\"\nnetwork: { bandwidth: 50 GB/s, latency: 1 us }\n"
+                "nodes:\n  - name: local\n    count: 1\n    devices:\n"
+                "      - { class: h100-sxm, count: 1, run_on: cpu:0 }\n"
+                "      - { class: bertha-500, count: 1, run_on: cpu:0 }\n");
+  char text[2048];
+  snprintf(
+      text, sizeof text, "model: %s\nfleet: %s/ef.yaml\n%s", model, dir,
+      AF_POOL("    micro_batches: 2\n", "{embed: attn, attention: attn, ffn: ffn, lm_head: attn}"));
+  rg_test_write(t, "af.yaml", text);
+  char *out[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "--quiet run --model %s --prompt-ids 4,8,15,16,23,42 -n 6 --temperature 0 "
+             "--threads 1 --isa avx512 --kv-dtype f32 --no-measure --json %s",
+             model, k ? "--plan af.yaml" : "");
+    RG_CHECK(rg_test_run_ridge(t, cmd, &out[k]) == 0);
+  }
+  cJSON *j0 = cJSON_Parse(out[0]), *j1 = cJSON_Parse(out[1]);
+  if (!j1) rg_test_fail(t, __FILE__, __LINE__, "ridge run --plan: %s", out[1]);
+  RG_REQUIRE(j0 && j1);
+  char *t0 = cJSON_PrintUnformatted(cJSON_GetObjectItem(j0, "tokens"));
+  char *t1 = cJSON_PrintUnformatted(cJSON_GetObjectItem(j1, "tokens"));
+  RG_CHECK(t0 && t1 && !strcmp(t0, t1) &&
+           cJSON_GetArraySize(cJSON_GetObjectItem(j1, "tokens")) == 6);
+  const cJSON *layout = cJSON_GetObjectItem(j1, "layout");
+  RG_CHECK(cJSON_IsString(layout) && !strcmp(layout->valuestring, "attention-ffn"));
+  const cJSON *pp = cJSON_GetObjectItem(j1, "plan_predicted");
+  RG_CHECK(cJSON_GetObjectItem(pp, "tokens_per_s") &&
+           cJSON_GetObjectItem(pp, "tokens_per_s")->valuedouble > 0);
+  char *stages = cJSON_PrintUnformatted(cJSON_GetObjectItem(j1, "stages"));
+  RG_CHECK_CONTAINS(stages, "attention[0,2) on cpu:0 [w0-attention, standing in for h100-sxm]");
+  RG_CHECK_CONTAINS(stages, "ffn[0,2) on cpu:0 [w1-ffn, standing in for bertha-500]");
+  free(stages);
+  free(t0);
+  free(t1);
+  cJSON_Delete(j0);
+  cJSON_Delete(j1);
+  free(out[0]);
+  free(out[1]);
+
+  // Refused before anything starts.
+  static const struct {
+    const char *args, *message;
+  } bad[] = {
+      {"--plan af.yaml --pool 2", "--pool 2: af.yaml has 1 pool"},
+      {"--plan af.yaml --layout colocated", "give --layout or --plan, not both"},
+      {"--plan af.yaml --workers cpu:0", "--plan gives the devices and micro-batches"},
+      {"--plan af.yaml --micro-batches 2", "--plan gives the devices and micro-batches"},
+      {"--pool 2", "--pool goes with --plan"},
+      {"--plan missing.yaml", "missing.yaml"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char cmd[4096], *o = NULL;
+    snprintf(cmd, sizeof cmd, "run --model %s -n 2 %s", model, bad[i].args);
+    int rc = rg_test_run_ridge(t, cmd, &o);
+    RG_CHECK(rc == 2 || rc == 1);
+    RG_CHECK_CONTAINS(o, bad[i].message);
+    free(o);
+  }
+}
+
+// `ridge` alone: the test model planned on local-hetero, the plan printed,
+// then run across its workers, each labelled with the class it stands in
+// for, the hidden states moving between them.
