@@ -137,8 +137,8 @@ static const char usage[] =
     "  ridge run --workload chat --num-requests 32 --rate 4\n"
     "  ridge run --requests reqs.jsonl --max-seqs 8 --json\n"
     "  ridge run --layout attention-ffn --micro-batches 2 --workload chat --trace /tmp/afd.json\n"
-    "  ridge plan --model DIR --fleet local-hetero -o /tmp/plan.yaml && ridge run --model DIR "
-    "--plan /tmp/plan.yaml\n"
+    "  ridge plan --model DIR --placement configs/placements/local-hetero.yaml -o /tmp/plan.yaml\n"
+    "  ridge run --model DIR --plan /tmp/plan.yaml\n"
     "  ridge testmodel --arch llama --size tiny --out /tmp/tiny && ridge run --model /tmp/tiny "
     "--prompt hi -n 16\n";
 

@@ -579,3 +579,21 @@ RG_TEST(runplan_ridge_run_plan_gives_the_single_process_tokens) {
 // `ridge` alone: the test model planned on local-hetero, the plan printed,
 // then run across its workers, each labelled with the class it stands in
 // for, the hidden states moving between them.
+RG_TEST(runplan_no_arguments_plans_and_runs_across_workers) {
+  char *out = NULL;
+  int rc = rg_test_run_ridge(t, "", &out);
+  RG_CHECK(rc == 0);
+  RG_CHECK_CONTAINS(out, "no command given, so running the default job: `ridge plan --model ");
+  RG_CHECK_CONTAINS(out, "--fleet local-hetero --placement ");
+  RG_CHECK_CONTAINS(out, "Plan (chosen)");
+  RG_CHECK_CONTAINS(out, "attention-ffn: attn 1 x h100-sxm | ffn 1 x bertha-500");
+  RG_CHECK_CONTAINS(out, "w0-attention on cpu:0 standing in for h100-sxm");
+  RG_CHECK_CONTAINS(out, "standing in for bertha-500");
+  RG_CHECK_CONTAINS(out, "w2-tier on cpu:0 standing in for host-dram");
+  RG_CHECK_CONTAINS(out, "the plan predicts, for its classes: ");
+  RG_CHECK_CONTAINS(out, "48 new tokens");
+  RG_CHECK_CONTAINS(out, "[w1-ffn, standing in for bertha-500]");
+  RG_CHECK_CONTAINS(out, "w0-attention -> w1-ffn");
+  RG_CHECK_CONTAINS(out, "w1-ffn -> w0-attention");
+  free(out);
+}
