@@ -28,8 +28,16 @@ int rg_cmd_testmodel(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_run(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common);
 
-// Defaults of the main job (`ridge` with no arguments).
-#define RG_DEFAULT_MODEL "llama-3.1-70b"
-#define RG_DEFAULT_FLEET "mixed"
+// The random-weight test model (`ridge testmodel`, llama tiny) in the
+// user's cache, written there the first time (said on stderr unless quiet);
+// its directory into out. What `ridge run` runs without --model.
+RG_MUST_USE rg_status_t rg_cli_test_model(char *out, size_t len, int quiet);
+
+// Defaults of the main job (`ridge` with no arguments): the test model
+// planned on a mixed fleet this machine plays (configs/fleets/local-hetero),
+// under the constraints of configs/placements/local-hetero.yaml, then run.
+#define RG_DEFAULT_MODEL "the random-weight test model"
+#define RG_DEFAULT_FLEET "local-hetero"
+#define RG_DEFAULT_PLACEMENT "local-hetero"
 
 #endif  // RG_CLI_CLI_H

@@ -42,6 +42,7 @@ static const char usage[] =
     "                 [--layout L [--workers D1,D2] [--micro-batches 2] [--provider P] [--trace "
     "F]\n"
     "                  [--listen HOST:PORT --secret-file F]]\n"
+    "                 [--plan FILE [--pool N] [--provider P] [--trace F] ...]\n"
     "\n"
     "Runs a model on this machine with continuous batching: every iteration the scheduler takes "
     "the\n"
@@ -122,6 +123,19 @@ static const char usage[] =
     "                     to join (w0, w1, ... in layout order); needs --secret-file F\n"
     "  --step-timeout S   seconds a step may take before the worker that owes it is named (default "
     "10)\n"
+    "  --plan F           run one pool of a plan (`ridge plan -o F`, or a placement written by "
+    "hand)\n"
+    "                     the same way: one worker per group, on the first device present here of\n"
+    "                     those its class's fleet entry names in run_on: "
+    "(configs/fleets/local-hetero\n"
+    "                     plays an H100, a Bertha 500 and host DRAM on this machine). Each worker "
+    "is\n"
+    "                     labelled with the class it stands in for, and the plan's predictions "
+    "for\n"
+    "                     its classes are printed beside what runs. One device per group and one\n"
+    "                     replica: wider plans are refused. Not with --layout, --workers or\n"
+    "                     --micro-batches (the plan gives them)\n"
+    "  --pool N           which pool of the plan runs (default 1)\n"
     "\n"
     "  --dump-logits F    the logits behind every generated token of request 0, a float32 .npy of\n"
     "                     shape (N, vocab)\n"
@@ -133,6 +147,8 @@ static const char usage[] =
     "  ridge run --workload chat --num-requests 32 --rate 4\n"
     "  ridge run --requests reqs.jsonl --max-seqs 8 --json\n"
     "  ridge run --layout attention-ffn --micro-batches 2 --workload chat --trace /tmp/afd.json\n"
+    "  ridge plan --model DIR --placement configs/placements/local-hetero.yaml -o /tmp/plan.yaml\n"
+    "  ridge run --model DIR --plan /tmp/plan.yaml\n"
     "  ridge testmodel --arch llama --size tiny --out /tmp/tiny && ridge run --model /tmp/tiny "
     "--prompt hi -n 16\n";
 
@@ -140,6 +156,8 @@ typedef struct {
   const char *model, *prompt, *prompt_ids, *dump, *kvdt, *isa, *requests, *workload, *device,
       *ffn_device;
   const char *preempt, *layout, *workers, *provider, *trace, *listen, *secret_file;
+  const char *plan, *config_dir;
+  long long pool;
   double step_timeout;
   long long micro_batches;
   long long n, top_k, seed, batch, threads, max_context, max_seqs, max_batch_tokens, block_size,
@@ -198,7 +216,9 @@ enum {
   O_STEP_TIMEOUT,
   O_DECODE_BLOCK,
   O_TIER,
-  O_RETENTION
+  O_RETENTION,
+  O_PLAN,
+  O_POOL
 };
 
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a,
@@ -244,6 +264,8 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                                         {"decode-block-size", required_argument, 0, O_DECODE_BLOCK},
                                         {"tier-tokens", required_argument, 0, O_TIER},
                                         {"retention", required_argument, 0, O_RETENTION},
+                                        {"plan", required_argument, 0, O_PLAN},
+                                        {"pool", required_argument, 0, O_POOL},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
@@ -256,6 +278,7 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
   a->rate = -1;
   a->prefix_cache = 1;
   a->json = common->json;
+  a->config_dir = common->config_dir;
   rg_cli_getopt_reset();
   int c;
   long long v;
@@ -390,6 +413,12 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
       case O_STEP_TIMEOUT:
         RG_RETURN_IF_ERROR(parse_real("--step-timeout", optarg, 0.01, 3600, &a->step_timeout));
         break;
+      case O_PLAN:
+        a->plan = optarg;
+        break;
+      case O_POOL:
+        RG_RETURN_IF_ERROR(parse_num("--pool", optarg, 1, RG_MAX_POOLS, &a->pool));
+        break;
       case 'h':
         *help = 1;
         return NULL;
@@ -417,11 +446,23 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
       (!a->layout || (strcmp(a->layout, "prefill-decode") && strcmp(a->layout, "pd"))))
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "--decode-block-size goes with --layout prefill-decode");
-  if (!a->layout && (a->workers || a->micro_batches || a->provider || a->trace || a->listen ||
-                     a->secret_file || a->step_timeout))
+  if (a->plan && a->layout)
     return rg_status_make(RG_INVALID_ARGUMENT,
-                          "--workers, --micro-batches, --provider, --trace, --listen, "
-                          "--secret-file and --step-timeout go with --layout");
+                          "give --layout or --plan, not both: a plan's pool is its own layout");
+  if (a->plan && (a->workers || a->micro_batches || a->device || a->ffn_device))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--plan gives the devices and micro-batches: each group runs where its "
+                          "class's fleet entry says in run_on:, so --workers, --micro-batches, "
+                          "--device and --ffn-device do not go with it");
+  if (a->pool && !a->plan) return rg_status_make(RG_INVALID_ARGUMENT, "--pool goes with --plan");
+  if (!a->layout && a->workers)
+    return rg_status_make(RG_INVALID_ARGUMENT, "--workers goes with --layout");
+  if (!a->layout && !a->plan &&
+      (a->micro_batches || a->provider || a->trace || a->listen || a->secret_file ||
+       a->step_timeout))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--micro-batches, --provider, --trace, --listen, --secret-file and "
+                          "--step-timeout go with --layout or --plan");
   if (a->layout && (a->device || a->ffn_device))
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "with --layout, --workers names the devices (not --device/--ffn-device)");
@@ -477,7 +518,7 @@ static rg_status_t parse_ids(const char *s, int32_t **out, size_t *n) {
 
 // The default model: the tiny random-weight test model, written once into
 // the user's cache directory so every `ridge run` without --model is fast.
-static rg_status_t default_model(char *out, size_t len, int quiet) {
+rg_status_t rg_cli_test_model(char *out, size_t len, int quiet) {
   rg_testmodel_opts_t o = {0};
   o.arch = RG_TESTMODEL_LLAMA;
   o.size = RG_TESTMODEL_TINY;
@@ -749,6 +790,9 @@ typedef struct {
   rg_pool_t *pool;  // this process's threads, for measuring limits beside a cluster
   rg_executor_t x;
   const rg_arch_t *arch;
+  const char *plan_mode;                 // --plan: the pool's mode, reported as the layout
+  double plan_tps, plan_ttft, plan_tbt;  // --plan: what the plan predicts for its classes
+  int plan_mb;                           // --plan: the micro-batches that run
 } backend_t;
 
 typedef struct {
@@ -925,6 +969,107 @@ static rg_status_t make_layout(const run_args_t *a, const rg_arch_t *arch, rg_cl
   return NULL;
 }
 
+// The layout --plan names: one pool of the plan, each group on the device
+// its class's fleet entry names in run_on, printed beside what the plan
+// predicts for its classes.
+static rg_status_t plan_layout(const run_args_t *a, const char *model_path, const rg_arch_t *arch,
+                               const rg_engine_options_t *eo, int quiet, backend_t *be,
+                               rg_cluster_layout_t *out) {
+  rg_cluster_plan_t *p = NULL;
+  RG_RETURN_IF_ERROR(rg_cluster_plan_load(a->plan, a->config_dir, model_path, &p));
+  rg_cluster_plan_binding_t *b = calloc(1, sizeof *b);
+  rg_status_t st = NULL;
+  const rg_plan_option_t *o = &p->plan->chosen;
+  int k = a->pool ? (int)a->pool - 1 : 0;
+  if (!b) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    goto done;
+  }
+  if (k >= o->n_pools) {
+    st = rg_status_make(RG_INVALID_ARGUMENT, "--pool %lld: %s has %d pool%s", a->pool, a->plan,
+                        o->n_pools, o->n_pools == 1 ? "" : "s");
+    goto done;
+  }
+  const rg_placement_t *pool = &o->pools[k];
+  const rg_prediction_t *pr = &o->pred[k];
+  // The run's KV pool as the coordinator sizes it, to size a capacity tier.
+  int64_t ctx = eo->max_context > 0 ? eo->max_context : 4096;
+  if (arch->max_context > 0 && ctx > arch->max_context) ctx = arch->max_context;
+  rg_dtype_t kv = eo->kv_dtype_set ? eo->kv_dtype : RG_BF16;
+  rg_cluster_plan_options_t po = {.arch = arch,
+                                  .fleet = p->fleet,
+                                  .pool = pool,
+                                  .pool_index = k,
+                                  .kv_dtype = kv,
+                                  .kv_tokens = eo->kv_tokens > 0
+                                                   ? eo->kv_tokens
+                                                   : ctx * (eo->max_seqs > 0 ? eo->max_seqs : 16)};
+  if ((st = rg_cluster_layout_from_plan(&po, b))) goto done;
+  *out = b->layout;
+  be->plan_mode = rg_mode_name(pool->mode);
+  be->plan_tps = pr->tokens_per_s, be->plan_ttft = pr->ttft, be->plan_tbt = pr->tbt;
+  be->plan_mb = out->micro_batches;
+  if (quiet) goto done;
+  fprintf(stderr, "ridge run: %s, pool %d of %d: %s on fleet %s, planned for workload %s\n",
+          a->plan, k + 1, o->n_pools, rg_mode_name(pool->mode), p->fleet->name, p->workload->name);
+  static const char *const heads[] = {"group", "class", "in the plan", "runs here"};
+  rg_table_t tb;
+  rg_table_init(&tb, 4, heads, "llll");
+  for (int i = 0; i < b->n_groups; i++) {
+    const rg_cluster_plan_group_t *g = &b->groups[i];
+    const rg_cluster_worker_t *w = &out->workers[g->worker];
+    char what[160] = "", b1[32];
+    if (w->role == RG_CLUSTER_ROLE_TIER) {
+      snprintf(what, sizeof what, "idle sessions' KV");
+    } else {
+      int gi = 0;
+      while (gi < pool->n_groups && strcmp(pool->groups[gi].name, g->group)) gi++;
+      size_t u = (size_t)snprintf(what, sizeof what, "%d device:", pool->groups[gi].devices);
+      for (int s = RG_SLOT_EMBED; s <= RG_SLOT_PREFILL && u < sizeof what; s++)
+        if (pool->slot_group[s] == gi && (s != RG_SLOT_PREFILL || pool->mode == RG_MODE_PD))
+          u += (size_t)snprintf(what + u, sizeof what - u, " %s%s", rg_slot_name((rg_slot_t)s),
+                                s == RG_SLOT_PREFILL ? " (every stage)" : "");
+    }
+    rg_table_cell(&tb, "%s", g->group);
+    rg_table_cell(&tb, "%s", g->cls);
+    rg_table_cell(&tb, "%s", what);
+    if (w->role == RG_CLUSTER_ROLE_TIER)
+      rg_table_cell(&tb, "%s on %s%s%s, %s tokens of KV", w->name, w->device,
+                    w->plays[0] ? " standing in for " : "", w->plays,
+                    rg_fmt_grouped((double)b->tier_tokens, b1, sizeof b1));
+    else
+      rg_table_cell(&tb, "%s on %s%s%s", w->name, w->device, w->plays[0] ? " standing in for " : "",
+                    w->plays);
+  }
+  if ((st = rg_table_print(&tb, stderr, 2))) {
+    rg_table_deinit(&tb);
+    goto done;
+  }
+  rg_table_deinit(&tb);
+  for (int i = 0; i < b->n_groups; i++)
+    if (b->groups[i].passed[0])
+      fprintf(stderr, "  %s: passed over %s\n", b->groups[i].group, b->groups[i].passed);
+  char b1[32], b2[32], b3[32];
+  fprintf(stderr,
+          "  the plan predicts, for its classes: %s tokens/s, TTFT %s, TBT %s; batch %d, %d "
+          "micro-batch%s, KV %s\n",
+          rg_fmt_grouped(pr->tokens_per_s, b1, sizeof b1),
+          rg_fmt_quantity(pr->ttft, RG_UNIT_TIME, b2, sizeof b2),
+          rg_fmt_quantity(pr->tbt, RG_UNIT_TIME, b3, sizeof b3), pool->batch, pool->micro_batches,
+          pool->micro_batches == 1 ? "" : "es", rg_dtype_name(pool->kv_dtype));
+  fprintf(stderr,
+          "  this run, on this machine: at most %d sequence%s, %d micro-batch%s, KV %s; measured "
+          "below\n",
+          eo->max_seqs > 0 ? eo->max_seqs : 16, eo->max_seqs == 1 ? "" : "s", out->micro_batches,
+          out->micro_batches == 1 ? "" : "es", rg_dtype_name(kv));
+  if (p->model_note[0]) fprintf(stderr, "  note: %s\n", p->model_note);
+  for (int i = 0; i < b->n_notes; i++) fprintf(stderr, "  note: %s\n", b->notes[i]);
+done:
+  free(b);
+  rg_cluster_plan_destroy(p);
+  return st;
+}
+
 // Starts the coordinator (and, without --listen, one worker process per
 // worker of the layout) and waits for every worker to load its stages.
 static rg_status_t start_cluster(const run_args_t *a, const char *model_path,
@@ -932,7 +1077,8 @@ static rg_status_t start_cluster(const run_args_t *a, const char *model_path,
   rg_model_t *m = NULL;
   RG_RETURN_IF_ERROR(rg_model_open(model_path, &m));
   rg_cluster_options_t co = {0};
-  rg_status_t st = make_layout(a, rg_model_arch(m), &co.layout);
+  rg_status_t st = a->plan ? plan_layout(a, model_path, rg_model_arch(m), eo, quiet, be, &co.layout)
+                           : make_layout(a, rg_model_arch(m), &co.layout);
   rg_model_close(m);
   RG_RETURN_IF_ERROR(st);
   if (eo->swap_tokens)
@@ -985,7 +1131,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   int single = !a->requests && !a->workload;
   if (a->model)
     snprintf(model_path, sizeof model_path, "%s", a->model);
-  else if ((st = default_model(model_path, sizeof model_path, quiet)))
+  else if ((st = rg_cli_test_model(model_path, sizeof model_path, quiet)))
     return st;
 
   rg_engine_options_t eo = {0};
@@ -1013,7 +1159,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   rg_sched_preempt_t preempt = RG_SCHED_PREEMPT_RECOMPUTE;
   if (a->preempt)
     RG_RETURN_IF_ERROR(rg_status_wrap(rg_sched_preempt_parse(a->preempt, &preempt), "--preempt"));
-  if (a->layout) {
+  if (a->layout || a->plan) {
     if ((st = start_cluster(a, model_path, &eo, quiet, &be))) goto done;
   } else {
     if ((st = rg_engine_create(model_path, &eo, &be.e))) return st;
@@ -1169,8 +1315,17 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
       rg_json_str(root, "device_class", "local-cpu", &bad);
       rg_json_num(root, "threads", rg_engine_threads(be.e), &bad);
     } else {
-      rg_json_str(root, "layout", a->layout, &bad);
-      rg_json_num(root, "micro_batches", (double)(a->micro_batches ? a->micro_batches : 1), &bad);
+      rg_json_str(root, "layout", be.plan_mode ? be.plan_mode : a->layout, &bad);
+      if (a->plan) {
+        rg_json_str(root, "plan", a->plan, &bad);
+        cJSON *pp = rg_json_obj(root, "plan_predicted", &bad);
+        rg_json_num(pp, "tokens_per_s", be.plan_tps, &bad);
+        rg_json_num(pp, "ttft_s", be.plan_ttft, &bad);
+        rg_json_num(pp, "tbt_s", be.plan_tbt, &bad);
+      }
+      rg_json_num(root, "micro_batches",
+                  be.plan_mode ? be.plan_mb : (double)(a->micro_batches ? a->micro_batches : 1),
+                  &bad);
       link_rows(&be, rg_json_arr(root, "links", &bad), &bad, NULL);
     }
     rg_json_num(root, "requests", (double)n, &bad);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/yaml.h"
 #include "cli/cli.h"
@@ -51,7 +52,7 @@ static const rg_command_t commands[] = {
      "write a random-weight model (safetensors + GGUF + tokenizer) for tests and benchmarks",
      "ridge testmodel --arch llama --size tiny --out /tmp/tiny"},
     {"run", rg_cmd_run, 0,
-     "run a model on this machine's CPU: stream text, report TTFT, tokens/s, GB/s vs limits",
+     "run a model, or a plan across worker processes: stream text, TTFT, tokens/s, GB/s vs limits",
      "ridge run --model /tmp/tiny --prompt \"hello\" -n 32"},
     {"worker", rg_cmd_worker, 0,
      "one device's share of a multi-process run: join a coordinator, load stages, run steps",
@@ -97,7 +98,8 @@ static void print_help(FILE *f) {
           "roof of which device class bounds it (its roofline), and searches placements of\n"
           "stages on device groups that maximise throughput, tokens per dollar or tokens per\n"
           "watt within the fleet's memory and links. It also runs models on this machine's\n"
-          "CPU (ridge run); the simulator, the multi-device runtime and serve are to come.\n"
+          "devices (ridge run), in one process or a plan's stages across worker processes\n"
+          "(ridge run --plan); the simulator and serve are to come.\n"
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)
@@ -105,8 +107,10 @@ static void print_help(FILE *f) {
             commands[i].example);
   fprintf(f,
           "\n"
-          "With no command, ridge runs its main job on built-in defaults:\n"
-          "  ridge plan --model %s --fleet %s, then ridge run (the random-weight test model)\n"
+          "With no command, ridge runs its main job on built-in defaults: it plans %s\n"
+          "on fleet %s (an H100, a Bertha 500 and host DRAM, played by this machine) under\n"
+          "configs/placements/%s.yaml, then runs that plan with ridge run --plan,\n"
+          "each group on a worker process standing in for its class\n"
           "\n"
           "Global options (before the command):\n"
           "  --config-dir DIR  where configs live (default: $RIDGE_CONFIG_DIR, else\n"
@@ -123,7 +127,7 @@ static void print_help(FILE *f) {
           "\n"
           "Exit status: 0 ok, 1 error, 2 bad input (unknown name, bad flag or config),\n"
           "3 infeasible (nothing fits the fleet or meets the SLOs).\n",
-          RG_DEFAULT_MODEL, RG_DEFAULT_FLEET, RIDGE_SOURCE_DIR);
+          RG_DEFAULT_MODEL, RG_DEFAULT_FLEET, RG_DEFAULT_PLACEMENT, RIDGE_SOURCE_DIR);
 }
 
 static const rg_command_t *find_command(const char *name) {
@@ -183,6 +187,48 @@ static rg_status_t check_config_dir(const char *dir, int from_flag) {
                         errno ? strerror(errno) : "not a directory");
 }
 
+// The main job on built-in defaults: plan the test model on a mixed fleet
+// this machine plays, then run that plan across worker processes, each
+// group on a device standing in for its class.
+static int default_job(const rg_cli_common_t *common, int from_flag) {
+  errno = 0;
+  rg_status_t s = check_config_dir(common->config_dir, from_flag);
+  if (s) return rg_cli_fail(NULL, s);
+  char model[4096], placement[4096], plan[4096];
+  if ((s = rg_cli_test_model(model, sizeof model, common->quiet))) return rg_cli_fail(NULL, s);
+  snprintf(placement, sizeof placement, "%s/placements/%s.yaml", common->config_dir,
+           RG_DEFAULT_PLACEMENT);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(plan, sizeof plan, "%s/ridge-plan-XXXXXX.yaml", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkstemps(plan, 5);
+  if (fd < 0)
+    return rg_cli_fail(NULL, rg_status_make(RG_IO, "cannot make a temporary plan file %s: %s", plan,
+                                            strerror(errno)));
+  close(fd);
+  if (!common->quiet)
+    fprintf(stderr,
+            "ridge: no command given, so running the default job: `ridge plan --model %s --fleet "
+            "%s --placement %s -o %s`, then `ridge run --model %s --plan %s`, each of the plan's "
+            "groups on a worker process standing in for its class; choose your own with `ridge "
+            "plan --model M --fleet F -o plan.yaml` and `ridge run --model DIR --plan plan.yaml` "
+            "(ridge --help lists commands)\n",
+            model, RG_DEFAULT_FLEET, placement, plan, model, plan);
+  char *job[] = {"plan",        "--model", model, "--fleet", RG_DEFAULT_FLEET,
+                 "--placement", placement, "-o",  plan,      NULL};
+  int rc = rg_cmd_plan(9, job, common);
+  if (!rc) {
+    fflush(stdout);
+    printf(
+        "\nRunning the plan on this machine, each group on a worker standing in for its class "
+        "(random weights: the text is noise; the timings are real):\n");
+    fflush(stdout);
+    char *run_job[] = {"run", "--model", model, "--plan", plan, "-n", "48", NULL};
+    rc = rg_cmd_run(7, run_job, common);
+  }
+  unlink(plan);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   rg_cli_common_t common = {.config_dir = NULL, .json = 0, .quiet = 0};
   int i = 1;
@@ -231,27 +277,7 @@ int main(int argc, char **argv) {
   int from_flag = common.config_dir != NULL;
   if (!common.config_dir) common.config_dir = default_config_dir();
 
-  if (i >= argc) {
-    // The main job on built-in defaults.
-    char *job[] = {"plan", "--model", RG_DEFAULT_MODEL, "--fleet", RG_DEFAULT_FLEET, NULL};
-    if (!common.quiet)
-      fprintf(stderr,
-              "ridge: no command given, so running the default job: `ridge plan --model %s --fleet "
-              "%s`, then `ridge run` on the random-weight test model on this machine's CPU; choose "
-              "your own with `ridge plan --model M --fleet F` and `ridge run --model DIR` (ridge "
-              "--help lists commands)\n",
-              RG_DEFAULT_MODEL, RG_DEFAULT_FLEET);
-    errno = 0;
-    rg_status_t s = check_config_dir(common.config_dir, from_flag);
-    if (s) return rg_cli_fail(NULL, s);
-    int rc = rg_cmd_plan(5, job, &common);
-    if (rc) return rc;
-    fflush(stdout);
-    printf("\nRunning the test model on this machine (random weights: the text is noise; the timings are real):\n");
-    fflush(stdout);
-    char *run_job[] = {"run", "-n", "48", NULL};
-    return rg_cmd_run(3, run_job, &common);
-  }
+  if (i >= argc) return default_job(&common, from_flag);
 
   const rg_command_t *c = find_command(argv[i]);
   if (!c) return rg_cli_fail(NULL, unknown_command(argv[i]));

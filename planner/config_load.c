@@ -867,6 +867,82 @@ static rg_status_t rg_read_count(const rg_node_t *map, const char *path, const c
   return NULL;
 }
 
+// One name of `run_on:`, in the form `ridge devices` prints: a driver
+// (lower-case letters and '_': no driver name has a digit, so "cpu0" is
+// the typo it looks like) and an optional ":INDEX", 0 when left out. It is stored as "driver:index"
+// so that names compare as strings. Which drivers exist is the device layer's to say, and the
+// planner never touches a device, so a well-formed name no driver answers to is reported by `ridge
+// run --plan`, pointing back here.
+static rg_status_t rg_read_run_on_name(const rg_node_t *n, const char *label,
+                                       char out[RG_RUN_ON_NAME]) {
+  const char *s;
+  RG_RETURN_IF_ERROR(rg_node_str(n, label, &s));
+  size_t d = 0;
+  while ((s[d] >= 'a' && s[d] <= 'z') || s[d] == '_') d++;
+  long long index = 0;
+  // Driver names are short ("level_zero" is the longest); 15 characters
+  // is what the device layer stores.
+  int ok = d > 0 && d < 16 && s[0] >= 'a' && s[0] <= 'z';
+  if (ok && s[d] == ':') {
+    const char *p = s + d + 1;
+    size_t k = 0;
+    while (p[k] >= '0' && p[k] <= '9' && k < 5) index = index * 10 + (p[k++] - '0');
+    ok = k > 0 && !p[k] && index <= 1023;
+  } else if (ok && s[d]) {
+    ok = 0;
+  }
+  if (!ok)
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos,
+                        "%s: '%s' is not a device name; expected DRIVER:INDEX as `ridge devices` "
+                        "lists them, like cpu:0 or opencl:0",
+                        label, s);
+  snprintf(out, RG_RUN_ON_NAME, "%.*s:%lld", (int)d, s, index);
+  return NULL;
+}
+
+// `run_on:` of a fleet entry: one device name or a list tried in order.
+static rg_status_t rg_read_run_on(const rg_node_t *d, const char *dpath, rg_node_devices_t *nd) {
+  const rg_node_t *r;
+  RG_RETURN_IF_ERROR(rg_want(d, "run_on", dpath, 0, NULL, &r));
+  if (!r) return NULL;
+  char label[128];
+  rg_label(label, sizeof(label), dpath, "run_on");
+  snprintf(nd->run_on_where, sizeof(nd->run_on_where), "%s:%d:%d", r->pos.file ? r->pos.file : "?",
+           r->pos.line, r->pos.col);
+  if (r->kind == RG_NODE_SCALAR) {
+    RG_RETURN_IF_ERROR(rg_read_run_on_name(r, label, nd->run_on[0]));
+    nd->n_run_on = 1;
+    return NULL;
+  }
+  if (r->kind != RG_NODE_SEQ)
+    return rg_status_at(RG_INVALID_ARGUMENT, &r->pos,
+                        "%s: expected a device name like cpu:0, or a list of them tried in order "
+                        "like [opencl:0, cpu:0]; got %s",
+                        label, rg_node_kind_name(r->kind));
+  if (r->n == 0)
+    return rg_status_at(RG_INVALID_ARGUMENT, &r->pos,
+                        "%s: the list is empty; name at least one device, like cpu:0", label);
+  if (r->n > RG_MAX_RUN_ON)
+    return rg_status_at(RG_INVALID_ARGUMENT, &r->items[RG_MAX_RUN_ON]->pos,
+                        "%s: at most %d devices to try, got %zu", label, RG_MAX_RUN_ON, r->n);
+  for (size_t i = 0; i < r->n; i++) {
+    char ilabel[144];
+    snprintf(ilabel, sizeof(ilabel), "%s[%zu]", label, i);
+    if (r->items[i]->kind != RG_NODE_SCALAR)
+      return rg_status_at(RG_INVALID_ARGUMENT, &r->items[i]->pos,
+                          "%s: expected a device name like cpu:0; got %s", ilabel,
+                          rg_node_kind_name(r->items[i]->kind));
+    RG_RETURN_IF_ERROR(rg_read_run_on_name(r->items[i], ilabel, nd->run_on[i]));
+    for (size_t j = 0; j < i; j++)
+      if (!strcmp(nd->run_on[j], nd->run_on[i]))
+        return rg_status_at(RG_INVALID_ARGUMENT, &r->items[i]->pos,
+                            "%s: %s is already %s[%zu]; each device is tried once", ilabel,
+                            nd->run_on[i], label, j);
+  }
+  nd->n_run_on = (int)r->n;
+  return NULL;
+}
+
 static rg_status_t rg_read_node_devices(const rg_node_t *devs, const char *path,
                                         const rg_catalog_t *cat, rg_fleet_node_t *node) {
   char label[64];
@@ -879,7 +955,7 @@ static rg_status_t rg_read_node_devices(const rg_node_t *devs, const char *path,
     return rg_status_at(RG_INVALID_ARGUMENT, &devs->items[RG_MAX_NODE_DEVICES]->pos,
                         "%s: a node holds at most %d device classes, got %zu", label,
                         RG_MAX_NODE_DEVICES, devs->n);
-  static const char *const keys[] = {"class", "count", NULL};
+  static const char *const keys[] = {"class", "count", "run_on", NULL};
   for (size_t i = 0; i < devs->n; i++) {
     const rg_node_t *d = devs->items[i];
     char dpath[96];
@@ -902,6 +978,7 @@ static rg_status_t rg_read_node_devices(const rg_node_t *devs, const char *path,
     rg_node_devices_t *nd = &node->devs[node->n_devs];
     nd->cls = c;
     RG_RETURN_IF_ERROR(rg_read_count(d, dpath, dpath, &nd->count));
+    RG_RETURN_IF_ERROR(rg_read_run_on(d, dpath, nd));
     node->n_devs++;
   }
   return NULL;

@@ -158,9 +158,21 @@ RG_MUST_USE rg_status_t rg_catalog_unknown(const rg_catalog_t *cat, const char *
 #define RG_MAX_NODE_DEVICES 8
 #define RG_MAX_FLEET_NODES 32
 
+// Devices a fleet entry may name in `run_on:`, and the longest name.
+#define RG_MAX_RUN_ON 4
+#define RG_RUN_ON_NAME 32
+
 typedef struct {
   const rg_device_class_t *cls;  // borrowed from the catalog
   int count;                     // per node
+  // Where `ridge run --plan` runs this class's stages on the machine it
+  // runs on (`run_on:`): device names as `ridge devices` prints them
+  // ("cpu:0", "opencl:0"; a bare driver means its device 0), tried in
+  // order. n_run_on is 0 when the entry has none. The planner never reads
+  // it: it says where a stand-in runs, not what the class is.
+  char run_on[RG_MAX_RUN_ON][RG_RUN_ON_NAME];
+  int n_run_on;
+  char run_on_where[160];  // "file:line:col" of the value, for messages
 } rg_node_devices_t;
 
 typedef struct {

@@ -44,6 +44,8 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "devices/devices.h"
+#include "planner/planner.h"
 #include "runtime/control.h"
 #include "runtime/engine.h"
 #include "runtime/serve.h"
@@ -205,5 +207,106 @@ typedef struct {
 // Joins the coordinator, loads what it is assigned, and runs steps until
 // told to shut down (OK) or the coordinator is lost (an error naming it).
 RG_MUST_USE rg_status_t rg_worker_run(const rg_worker_options_t *o);
+
+// ---- A plan on this machine's devices ---------------------------------------------
+//
+// `ridge run --plan` runs one pool of a plan (planner/planner.h) here. The
+// plan places stages on device classes this machine does not have (an
+// H100, a Bertha 500), so each group of the pool becomes one worker on a
+// device of this machine standing in for its class: the fleet entry of the
+// group's class names them in `run_on:` ("cpu:0", "[opencl:0, cpu:0]"), and
+// the first of those present here runs it. The worker's `plays` is the
+// class, so every report says "cpu:0 standing in for h100-sxm".
+//
+//   colocated       -> rg_cluster_layout_colocated on the group's device
+//   attention-ffn   -> rg_cluster_layout_afd (attention group, ffn group,
+//                      the pool's micro-batches; an MoE model's experts all
+//                      on the ffn worker; embed and lm_head where the pool
+//                      puts them)
+//   prefill-decode  -> rg_cluster_layout_pd (prefill group, decode group)
+//   kv_offload tier -> rg_cluster_layout_add_tier on the offload class's
+//                      device, holding what fits of the KV (below)
+//
+// One device runs each group and one replica runs the pool: a plan whose
+// groups are wider (tp, pp or dp above 1) or whose pool has replicas is
+// refused, naming the figures of the plan that would then not be what runs.
+// The plan's predictions stay those of its classes; the run measures what
+// this machine does.
+
+// A plan file read with what it names (catalog, fleet, model, workload) and
+// its pools evaluated as the planner evaluates them, so the plan's
+// predictions can be printed beside what runs. Owned: rg_cluster_plan_destroy.
+typedef struct {
+  char path[1024];
+  rg_catalog_t *catalog;
+  rg_fleet_t *fleet;
+  rg_arch_t *model;         // the model the plan was made for (the planner's view)
+  rg_arch_t *draft;         // a speculative workload's draft, or NULL
+  rg_workload_t *workload;  // the one the plan names, or workload_default
+  rg_workload_t workload_default;
+  rg_plan_request_t *req;
+  rg_plan_t *plan;  // plan->chosen.pools and .pred: the file's pools, predicted
+  rg_placement_meta_t meta;
+  // The plan names its model by something other than the weights that run
+  // (a configs/models name): its predictions are for that model.
+  char model_note[320];
+} rg_cluster_plan_t;
+
+// Reads the placement file at path (as `ridge plan -o` writes, or by hand)
+// against config_dir, for the weights at run_model (a Hugging Face
+// directory or GGUF file). The file must name its fleet; a model it names
+// by directory must be run_model.
+RG_MUST_USE rg_status_t rg_cluster_plan_load(const char *path, const char *config_dir,
+                                             const char *run_model, rg_cluster_plan_t **out);
+void rg_cluster_plan_destroy(rg_cluster_plan_t *p);
+
+typedef struct {
+  const rg_arch_t *arch;       // the model that runs (its layers and experts)
+  const rg_fleet_t *fleet;     // the plan's fleet, whose entries say run_on
+  const rg_placement_t *pool;  // the pool to run
+  int pool_index;              // from 0, for messages ("pool 1")
+  // This machine's devices. NULL: rg_devices_list, and a listed device
+  // counts as present only once it also opens, since a backend may list
+  // devices it cannot run on yet. Tests pass a list to fake what is here.
+  const rg_device_info_t *devices;
+  size_t n_devices;
+  // The run's KV, to size a capacity tier: its dtype and the attention
+  // pool's tokens (0: 16 sequences x 4096).
+  rg_dtype_t kv_dtype;
+  int64_t kv_tokens;
+} rg_cluster_plan_options_t;
+
+// A capacity tier holds what fits in this share of its device's memory,
+// and at most this many times the attention pool's KV: idle sessions' KV
+// past a few pools' worth is more than a run on one machine brings back.
+#define RG_CLUSTER_TIER_MEMORY_SHARE 0.25
+#define RG_CLUSTER_TIER_POOLS 4
+
+// How one group (or the tier) of the pool was bound.
+typedef struct {
+  char group[16];    // the plan's group name; "kv tier" for the tier
+  char cls[64];      // the class it runs on in the plan
+  char device[32];   // where it runs here
+  int worker;        // its worker in the layout
+  char passed[512];  // run_on devices tried before it and why each was passed over; "" none
+  char run_on_where[160];
+} rg_cluster_plan_group_t;
+
+typedef struct {
+  rg_cluster_layout_t layout;
+  rg_cluster_plan_group_t groups[RG_MAX_GROUPS + 1];
+  int n_groups;
+  int64_t tier_tokens;  // 0: no tier
+  // What of the plan does not run as planned (a draft model), one line each.
+  char notes[3][256];
+  int n_notes;
+} rg_cluster_plan_binding_t;
+
+// Binds one pool to this machine's devices (above). Errors: a class whose
+// fleet entry has no run_on, none of a class's run_on devices present
+// (each named with why it is not), groups wider than one device or several
+// replicas, and stage maps the layouts cannot express.
+RG_MUST_USE rg_status_t rg_cluster_layout_from_plan(const rg_cluster_plan_options_t *o,
+                                                    rg_cluster_plan_binding_t *out);
 
 #endif  // RG_RUNTIME_CLUSTER_H

@@ -98,7 +98,7 @@ RG_TEST(cli_missing_config_dir_says_how_to_fix) {
   free(out);
 }
 
-// tests/test_plan.c checks the default job itself; --quiet drops its notice.
+// tests/test_runplan.c checks the default job itself; --quiet drops its notice.
 RG_TEST(cli_no_arguments_quiet_drops_notice) {
   char *out = NULL;
   rg_test_run_ridge(t, "--quiet", &out);

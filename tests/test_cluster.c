@@ -85,7 +85,7 @@ RG_TEST(cluster_layouts_cover_every_layer_and_expert_exactly_once) {
   RG_CHECK(hops[1].worker == 0 && hops[n - 2].worker == 1 && hops[n - 1].worker == 1);
 
   // experts: each MoE layer runs two instances, the second continuing the first.
-  RG_CHECK(has(rg_cluster_layout_experts(&a, "cpu:0", "cpu:0", &l), "needs an MoE model"));
+  RG_CHECK_ERR(rg_cluster_layout_experts(&a, "cpu:0", "cpu:0", &l), "needs an MoE model");
   RG_REQUIRE_OK(rg_cluster_layout_experts(&m, "cpu:0", "cpu:0", &l));
   RG_REQUIRE_OK(rg_cluster_layout_hops(&m, &l, RG_CLUSTER_ROLE_ALL, hops, RG_CLUSTER_MAX_HOPS, &n));
   RG_CHECK(n == (size_t)(2 + 3 * m.n_layers));

@@ -368,15 +368,6 @@ RG_TEST(cli_plan_human_output_and_exit_statuses) {
   free(out);
 }
 
-RG_TEST(cli_no_arguments_runs_the_default_plan) {
-  char *out;
-  int rc = rg_test_run_ridge(t, "", &out);
-  RG_CHECK(rc == 0);
-  RG_CHECK_CONTAINS(out, "ridge plan --model llama-3.1-70b --fleet mixed");
-  RG_CHECK_CONTAINS(out, "Plan (chosen)");
-  free(out);
-}
-
 RG_TEST(plan_agentic_sessions_choose_where_idle_kv_waits) {
   fixture_t *f = fx_new();
   RG_REQUIRE_OK(setup(f, "llama-3.1-70b", "mixed", "agentic"));
