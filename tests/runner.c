@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "graphs/weights.h"
 #include "tests/test.h"
 
 typedef struct {
@@ -70,6 +71,26 @@ const char *rg_test_config_dir(void) {
 const char *rg_test_ridge_bin(void) {
   const char *e = getenv("RIDGE_BIN");
   return e ? e : RIDGE_BIN;
+}
+
+const char *rg_test_tiny_model(rg_test_ctx_t *t, int arch, const char *sub, uint64_t seed) {
+  static char dirs[4][1024];
+  static int next;
+  char *dir = dirs[next++ % 4];
+  snprintf(dir, sizeof dirs[0], "%s/%s", rg_test_tmpdir(t), sub);
+  rg_testmodel_opts_t o = {0};
+  o.arch = (rg_testmodel_arch_t)arch;
+  o.size = RG_TESTMODEL_TINY;
+  o.dtype = RG_BF16;
+  o.gguf_type = RG_DTYPE_COUNT;
+  o.seed = seed;
+  rg_status_t st = rg_testmodel_write(dir, &o, NULL);
+  if (st) {
+    rg_test_fail(t, __FILE__, __LINE__, "testmodel: %s", rg_status_message(st));
+    rg_status_free(st);
+    return NULL;
+  }
+  return dir;
 }
 
 const char *rg_test_tmpdir(rg_test_ctx_t *t) {

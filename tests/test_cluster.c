@@ -23,22 +23,7 @@
 #include "tests/test.h"
 
 static const char *model_dir(rg_test_ctx_t *t, rg_testmodel_arch_t arch, const char *sub) {
-  static char dir[2][1024];
-  char *d = dir[arch == RG_TESTMODEL_MOE];
-  snprintf(d, sizeof dir[0], "%s/%s", rg_test_tmpdir(t), sub);
-  rg_testmodel_opts_t o = {0};
-  o.arch = arch;
-  o.size = RG_TESTMODEL_TINY;
-  o.dtype = RG_BF16;
-  o.gguf_type = RG_DTYPE_COUNT;
-  o.seed = 11;
-  rg_status_t st = rg_testmodel_write(d, &o, NULL);
-  if (st) {
-    rg_test_fail(t, __FILE__, __LINE__, "testmodel: %s", rg_status_message(st));
-    rg_status_free(st);
-    return NULL;
-  }
-  return d;
+  return rg_test_tiny_model(t, arch, sub, 11);
 }
 
 static rg_status_t arch_of(const char *dir, rg_arch_t *out) {
@@ -344,6 +329,20 @@ static rg_status_t prefill(rg_cluster_t *c, rg_engine_t *e, const int32_t *ids, 
   return c ? rg_cluster_forward(c, &en, 1, logits) : rg_engine_forward(e, &en, 1, logits);
 }
 
+// The same step again and again (20 s at most) while a restarted worker
+// rejoins; the last attempt's status.
+static rg_status_t prefill_until_back(rg_cluster_t *c, const int32_t *ids, int32_t n, int64_t pos,
+                                      float *logits) {
+  rg_status_t st = NULL;
+  for (int tries = 0; tries < 400; tries++) {
+    rg_status_free(st);
+    if (!(st = prefill(c, NULL, ids, n, pos, logits))) break;
+    struct timespec ns = {0, 50000000};
+    nanosleep(&ns, NULL);
+  }
+  return st;
+}
+
 RG_TEST(cluster_names_a_killed_worker_and_uses_it_again_after_it_rejoins) {
   if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
   const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
@@ -409,14 +408,7 @@ RG_TEST(cluster_names_a_killed_worker_and_uses_it_again_after_it_rejoins) {
   // It comes back under the same name: it is assigned its stages again and
   // the sequence carries on (the attention worker kept its KV).
   w1 = start_worker(port, co.layout.workers[1].name, secret_text);
-  for (int tries = 0; tries < 400; tries++) {
-    st = prefill(c, NULL, ids + 8, 8, 8, got);
-    if (!st) break;
-    rg_status_free(st);
-    st = NULL;
-    struct timespec ns = {0, 50000000};
-    nanosleep(&ns, NULL);
-  }
+  st = prefill_until_back(c, ids + 8, 8, 8, got);
   RG_CHECK_OK(st);
   RG_CHECK_OK(prefill(NULL, e, ids + 8, 8, 8, want));
   RG_CHECK(!memcmp(want, got, V * 4));
@@ -434,14 +426,7 @@ RG_TEST(cluster_names_a_killed_worker_and_uses_it_again_after_it_rejoins) {
   rg_status_free(st);
   reap(w1);
   w1 = start_worker(port, co.layout.workers[1].name, secret_text);
-  for (int tries = 0; tries < 400; tries++) {
-    st = prefill(c, NULL, ids + 16, 4, 16, got);
-    if (!st) break;
-    rg_status_free(st);
-    st = NULL;
-    struct timespec ns = {0, 50000000};
-    nanosleep(&ns, NULL);
-  }
+  st = prefill_until_back(c, ids + 16, 4, 16, got);
   RG_CHECK_OK(st);
   rg_engine_destroy(e);
   free(want);

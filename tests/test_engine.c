@@ -13,21 +13,7 @@
 #include "tests/test.h"
 
 static const char *make_model(rg_test_ctx_t *t, rg_testmodel_arch_t arch, const char *sub) {
-  static char dir[1024];
-  snprintf(dir, sizeof dir, "%s/%s", rg_test_tmpdir(t), sub);
-  rg_testmodel_opts_t o = {0};
-  o.arch = arch;
-  o.size = RG_TESTMODEL_TINY;
-  o.dtype = RG_BF16;
-  o.gguf_type = RG_DTYPE_COUNT;
-  o.seed = 7;
-  rg_status_t st = rg_testmodel_write(dir, &o, NULL);
-  if (st) {
-    rg_test_fail(t, __FILE__, __LINE__, "testmodel: %s", rg_status_message(st));
-    rg_status_free(st);
-    return NULL;
-  }
-  return dir;
+  return rg_test_tiny_model(t, arch, sub, 7);
 }
 
 static double nmse(const float *a, const float *b, size_t n) {
@@ -41,8 +27,8 @@ static double nmse(const float *a, const float *b, size_t n) {
 }
 
 // Greedy generation from `path`; returns malloc'd tokens and logits.
-static rg_status_t greedy(const char *path, const int32_t *prompt, size_t n_prompt, int64_t n, int32_t **tokens,
-                          float **logits, int64_t *vocab) {
+static rg_status_t greedy(const char *path, const int32_t *prompt, size_t n_prompt, int64_t n,
+                          int32_t **tokens, float **logits, int64_t *vocab) {
   rg_engine_t *e;
   RG_RETURN_IF_ERROR(rg_engine_create(path, NULL, &e));
   *vocab = rg_engine_vocab(e);
@@ -61,15 +47,18 @@ static rg_status_t greedy(const char *path, const int32_t *prompt, size_t n_prom
 }
 
 static int have_numpy(void) {
-  return !access("/usr/bin/python3", X_OK) && !system("/usr/bin/python3 -c 'import numpy' 2>/dev/null");
+  return !access("/usr/bin/python3", X_OK) &&
+         !system("/usr/bin/python3 -c 'import numpy' 2>/dev/null");
 }
 
 // Runs ridge on dir (prefill + 32 decode steps: 33 rows of logits) and the
 // numpy reference's comparison; `extra` adds ridge flags.
-static void compare_with_numpy(rg_test_ctx_t *t, const char *dir, const char *label, const char *ids,
-                               const char *extra, const char *tol) {
+static void compare_with_numpy(rg_test_ctx_t *t, const char *dir, const char *label,
+                               const char *ids, const char *extra, const char *tol) {
   char cmd[4096];
-  snprintf(cmd, sizeof cmd, "run --model %s --prompt-ids %s -n 33 --temperature 0 --no-measure %s --dump-logits %s/%s.npy",
+  snprintf(cmd, sizeof cmd,
+           "run --model %s --prompt-ids %s -n 33 --temperature 0 --no-measure %s --dump-logits "
+           "%s/%s.npy",
            dir, ids, extra, rg_test_tmpdir(t), label);
   char *out;
   int rc = rg_test_run_ridge(t, cmd, &out);
@@ -77,7 +66,8 @@ static void compare_with_numpy(rg_test_ctx_t *t, const char *dir, const char *la
   if (rc) printf("%s\n", out);
   free(out);
   snprintf(cmd, sizeof cmd,
-           "/usr/bin/python3 %s/tests/reference/ridge_ref.py compare --model %s --prompt-ids %s --logits %s/%s.npy "
+           "/usr/bin/python3 %s/tests/reference/ridge_ref.py compare --model %s --prompt-ids %s "
+           "--logits %s/%s.npy "
            "--tol %s -q 2>&1",
            RIDGE_SOURCE_DIR, dir, ids, rg_test_tmpdir(t), label, tol);
   FILE *p = popen(cmd, "r");
@@ -94,14 +84,20 @@ static void compare_with_numpy(rg_test_ctx_t *t, const char *dir, const char *la
 // The test models ridge writes, on the default (fastest) kernels: bf16
 // matmuls round activations to bf16 in vdpbf16ps, hence the 1e-4 bound.
 static void check_testmodel(rg_test_ctx_t *t, rg_testmodel_arch_t arch, const char *sub) {
-  if (!have_numpy()) RG_SKIP("/usr/bin/python3 with numpy is missing (scripts/install-deps.sh installs python3-numpy)");
+  if (!have_numpy())
+    RG_SKIP(
+        "/usr/bin/python3 with numpy is missing (scripts/install-deps.sh installs python3-numpy)");
   const char *dir = make_model(t, arch, sub);
   RG_REQUIRE(dir);
   compare_with_numpy(t, dir, sub, "1,17,42,300,5,99,7", "", "1e-4");
 }
 
-RG_TEST(engine_llama_matches_numpy_reference) { check_testmodel(t, RG_TESTMODEL_LLAMA, "llama"); }
-RG_TEST(engine_moe_matches_numpy_reference) { check_testmodel(t, RG_TESTMODEL_MOE, "moe"); }
+RG_TEST(engine_llama_matches_numpy_reference) {
+  check_testmodel(t, RG_TESTMODEL_LLAMA, "llama");
+}
+RG_TEST(engine_moe_matches_numpy_reference) {
+  check_testmodel(t, RG_TESTMODEL_MOE, "moe");
+}
 
 // Every family the engine runs, from checkpoints the numpy reference writes
 // itself (Qwen2 biases in f16, Qwen3 QK-norm and head_dim != d/heads,
@@ -109,12 +105,16 @@ RG_TEST(engine_moe_matches_numpy_reference) { check_testmodel(t, RG_TESTMODEL_MO
 // tied embeddings and strong RoPE scaling), two shards each. With kernels
 // that keep activations in f32 the two agree to f32 rounding.
 RG_TEST(engine_every_family_matches_numpy_reference) {
-  if (!have_numpy()) RG_SKIP("/usr/bin/python3 with numpy is missing (scripts/install-deps.sh installs python3-numpy)");
+  if (!have_numpy())
+    RG_SKIP(
+        "/usr/bin/python3 with numpy is missing (scripts/install-deps.sh installs python3-numpy)");
   static const char *const kinds[] = {"llama", "qwen2", "qwen3", "mixtral", "qwen3_moe"};
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
     char dir[1024], cmd[2048];
     snprintf(dir, sizeof dir, "%s/ref-%s", rg_test_tmpdir(t), kinds[i]);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/reference/ridge_ref.py make --kind %s --out %s --shards 2 >/dev/null",
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 %s/tests/reference/ridge_ref.py make --kind %s --out %s --shards 2 "
+             ">/dev/null",
              RIDGE_SOURCE_DIR, kinds[i], dir);
     RG_REQUIRE(system(cmd) == 0);
     compare_with_numpy(t, dir, kinds[i], "3,17,42,5,88", "--isa avx512 --kv-dtype f32", "1e-8");
@@ -156,7 +156,8 @@ RG_TEST(engine_batched_and_chunked_match_alone) {
   p.sampler.top_p = 1;
   p.n_new = 12;
   rg_gen_stats_t st;
-  for (int i = 0; i < 3; i++) RG_REQUIRE_OK(rg_generate(e, &prompts[i], &lens[i], 1, &p, &alone[i], &st));
+  for (int i = 0; i < 3; i++)
+    RG_REQUIRE_OK(rg_generate(e, &prompts[i], &lens[i], 1, &p, &alone[i], &st));
   p.prefill_chunk = 5;  // prompts split across steps and mixed in one step
   RG_REQUIRE_OK(rg_generate(e, prompts, lens, 3, &p, together, &st));
   for (int i = 0; i < 3; i++) {
@@ -195,12 +196,15 @@ RG_TEST(engine_refuses_bad_entries_before_running) {
   RG_CHECK_ERR(rg_engine_forward(e, &bad, 1, l2),
                "entry 0: token id 1073741824 (its token 7) is outside the vocabulary");
   bad = good, bad.n_blocks = 1;
-  RG_CHECK_ERR(rg_engine_forward(e, &bad, 1, l2), "a table of 1 blocks of 16 tokens cannot hold positions up to 19");
+  RG_CHECK_ERR(rg_engine_forward(e, &bad, 1, l2),
+               "a table of 1 blocks of 16 tokens cannot hold positions up to 19");
   int32_t far[2] = {0, 9};
   bad = good, bad.blocks = far;
-  RG_CHECK_ERR(rg_engine_forward(e, &bad, 1, l2), "block 9 (table slot 1) is outside the pool of 4");
+  RG_CHECK_ERR(rg_engine_forward(e, &bad, 1, l2),
+               "block 9 (table slot 1) is outside the pool of 4");
   bad = good, bad.pos = 250;
-  RG_CHECK_ERR(rg_engine_forward(e, &bad, 1, l2), "positions 250..269 are past the context limit of 256 tokens");
+  RG_CHECK_ERR(rg_engine_forward(e, &bad, 1, l2),
+               "positions 250..269 are past the context limit of 256 tokens");
   // Two entries, the second bad: the first did not run either (its logits
   // would otherwise differ on the rerun below, the KV being the same).
   rg_engine_entry_t two[2] = {good, bad};
@@ -215,7 +219,8 @@ RG_TEST(cli_run_streams_and_reports) {
   const char *dir = make_model(t, RG_TESTMODEL_MOE, "m");
   RG_REQUIRE(dir);
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "run --model %s --prompt 'hello world' -n 8 --temperature 0 --json", dir);
+  snprintf(cmd, sizeof cmd, "run --model %s --prompt 'hello world' -n 8 --temperature 0 --json",
+           dir);
   char *out;
   int rc = rg_test_run_ridge(t, cmd, &out);
   RG_CHECK(rc == 0);
@@ -227,7 +232,8 @@ RG_TEST(cli_run_streams_and_reports) {
   RG_CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "device_class")), "local-cpu"));
   cJSON_Delete(j);
   free(out);
-  snprintf(cmd, sizeof cmd, "run --model %s --prompt 'hello world' -n 4 --temperature 0 --no-measure", dir);
+  snprintf(cmd, sizeof cmd,
+           "run --model %s --prompt 'hello world' -n 4 --temperature 0 --no-measure", dir);
   rc = rg_test_run_ridge(t, cmd, &out);
   RG_CHECK(rc == 0);
   RG_CHECK_CONTAINS(out, "hello world");
@@ -302,7 +308,8 @@ RG_TEST(engine_stage_splits_give_identical_logits) {
       o.layers_per_stage = split;  // 0: whole; 1: one layer per instance
       rg_engine_t *e;
       RG_REQUIRE_OK(rg_engine_create(dir, &o, &e));
-      RG_CHECK(rg_engine_stage_count(e) == (split ? 2 + 2 * (size_t)rg_engine_arch(e)->n_layers : 4));
+      RG_CHECK(rg_engine_stage_count(e) ==
+               (split ? 2 + 2 * (size_t)rg_engine_arch(e)->n_layers : 4));
       V = (size_t)rg_engine_vocab(e);
       l[split] = malloc(2 * V * sizeof(float));
       int32_t a[] = {4, 8, 15, 16, 23, 42, 7, 9, 11}, b[] = {99}, ba[] = {0}, bb[] = {1};
@@ -330,7 +337,8 @@ RG_TEST(engine_stage_counters_use_the_planner_formulas) {
   rg_engine_entry_t en = {0, 32, toks, blocks, 2, 1};
   RG_REQUIRE_OK(rg_engine_forward(e, &en, 1, logits));
   const rg_arch_t *a = rg_engine_arch(e);
-  rg_shape_t sh = {RG_PHASE_PREFILL, 1, 32, 0, rg_model_weight_type(rg_engine_model(e)), RG_F32, RG_F32};
+  rg_shape_t sh = {RG_PHASE_PREFILL, 1,     32, 0, rg_model_weight_type(rg_engine_model(e)),
+                   RG_F32,           RG_F32};
   rg_stage_cost_t c[RG_MAX_STAGE_COSTS];
   size_t nc;
   RG_REQUIRE_OK(rg_stage_costs(a, &sh, c, RG_MAX_STAGE_COSTS, &nc));
@@ -354,11 +362,13 @@ RG_TEST(engine_stage_counters_use_the_planner_formulas) {
 // The instruction-set cap belongs to the engine: an AVX512 engine gives the
 // same bits whether or not an engine at the best level runs beside it.
 RG_TEST(engine_isa_cap_is_per_engine) {
-  if (rg_cpu_isa_best() < RG_CPU_ISA_AVX512) RG_SKIP("this CPU has no AVX-512, so there is no lower level to cap at");
+  if (rg_cpu_isa_best() < RG_CPU_ISA_AVX512)
+    RG_SKIP("this CPU has no AVX-512, so there is no lower level to cap at");
   const char *dir = make_model(t, RG_TESTMODEL_LLAMA, "llama");
   RG_REQUIRE(dir);
   int32_t toks[12] = {4, 8, 15, 16, 23, 42, 7, 9, 11, 13, 17, 19}, blocks[1] = {0};
-  rg_engine_entry_t en = {0, 12, toks, blocks, 1, 1};  // m = 12: bf16 GEMV takes vdpbf16ps at the best level
+  rg_engine_entry_t en = {0,      12, toks,
+                          blocks, 1,  1};  // m = 12: bf16 GEMV takes vdpbf16ps at the best level
   rg_engine_options_t capped = {0}, best = {0};
   capped.isa = RG_CPU_ISA_AVX512;
   rg_engine_t *a, *b;

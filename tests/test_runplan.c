@@ -487,21 +487,7 @@ RG_TEST(runplan_plan_file_errors) {
 // ----- End to end -----------------------------------------------------------------------
 
 static const char *test_model(rg_test_ctx_t *t) {
-  static char dir[1024];
-  snprintf(dir, sizeof dir, "%s/tiny", rg_test_tmpdir(t));
-  rg_testmodel_opts_t o = {0};
-  o.arch = RG_TESTMODEL_LLAMA;
-  o.size = RG_TESTMODEL_TINY;
-  o.dtype = RG_BF16;
-  o.gguf_type = RG_DTYPE_COUNT;
-  o.seed = 11;
-  rg_status_t st = rg_testmodel_write(dir, &o, NULL);
-  if (st) {
-    rg_test_fail(t, __FILE__, __LINE__, "testmodel: %s", rg_status_message(st));
-    rg_status_free(st);
-    return NULL;
-  }
-  return dir;
+  return rg_test_tiny_model(t, RG_TESTMODEL_LLAMA, "tiny", 11);
 }
 
 // A hand-written attention-FFN placement for the test model, on a fleet

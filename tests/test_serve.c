@@ -20,21 +20,7 @@
 #include "tests/test.h"
 
 static const char *model_dir(rg_test_ctx_t *t, rg_testmodel_arch_t arch, const char *sub) {
-  static char dir[1024];
-  snprintf(dir, sizeof dir, "%s/%s", rg_test_tmpdir(t), sub);
-  rg_testmodel_opts_t o = {0};
-  o.arch = arch;
-  o.size = RG_TESTMODEL_TINY;
-  o.dtype = RG_BF16;
-  o.gguf_type = RG_DTYPE_COUNT;
-  o.seed = 5;
-  rg_status_t st = rg_testmodel_write(dir, &o, NULL);
-  if (st) {
-    rg_test_fail(t, __FILE__, __LINE__, "testmodel: %s", rg_status_message(st));
-    rg_status_free(st);
-    return NULL;
-  }
-  return dir;
+  return rg_test_tiny_model(t, arch, sub, 5);
 }
 
 // n greedy requests of the given lengths; prompts share their first `shared`
