@@ -27,6 +27,7 @@ int rg_cmd_devices(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_testmodel(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_run(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common);
+int rg_cmd_profile(int argc, char **argv, const rg_cli_common_t *common);
 
 // Defaults of the main job (`ridge` with no arguments).
 #define RG_DEFAULT_MODEL "llama-3.1-70b"
