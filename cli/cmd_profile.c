@@ -506,6 +506,18 @@ static rg_status_t run(const args_t *a, const rg_cli_common_t *common) {
   char def_path[1200];
   snprintf(def_path, sizeof def_path, "%s/devices/calibrated/%s.yaml", common->config_dir, cname);
   if (a->out && strcmp(a->out, "-")) {
+    // The catalog takes a calibrated file's class from its name, and one
+    // named after no class stops every `ridge plan` from loading.
+    char base[PATH_MAX], want[80];
+    snprintf(base, sizeof base, "%s", a->out);
+    snprintf(want, sizeof want, "%s.yaml", cname);
+    if (in_calibrated_dir(a->out, common->config_dir) && strcmp(basename(base), want)) {
+      s = rg_status_make(RG_INVALID_ARGUMENT,
+                         "cannot write calibrated class '%s': a file in %s/devices/calibrated "
+                         "must be named after the class it calibrates, so %s for %s",
+                         a->out, common->config_dir, want, cname);
+      goto done;
+    }
     s = check_output(a->out, common->config_dir);
     if (s) goto done;
   }
@@ -531,6 +543,17 @@ static rg_status_t run(const args_t *a, const rg_cli_common_t *common) {
     s = write_class(a->out, r);
     if (s) goto done;
     written = 1;
+  }
+  // Where the planner reads it, the planner must load it: say so at once
+  // if it does not, rather than at the next `ridge plan`.
+  if (written && strcmp(a->out, "-") && in_calibrated_dir(a->out, common->config_dir)) {
+    rg_catalog_t *check = NULL;
+    s = rg_catalog_load(common->config_dir, &check);
+    rg_catalog_destroy(check);
+    if (s) {
+      s = rg_status_wrap(s, "wrote %s, but the catalog does not load it", a->out);
+      goto done;
+    }
   }
   if (a->json) {
     s = print_json(r, a->out ? a->out : def_path, written);

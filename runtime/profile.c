@@ -112,8 +112,6 @@ static void progress(prof_t *P, const char *fmt, ...) {
   P->o->progress(P->o->progress_ctx, P->step, P->total, what);
 }
 
-// A measurement that failed for a reason of the device (it lacks the op, the
-// memory) is recorded as a skip with that reason; the profile goes on.
 // Control characters become spaces: the text goes into YAML comments,
 // where a newline would end the comment.
 static void one_line(char *s) {
@@ -121,6 +119,8 @@ static void one_line(char *s) {
     if ((unsigned char)*s < 0x20) *s = ' ';
 }
 
+// A measurement that failed for a reason of the device (it lacks the op, the
+// memory) is recorded as a skip with that reason; the profile goes on.
 static void skip(char *reason, size_t len, rg_status_t s) {
   snprintf(reason, len, "%s", rg_status_message(s));
   one_line(reason);
@@ -206,7 +206,7 @@ static rg_status_t opencl_limits(prof_t *P, int again) {
     char why[200];
     skip(why, sizeof why, s);
     for (int i = 0; i < RG_PROFILE_DTYPES; i++)
-      snprintf(r->matmul[i].peak_path, sizeof r->matmul[i].peak_path, "none (fma kernel failed)");
+      snprintf(r->matmul[i].peak_path, sizeof r->matmul[i].peak_path, "none: %.150s", why);
   }
   return NULL;
 }
@@ -257,7 +257,7 @@ static rg_status_t cuda_limits(prof_t *P, int again) {
   for (int i = 0; i < RG_PROFILE_DTYPES && !s; i++) {
     rg_profile_matmul_t *mm = &r->matmul[i];
     if (mm->dtype == RG_Q8_0) {
-      snprintf(mm->peak_path, sizeof mm->peak_path, "none (no q8_0 GEMM in cuBLAS)");
+      snprintf(mm->peak_path, sizeof mm->peak_path, "none: cuBLAS has no q8_0 GEMM");
       continue;
     }
     double peak = 0;
@@ -272,7 +272,7 @@ static rg_status_t cuda_limits(prof_t *P, int again) {
     if (g) {
       char why[200];
       skip(why, sizeof why, g);
-      snprintf(mm->peak_path, sizeof mm->peak_path, "none (cuBLAS unavailable)");
+      snprintf(mm->peak_path, sizeof mm->peak_path, "none: %.150s", why);
     } else {
       mm->peak = peak;
       snprintf(mm->peak_path, sizeof mm->peak_path, "cuBLAS %s GEMM %lld^3",
@@ -567,10 +567,13 @@ static rg_op_t matmul_op(const weights_t *W, int c, int i, const shape_t *sh, rg
 }
 
 // Submits the ops of rounds [from, to) — a round is the layer's matrices of
-// one copy, in turn — and adds their work. A queue that runs ahead of the
-// host (a GPU) is waited on after each round, so at most a layer is in
-// flight; with `budget` > 0 it stops after the op that passes it (a slow
-// device at large M), and *out_done says whether all rounds ran.
+// one copy, in turn — and adds their work, then waits. With `budget` > 0 (a
+// first pass, whose length is not known yet) it stops after the op that
+// passes the budget (a slow device at large M), and waits after each round,
+// so a queue that runs ahead of the host (a GPU) holds at most a layer when
+// time is up; *out_done says whether all rounds ran. Without, the rounds
+// go back to back and only the end is waited for: a GPU streams one layer
+// at m = 1 in tens of microseconds, about what a wait costs.
 static rg_status_t run_rounds(rg_queue_t *q, const weights_t *W, const shape_t *sh, int n_sh,
                               rg_dtype_t t, int64_t m, long from, long to, double t0, double budget,
                               double *flops, double *bytes, int *out_done) {
@@ -581,8 +584,9 @@ static rg_status_t run_rounds(rg_queue_t *q, const weights_t *W, const shape_t *
       RG_RETURN_IF_ERROR(rg_queue_submit(q, &op));
       *flops += 2.0 * (double)m * (double)sh[i].n * (double)sh[i].k;
       *bytes += (double)W->wbytes[i];
+      if (budget <= 0) continue;
       if (i == n_sh - 1) RG_RETURN_IF_ERROR(rg_queue_wait(q));
-      if (budget > 0 && now_s() - t0 >= budget) return rg_queue_wait(q);
+      if (now_s() - t0 >= budget) return rg_queue_wait(q);
     }
   *out_done = 1;
   return rg_queue_wait(q);
@@ -734,7 +738,7 @@ static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
     snprintf(d->eff_attention_why, sizeof d->eff_attention_why,
              "decode attention's %s KV read rate at %lld positions over the read bandwidth%s",
              rg_dtype_name(r->kv), (long long)r->ctx[r->n_ctx - 1],
-             e > 1 ? " (above 1: the cache sat partly in cache; held at 1)" : "");
+             e > 1 ? " (above 1: the KV sat partly in cache; held at 1)" : "");
   }
   if (r->launch > 0) {
     d->step = 3 * r->launch;

@@ -123,7 +123,7 @@ typedef struct {
   double flops[RG_PROFILE_MAX_M];   // FLOP/s at each M
   double stream[RG_PROFILE_MAX_M];  // weight bytes read per second at each M
   double peak;                      // the backend's matrix peak for it; 0: none
-  char peak_path[48];               // "amx-bf16", "f32 fma", "cuBLAS bf16 GEMM"
+  char peak_path[160];              // "amx-bf16", "f32 fma", "cuBLAS bf16 GEMM"; "none: " and why
   char reason[200];
 } rg_profile_matmul_t;
 
@@ -134,7 +134,7 @@ typedef struct {
   rg_dtype_t weights;  // the weights measured for it
   double peak;         // the curve is a fraction of this, FLOP/s
   int from_datasheet;  // 1: the class's published peak; 0: measured (write it)
-  char why[160];       // which peak, and why ("the class publishes no f16 peak")
+  char why[320];       // which peak, and why ("the class publishes no f16 peak")
   int64_t m[RG_PROFILE_MAX_M];
   double eff[RG_PROFILE_MAX_M];  // in (0, 1]
 } rg_profile_curve_t;

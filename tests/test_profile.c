@@ -355,7 +355,8 @@ RG_TEST(profile_bad_flags_and_devices_are_refused_before_measuring) {
 // FIFO refused as well: the planner reads the class back, from files only.
 RG_TEST(profile_refuses_outputs_it_cannot_write_a_class_to) {
   const char *dir = profile_config(t);
-  char fifo[700], link[700], sub[700];
+  char fifo[700], link[700], sub[700], cal[700];
+  snprintf(cal, sizeof cal, "%s/devices/calibrated/h100-sxm.yaml", dir);
   snprintf(fifo, sizeof fifo, "%s/class.fifo", dir);
   snprintf(link, sizeof link, "%s/dangling.yaml", dir);
   snprintf(sub, sizeof sub, "%s/devices", dir);
@@ -370,6 +371,7 @@ RG_TEST(profile_refuses_outputs_it_cannot_write_a_class_to) {
       {link, "': it is a symbolic link to 'no-such-file.yaml', which does not exist"},
       {sub, "': it is a directory; give a file path"},
       {"/no/such/folder/local-cpu.yaml", "': the folder '/no/such/folder' does not exist"},
+      {cal, "': a file in "},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char args[1600], *out = NULL, want[900];
@@ -385,6 +387,9 @@ RG_TEST(profile_refuses_outputs_it_cannot_write_a_class_to) {
   }
   struct stat st;
   RG_CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+  // Refused before anything was made: not even the calibrated folder.
+  snprintf(sub, sizeof sub, "%s/devices/calibrated", dir);
+  RG_CHECK(stat(sub, &st) != 0 && errno == ENOENT);
   RG_CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
 }
 
