@@ -28,7 +28,7 @@ static const char *profile_config(rg_test_ctx_t *t) {
   const char *dir = rg_test_tmpdir(t);
   static const char *const subs[] = {"devices", "fleets", "models", "workloads"};
   static const char *const files[] = {"devices/local-cpu.yaml", "devices/host-dram.yaml",
-                                      "fleets/local.yaml", "models/llama-3.1-8b.yaml"};
+                                      "models/llama-3.1-8b.yaml"};
   char p[700];
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
     snprintf(p, sizeof p, "%s/%s", dir, subs[i]);
@@ -47,6 +47,9 @@ static const char *profile_config(rg_test_ctx_t *t) {
     rg_test_write(t, files[i], text);
     free(text);
   }
+  rg_test_write(t, "fleets/local.yaml",
+                "name: local\nprovider: shm\nnetwork: { bandwidth: 50 GB/s, latency: 1 us }\n"
+                "nodes:\n  - { name: n, count: 1, devices: [ { class: local-cpu, count: 1 } ] }\n");
   rg_test_write(t, "workloads/loose.yaml",
                 "name: loose\nprompt_tokens: { dist: fixed, value: 128 }\n"
                 "output_tokens: { dist: fixed, value: 32 }\narrival: { process: poisson }\n"
