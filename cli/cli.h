@@ -27,6 +27,7 @@ int rg_cmd_devices(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_testmodel(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_run(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common);
+int rg_cmd_profile(int argc, char **argv, const rg_cli_common_t *common);
 
 // The random-weight test model (`ridge testmodel`, llama tiny) in the
 // user's cache, written there the first time (said on stderr unless quiet);

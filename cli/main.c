@@ -48,6 +48,10 @@ static const rg_command_t commands[] = {
     {"devices", rg_cmd_devices, 0,
      "devices on this machine (CPU, CUDA, HIP, Level Zero, OpenCL) and drivers not present",
      "ridge devices --json"},
+    {"profile", rg_cmd_profile, 1,
+     "measure a device (bandwidth, matmul FLOP/s over M, attention, op cost) and calibrate "
+     "its class",
+     "ridge profile --device cpu:0 --quick"},
     {"testmodel", rg_cmd_testmodel, 0,
      "write a random-weight model (safetensors + GGUF + tokenizer) for tests and benchmarks",
      "ridge testmodel --arch llama --size tiny --out /tmp/tiny"},
@@ -63,7 +67,7 @@ static const rg_command_t commands[] = {
 
 // Verbs DESIGN.md names that this build does not have yet; asking for one
 // says so instead of guessing a spelling mistake.
-static const char *const planned[] = {"simulate", "serve", "profile"};
+static const char *const planned[] = {"simulate", "serve"};
 
 int rg_cli_fail(const char *cmd, rg_status_t s) {
   if (!s) return 0;
@@ -136,25 +140,32 @@ static const rg_command_t *find_command(const char *name) {
   return NULL;
 }
 
+// "model, catalog, ..., help": the command table, so messages never list a
+// stale set.
+static const char *command_list(char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < N_COMMANDS && at < len; i++)
+    at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", commands[i].name);
+  return buf;
+}
+
 static rg_status_t unknown_command(const char *name) {
+  char list[256];
+  command_list(list, sizeof list);
   for (size_t i = 0; i < sizeof(planned) / sizeof(planned[0]); i++)
     if (!strcmp(planned[i], name))
       return rg_status_make(RG_INVALID_ARGUMENT,
-                            "'%s' is planned but not in this build yet; commands: model, catalog, "
-                            "plan, devices, testmodel, help",
-                            name);
+                            "'%s' is planned but not in this build yet; commands: %s", name, list);
   const char *names[N_COMMANDS];
   for (size_t i = 0; i < N_COMMANDS; i++) names[i] = commands[i].name;
   const char *near = rg_nearest(name, names, N_COMMANDS);
   if (near)
     return rg_status_make(RG_INVALID_ARGUMENT,
-                          "unknown command '%s'; did you mean '%s'? (commands: model, catalog, "
-                          "plan, devices, testmodel, help)",
-                          name, near);
+                          "unknown command '%s'; did you mean '%s'? (commands: %s)", name, near,
+                          list);
   return rg_status_make(RG_INVALID_ARGUMENT,
-                        "unknown command '%s'; commands: model, catalog, plan, devices, "
-                        "testmodel, help (see ridge --help)",
-                        name);
+                        "unknown command '%s'; commands: %s (see ridge --help)", name, list);
 }
 
 // `ridge help [command]`: the overview, or the command's own --help.

@@ -141,6 +141,31 @@ static void model_spec(const rg_testmodel_opts_t *o, spec_t *s) {
   };
 }
 
+void rg_testmodel_arch(const rg_testmodel_opts_t *o, rg_arch_t *out) {
+  spec_t s;
+  model_spec(o, &s);
+  memset(out, 0, sizeof(*out));
+  snprintf(out->name, sizeof(out->name), "ridge-testmodel-%s-%s",
+           o->arch == RG_TESTMODEL_MOE ? "moe" : "llama",
+           o->size == RG_TESTMODEL_1B ? "1b" : "tiny");
+  (void)rg_family_from_model_type(s.family, &out->family);
+  out->vocab = s.vocab_min;
+  out->d_model = s.d;
+  out->n_layers = s.layers;
+  out->n_heads = s.heads;
+  out->n_kv_heads = s.kv_heads;
+  out->head_dim = s.head_dim;
+  // As the config.json loader reads it: Mixtral sizes its experts with
+  // intermediate_size.
+  out->d_ff = s.ff;
+  out->n_experts = s.experts;
+  out->n_experts_per_tok = s.top_k;
+  out->d_ff_expert = s.experts ? s.ff : 0;
+  out->max_context = s.max_pos;
+  out->rope_theta = s.theta;
+  out->weight_dtype = o->dtype;
+}
+
 static const char *dtype_hf(rg_dtype_t t) {
   return t == RG_F32 ? "float32" : t == RG_F16 ? "float16" : "bfloat16";
 }

@@ -283,6 +283,13 @@ typedef struct {
 RG_MUST_USE rg_status_t rg_testmodel_write(const char *dir, const rg_testmodel_opts_t *o,
                                            rg_testmodel_info_t *info);
 
+// The shape of the test model o describes, without writing it: what
+// rg_model_load would read back from its config.json, for code that needs
+// the test model's shapes (`ridge profile` sweeps matmuls at the 1b's)
+// without its files. vocab is the 1b's 32768; the tiny's vocabulary is
+// decided by the tokenizer it is written with, so it is 0 there.
+void rg_testmodel_arch(const rg_testmodel_opts_t *o, rg_arch_t *out);
+
 // The test model o describes (seed 0, o->force ignored) in the user's cache,
 // $XDG_CACHE_HOME/ridge or ~/.cache/ridge (else /tmp/ridge-cache), as
 // testmodel-<arch>-<size>-<ridge version>: written there the first time,

@@ -2,9 +2,9 @@
 # One command for a machine with an NVIDIA GPU (at most 8 minutes on an
 # H100 or H200): builds ridge (release) with its CUDA kernels, then on
 # cuda:0 runs the conformance suite and the cuda tests, `ridge profile`
-# when this build has it, and the decode/prefill benchmark of the 1b test
-# model's matmuls against the GPU's measured HBM bandwidth and cuBLAS bf16
-# peak (bench/bench_cuda.c).
+# (its calibrated class written to build-gpu/profile-cuda0.yaml), and the
+# decode/prefill benchmark of the 1b test model's matmuls against the GPU's
+# measured HBM bandwidth and cuBLAS bf16 peak (bench/bench_cuda.c).
 #
 # Anywhere else it still builds (so it checks that the kernels compile),
 # says "no CUDA device: <reason>" and exits 0. It exits non-zero only when
@@ -62,7 +62,22 @@ fi
 
 step "ridge profile --device cuda:0"
 if "$BUILD/ridge" profile --help >/dev/null 2>&1; then
-  timeout 120 "$BUILD/ridge" profile --device cuda:0 2>&1 | tee -a "$LOG" || say "ridge profile failed"
+  # The calibrated class goes into the build folder, never configs/, and into
+  # the log. A GPU without a catalog class in `ridge devices` (an H100 PCIe,
+  # the emulator) is profiled as h100-sxm; the dry run profiles quickly.
+  cls=$("$BUILD/ridge" devices --json 2>/dev/null |
+        awk '/"id":[[:space:]]*"cuda:0"/ {f = 1} f && /"class":/ {print; exit}')
+  flags=()
+  case "$cls" in *null*|"") flags+=(--class h100-sxm); say "cuda:0 has no catalog class: profiled as h100-sxm" ;; esac
+  [ "${SKIP_BENCH:-0}" = 1 ] && flags+=(--quick)
+  rm -f "$BUILD/profile-cuda0.yaml"
+  timeout 120 "$BUILD/ridge" profile --device cuda:0 ${flags[@]+"${flags[@]}"} -o "$BUILD/profile-cuda0.yaml" 2>&1 |
+    tee -a "$LOG" || say "ridge profile failed"
+  if [ -f "$BUILD/profile-cuda0.yaml" ]; then
+    say ""
+    say "calibrated class ($BUILD/profile-cuda0.yaml):"
+    tee -a "$LOG" <"$BUILD/profile-cuda0.yaml"
+  fi
 else
   say "skipped: this build has no 'ridge profile' yet ($("$BUILD/ridge" profile --help 2>&1 | head -1))"
 fi

@@ -1,0 +1,1052 @@
+// runtime/profile.c — measuring a device and deriving its calibrated class
+// (see profile.h for what is measured and how the class figures follow).
+#include "runtime/profile.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/units.h"
+#include "devices/cuda/cuda_bench.h"
+#include "devices/opencl/opencl_profile.h"
+#include "graphs/weights.h"
+#include "runtime/limits.h"
+
+static const rg_dtype_t profile_dtypes[] = {
+#define RG_X_(w, c) w,
+    RG_PROFILE_DTYPE_MAP(RG_X_)
+#undef RG_X_
+};
+static const rg_dtype_t profile_compute[] = {
+#define RG_X_(w, c) c,
+    RG_PROFILE_DTYPE_MAP(RG_X_)
+#undef RG_X_
+};
+_Static_assert(sizeof profile_dtypes / sizeof profile_dtypes[0] == RG_PROFILE_DTYPES,
+               "RG_PROFILE_DTYPES counts RG_PROFILE_DTYPE_MAP");
+_Static_assert(RG_PROFILE_MAX_M <= RG_EFF_POINTS, "a curve the loader can read");
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// How much work each part gets. The full profile is sized to take under a
+// minute on two shared cores; quick to take a few seconds there (under
+// AddressSanitizer too), at the cost of fewer points and buffers that a
+// large last-level cache may partly hold.
+typedef struct {
+  int n_m;
+  int64_t m[RG_PROFILE_MAX_M];
+  int n_shapes;         // the layer's matrices measured: 7 (all) or 4 (attention's)
+  size_t footprint;     // weights cycled through at least this many bytes
+  double point_s;       // seconds of matmuls per (type, M) point
+  double limits_s;      // runtime/limits.h's budget
+  size_t stream_bytes;  // read and write buffers
+  size_t copy_bytes;    // copies within the device and with the host
+  int reps;
+  int n_ctx;
+  int64_t ctx[RG_PROFILE_MAX_CTX];
+  int attn_seqs;
+  int launch_ops;
+  int64_t gemm;  // cuBLAS peak GEMM edge
+} plan_t;
+
+static const plan_t full_plan = {
+    .n_m = 7,
+    .m = {1, 4, 16, 64, 256, 1024, 4096},
+    .n_shapes = 7,
+    .footprint = (size_t)256 << 20,
+    .point_s = 0.25,
+    .limits_s = 0.5,
+    .stream_bytes = (size_t)256 << 20,
+    .copy_bytes = (size_t)256 << 20,
+    .reps = 4,
+    .n_ctx = 4,
+    .ctx = {256, 1024, 4096, 16384},
+    .attn_seqs = 4,
+    .launch_ops = 2000,
+    .gemm = 8192,
+};
+
+static const plan_t quick_plan = {
+    .n_m = 3,
+    .m = {1, 16, 256},
+    .n_shapes = 4,
+    .footprint = (size_t)64 << 20,
+    .point_s = 0.02,
+    .limits_s = 0.1,
+    .stream_bytes = (size_t)64 << 20,
+    .copy_bytes = (size_t)32 << 20,
+    .reps = 2,
+    .n_ctx = 2,
+    .ctx = {512, 4096},
+    .attn_seqs = 2,
+    .launch_ops = 200,
+    .gemm = 4096,
+};
+
+typedef struct {
+  rg_device_t *dev;
+  const rg_profile_options_t *o;
+  const plan_t *p;
+  rg_profile_result_t *r;
+  int step, total;
+  enum { DRV_OTHER, DRV_CPU, DRV_OPENCL, DRV_CUDA } drv;
+  size_t footprint;  // the plan's, or more where the host's cache is larger
+} prof_t;
+
+static void progress(prof_t *P, const char *fmt, ...) RG_PRINTF(2, 3);
+static void progress(prof_t *P, const char *fmt, ...) {
+  P->step++;
+  if (!P->o->progress) return;
+  char what[128];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  P->o->progress(P->o->progress_ctx, P->step, P->total, what);
+}
+
+// Control characters become spaces: the text goes into YAML comments,
+// where a newline would end the comment.
+static void one_line(char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20) *s = ' ';
+}
+
+// A measurement that failed for a reason of the device (it lacks the op, the
+// memory) is recorded as a skip with that reason; the profile goes on.
+static void skip(char *reason, size_t len, rg_status_t s) {
+  snprintf(reason, len, "%s", rg_status_message(s));
+  one_line(reason);
+  rg_status_free(s);
+}
+
+static void bw_set(rg_profile_bw_t *b, double rate, const char *how_fmt, ...) RG_PRINTF(3, 4);
+static void bw_set(rg_profile_bw_t *b, double rate, const char *how_fmt, ...) {
+  b->rate = rate;
+  va_list ap;
+  va_start(ap, how_fmt);
+  vsnprintf(b->how, sizeof b->how, how_fmt, ap);
+  va_end(ap);
+}
+
+static void bw_skip(rg_profile_bw_t *b, rg_status_t s) {
+  b->rate = 0;
+  skip(b->reason, sizeof b->reason, s);
+}
+
+static const char *mib(size_t bytes, char *buf, size_t len) {
+  return rg_fmt_bytes_iec((double)bytes, buf, len);
+}
+
+void rg_profile_class_from(const rg_device_class_t *c, rg_profile_class_t *out) {
+  memset(out, 0, sizeof(*out));
+  const rg_device_class_t *d = c->calibrated && c->datasheet ? c->datasheet : c;
+  snprintf(out->name, sizeof out->name, "%s", d->name);
+  snprintf(out->path, sizeof out->path, "%s", d->path);
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) out->peak[t] = d->peak[t];
+  if (d->n_mem > 0) {
+    snprintf(out->tier, sizeof out->tier, "%s", d->mem[0].name);
+    out->bandwidth = d->mem[0].bandwidth;
+  }
+}
+
+// ----- Limits: read bandwidth and matrix peaks -----------------------------------------
+
+// The limits are measured before the sweep and again after it, and the
+// higher figure kept (`again`): on a shared machine one measurement can land
+// in another job's burst and read low, which would make every fraction of it
+// read high.
+static rg_status_t cpu_limits(prof_t *P, int again) {
+  rg_profile_result_t *r = P->r;
+  rg_limits_t l;
+  RG_RETURN_IF_ERROR(rg_limits_measure(rg_device_cpu_pool(P->dev), P->p->limits_s, &l));
+  if (l.read_bandwidth > r->read.rate)
+    bw_set(&r->read, l.read_bandwidth, "runtime/limits.h: a streaming sum over 256 MiB%s",
+           again ? ", best of two" : "");
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+    rg_profile_matmul_t *mm = &r->matmul[i];
+    const char *path = NULL;
+    double peak = rg_limits_matrix_peak(&l, mm->dtype, RG_CPU_ISA_AUTO, &path);
+    if (peak <= mm->peak) continue;
+    mm->peak = peak;
+    snprintf(mm->peak_path, sizeof mm->peak_path, "%s%s%s", path,
+             !strcmp(path, "f32 fma") ? ", " : "", !strcmp(path, "f32 fma") ? l.fma_isa : "");
+  }
+  return NULL;
+}
+
+static rg_status_t opencl_limits(prof_t *P, int again) {
+  rg_profile_result_t *r = P->r;
+  rg_opencl_measure_t m;
+  char b[32];
+  rg_status_t s = rg_opencl_measure_read(P->dev, P->p->stream_bytes, P->p->reps, &m);
+  if (s && !again)
+    bw_skip(&r->read, s);
+  else if (s)
+    rg_status_free(s);
+  else if (m.rate > r->read.rate)
+    bw_set(&r->read, m.rate, "OpenCL streaming-read kernel over %s%s",
+           mib((size_t)m.work, b, sizeof b), again ? ", best of two" : "");
+  if (again) return NULL;
+  s = rg_opencl_measure_fma(P->dev, P->p->reps, &m);
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+    rg_profile_matmul_t *mm = &r->matmul[i];
+    // The kernels widen every weight type to f32, so one peak bounds all.
+    mm->peak = s ? 0 : m.rate;
+    snprintf(mm->peak_path, sizeof mm->peak_path, "OpenCL f32 multiply-add kernel");
+  }
+  if (s) {
+    char why[200];
+    skip(why, sizeof why, s);
+    for (int i = 0; i < RG_PROFILE_DTYPES; i++)
+      snprintf(r->matmul[i].peak_path, sizeof r->matmul[i].peak_path, "none: %.150s", why);
+  }
+  return NULL;
+}
+
+// CUDA: ridge's streaming kernel over a buffer, ten reads a pass; cuBLAS
+// GEMMs at a large square shape for the f32, bf16 and f16 peaks.
+static rg_status_t cuda_limits(prof_t *P, int again) {
+  rg_profile_result_t *r = P->r;
+  rg_buffer_t *src = NULL, *sink = NULL, *a = NULL, *w = NULL, *y = NULL;
+  rg_queue_t *q = NULL;
+  size_t bytes = P->p->stream_bytes * 4;  // HBM: a larger buffer for a steady figure
+  rg_status_t s = rg_queue_create(P->dev, &q);
+  if (!s) s = rg_buffer_alloc(P->dev, bytes, &src);
+  if (!s) s = rg_buffer_alloc(P->dev, 256, &sink);
+  double best = 0;
+  for (int rep = -1; rep < P->p->reps && !s; rep++) {
+    double t0 = now_s();
+    for (int i = 0; i < 10 && !s; i++) s = rg__cuda_stream_read(q, src, sink);
+    if (!s) s = rg_queue_wait(q);
+    double rate = 10.0 * (double)bytes / (now_s() - t0);
+    if (rep >= 0 && rate > best) best = rate;
+  }
+  char b[32];
+  if (s && !again)
+    bw_skip(&r->read, s);
+  else if (s)
+    rg_status_free(s);
+  else if (best > r->read.rate)
+    bw_set(&r->read, best, "ridge's CUDA streaming kernel over %s%s", mib(bytes, b, sizeof b),
+           again ? ", best of two" : "");
+  rg_buffer_release(src);
+  src = NULL;
+  const int64_t G = P->p->gemm;
+  // The peaks: a failure to allocate their operands leaves them unmeasured
+  // (the curves then divide by the sweep's best), not the profile failed.
+  s = again ? rg_status_make(RG_UNAVAILABLE, "measured once")
+            : rg_buffer_alloc(P->dev, (size_t)(G * G * 4), &a);
+  if (!s) s = rg_buffer_alloc(P->dev, (size_t)(G * G * 4), &w);
+  if (!s) s = rg_buffer_alloc(P->dev, (size_t)(G * G * 4), &y);
+  // Zeros: finite in every type, and cuBLAS's rate does not depend on them.
+  if (!s) {
+    void *z = calloc(1, (size_t)(G * G * 4));
+    s = z ? rg_buffer_write(a, 0, z, (size_t)(G * G * 4))
+          : rg_status_make(RG_OUT_OF_MEMORY, "no host memory for the GEMM operands");
+    if (!s) s = rg_buffer_write(w, 0, z, (size_t)(G * G * 4));
+    free(z);
+  }
+  for (int i = 0; i < RG_PROFILE_DTYPES && !s; i++) {
+    rg_profile_matmul_t *mm = &r->matmul[i];
+    if (mm->dtype == RG_Q8_0) {
+      snprintf(mm->peak_path, sizeof mm->peak_path, "none: cuBLAS has no q8_0 GEMM");
+      continue;
+    }
+    double peak = 0;
+    rg_status_t g = NULL;
+    for (int rep = -1; rep < P->p->reps && !g; rep++) {
+      double t0 = now_s();
+      g = rg__cuda_blas_gemm(q, mm->dtype, a, w, y, G, G, G);
+      if (!g) g = rg_queue_wait(q);
+      double f = 2.0 * (double)G * G * G / (now_s() - t0);
+      if (!g && rep >= 0 && f > peak) peak = f;
+    }
+    if (g) {
+      char why[200];
+      skip(why, sizeof why, g);
+      snprintf(mm->peak_path, sizeof mm->peak_path, "none: %.150s", why);
+    } else {
+      mm->peak = peak;
+      snprintf(mm->peak_path, sizeof mm->peak_path, "cuBLAS %s GEMM %lld^3",
+               rg_dtype_name(mm->dtype), (long long)G);
+    }
+  }
+  rg_buffer_release(y);
+  rg_buffer_release(w);
+  rg_buffer_release(a);
+  rg_buffer_release(sink);
+  rg_buffer_release(src);
+  rg_queue_destroy(q);
+  rg_status_free(s);
+  return NULL;
+}
+
+static rg_status_t limits(prof_t *P, int again) {
+  switch (P->drv) {
+    case DRV_CPU:
+      return cpu_limits(P, again);
+    case DRV_OPENCL:
+      return opencl_limits(P, again);
+    case DRV_CUDA:
+      return cuda_limits(P, again);
+    default:
+      snprintf(P->r->read.reason, sizeof P->r->read.reason,
+               "%s has no streaming-read kernel ridge knows of", P->r->device);
+      return NULL;
+  }
+}
+
+// ----- Write bandwidth -------------------------------------------------------------------
+
+typedef struct {
+  uint8_t *p;
+  size_t chunk, bytes;
+  int value;
+} fill_ctx_t;
+
+static void fill_range(void *ctx, size_t b, size_t e, int thread) {
+  (void)thread;
+  const fill_ctx_t *c = ctx;
+  for (size_t i = b; i < e; i++) {
+    size_t off = i * c->chunk, len = c->bytes - off < c->chunk ? c->bytes - off : c->chunk;
+    memset(c->p + off, c->value, len);
+  }
+}
+
+// The CPU: every thread of its pool storing 1 MiB chunks (memset streams
+// large stores past the cache).
+static rg_status_t cpu_write(prof_t *P, double *out) {
+  size_t bytes = P->p->stream_bytes;
+  rg_buffer_t *buf = NULL;
+  rg_queue_t *q = NULL;
+  rg_status_t s = rg_buffer_alloc(P->dev, bytes, &buf);
+  if (!s) s = rg_queue_create(P->dev, &q);
+  fill_ctx_t c = {buf ? rg_buffer_host_ptr(buf) : NULL, (size_t)1 << 20, bytes, 0};
+  size_t chunks = (bytes + c.chunk - 1) / c.chunk;
+  double best = 0;
+  for (int rep = -1; rep < P->p->reps && !s; rep++) {
+    c.value = rep & 0x7f;
+    double t0 = now_s();
+    s = rg_queue_parallel_for(q, chunks, 1, fill_range, &c);
+    if (!s) s = rg_queue_wait(q);
+    double rate = (double)bytes / (now_s() - t0);
+    if (rep >= 0 && rate > best) best = rate;  // pass -1 faults the pages in
+  }
+  rg_queue_destroy(q);
+  rg_buffer_release(buf);
+  *out = best;
+  return s;
+}
+
+// Any other device: the HAL's embed op copying one row of a small table
+// (which stays in cache) into every row of a large output, so what crosses
+// memory is almost all writes.
+static rg_status_t embed_write(prof_t *P, double *out) {
+  const int64_t vocab = 16, dim = 4096;
+  int64_t n = (int64_t)(P->p->stream_bytes / (size_t)(dim * 4));
+  rg_buffer_t *table = NULL, *ids = NULL, *o = NULL;
+  rg_queue_t *q = NULL;
+  void *zeros = calloc(
+      1, (size_t)(vocab * dim * 4) > (size_t)n * 4 ? (size_t)(vocab * dim * 4) : (size_t)n * 4);
+  rg_status_t s = zeros ? NULL : rg_status_make(RG_OUT_OF_MEMORY, "no host memory");
+  if (!s) s = rg_buffer_alloc(P->dev, (size_t)(vocab * dim * 4), &table);
+  if (!s) s = rg_buffer_alloc(P->dev, (size_t)n * 4, &ids);
+  if (!s) s = rg_buffer_alloc(P->dev, (size_t)(n * dim * 4), &o);
+  if (!s) s = rg_buffer_write(table, 0, zeros, (size_t)(vocab * dim * 4));
+  if (!s) s = rg_buffer_write(ids, 0, zeros, (size_t)n * 4);
+  if (!s) s = rg_queue_create(P->dev, &q);
+  rg_op_t op = {.kind = RG_OP_EMBED, .label = "profile write"};
+  op.embed = (rg_op_embed_t){{table, 0}, {ids, 0}, {o, 0}, RG_F32, vocab, n, dim};
+  double best = 0;
+  for (int rep = -1; rep < P->p->reps && !s; rep++) {
+    double t0 = now_s();
+    s = rg_queue_submit(q, &op);
+    if (!s) s = rg_queue_wait(q);
+    double rate = (double)(n * dim * 4) / (now_s() - t0);
+    if (rep >= 0 && rate > best) best = rate;
+  }
+  rg_queue_destroy(q);
+  rg_buffer_release(o);
+  rg_buffer_release(ids);
+  rg_buffer_release(table);
+  free(zeros);
+  *out = best;
+  return s;
+}
+
+static void measure_write(prof_t *P) {
+  rg_profile_result_t *r = P->r;
+  char b[32];
+  mib(P->p->stream_bytes, b, sizeof b);
+  double rate = 0;
+  rg_status_t s;
+  if (P->drv == DRV_CPU) {
+    s = cpu_write(P, &rate);
+    if (!s) bw_set(&r->write, rate, "every thread storing 1 MiB chunks of %s", b);
+  } else if (P->drv == DRV_OPENCL) {
+    rg_opencl_measure_t m;
+    s = rg_opencl_measure_write(P->dev, P->p->stream_bytes, P->p->reps, &m);
+    if (!s) bw_set(&r->write, m.rate, "OpenCL streaming-write kernel over %s", b);
+  } else {
+    s = embed_write(P, &rate);
+    if (!s) bw_set(&r->write, rate, "the embed op broadcasting a cached row into %s", b);
+  }
+  if (s) bw_skip(&r->write, s);
+}
+
+// ----- Copies, launch cost, attention ----------------------------------------------------
+
+static void measure_copies(prof_t *P) {
+  rg_profile_result_t *r = P->r;
+  char b[32];
+  mib(P->p->copy_bytes, b, sizeof b);
+  rg_opencl_measure_t m;
+  progress(P, "copy within the device (%s)", b);
+  rg_status_t s = rg_opencl_measure_copy(P->dev, P->p->copy_bytes, P->p->reps, &m);
+  if (s)
+    bw_skip(&r->copy, s);
+  else
+    bw_set(&r->copy, m.rate, "rg_queue_copy of %s (bytes copied per second)", b);
+  progress(P, "host -> device (%s)", b);
+  s = rg_opencl_measure_host_copy(P->dev, P->p->copy_bytes, 1, P->p->reps, &m);
+  if (s)
+    bw_skip(&r->to_device, s);
+  else
+    bw_set(&r->to_device, m.rate, "rg_buffer_write of %s", b);
+  progress(P, "device -> host (%s)", b);
+  s = rg_opencl_measure_host_copy(P->dev, P->p->copy_bytes, 0, P->p->reps, &m);
+  if (s)
+    bw_skip(&r->to_host, s);
+  else
+    bw_set(&r->to_host, m.rate, "rg_buffer_read of %s", b);
+}
+
+static void measure_launch(prof_t *P) {
+  rg_profile_result_t *r = P->r;
+  progress(P, "per-op cost (%d small ops)", P->p->launch_ops);
+  rg_op_t add = {.kind = RG_OP_ADD, .add = {.n = 16}};
+  rg_status_t s = rg_device_check_op(P->dev, &add);
+  if (!s) s = rg_opencl_measure_launch(P->dev, P->p->launch_ops, &r->launch);
+  if (s) {
+    r->launch = 0;
+    skip(r->launch_reason, sizeof r->launch_reason, s);
+  }
+}
+
+static void measure_attention(prof_t *P) {
+  rg_profile_result_t *r = P->r;
+  r->kv = RG_BF16;
+  r->attn_seqs = P->p->attn_seqs;
+  // No probe first: a device without the kernel says so from the
+  // measurement's own submit, which becomes the reason.
+  rg_status_t s = NULL;
+  for (int i = 0; i < P->p->n_ctx; i++) {
+    progress(P, "attention, %lld positions of %s KV", (long long)P->p->ctx[i],
+             rg_dtype_name(r->kv));
+    if (s) continue;
+    rg_opencl_measure_t m;
+    s = rg_opencl_measure_attention(P->dev, r->kv, P->p->attn_seqs, P->p->ctx[i], r->n_heads,
+                                    r->n_kv_heads, r->head_dim, P->p->reps, &m);
+    if (s) continue;
+    r->ctx[r->n_ctx] = P->p->ctx[i];
+    r->attn_rate[r->n_ctx++] = m.rate;
+  }
+  if (s) skip(r->attn_reason, sizeof r->attn_reason, s);
+}
+
+// ----- Matmul sweep ---------------------------------------------------------------------
+
+typedef struct {
+  const char *name;
+  int64_t n, k;  // W (n, k)
+} shape_t;
+
+// One layer's matrices in the order the engine runs them (runtime/stage.c):
+// the attention projections first, so the quick profile's first four are a
+// layer's attention.
+static void layer_shapes(const rg_profile_result_t *r, shape_t out[7]) {
+  int64_t d = r->d_model, q = r->n_heads * r->head_dim, kv = r->n_kv_heads * r->head_dim,
+          ff = r->d_ff;
+  out[0] = (shape_t){"q", q, d};
+  out[1] = (shape_t){"k", kv, d};
+  out[2] = (shape_t){"v", kv, d};
+  out[3] = (shape_t){"o", d, q};
+  out[4] = (shape_t){"gate", ff, d};
+  out[5] = (shape_t){"up", ff, d};
+  out[6] = (shape_t){"down", d, ff};
+}
+
+#define MAX_COPIES 64
+
+typedef struct {
+  rg_buffer_t *w[MAX_COPIES][7];
+  size_t wbytes[7];
+  int copies;
+  rg_buffer_t *x, *y;
+} weights_t;
+
+static void weights_free(weights_t *W) {
+  for (int c = 0; c < MAX_COPIES; c++)
+    for (int i = 0; i < 7; i++) rg_buffer_release(W->w[c][i]);
+  rg_buffer_release(W->x);
+  rg_buffer_release(W->y);
+  memset(W, 0, sizeof(*W));
+}
+
+// Uploads the layer's matrices in type t (one host conversion per shape),
+// then copies them on the device until the set spans the footprint: at
+// small M a matmul streams its weights, and they must come from memory as a
+// model's layers do, not from a cache that holds one layer.
+static rg_status_t weights_init(prof_t *P, rg_queue_t *q, rg_dtype_t t, const shape_t *sh, int n_sh,
+                                weights_t *W) {
+  memset(W, 0, sizeof(*W));
+  int64_t most = 0, most_k = 0, most_n = 0;
+  for (int i = 0; i < n_sh; i++) {
+    if (sh[i].n * sh[i].k > most) most = sh[i].n * sh[i].k;
+    if (sh[i].k > most_k) most_k = sh[i].k;
+    if (sh[i].n > most_n) most_n = sh[i].n;
+  }
+  int64_t mmax = P->p->m[P->p->n_m - 1];
+  float *host = malloc((size_t)most * sizeof(float));
+  void *packed = malloc((size_t)most * sizeof(float));
+  rg_status_t s =
+      host && packed
+          ? NULL
+          : rg_status_make(RG_OUT_OF_MEMORY, "no host memory for %lld weights", (long long)most);
+  // Ordinary values, no denormals, so no path runs slow on them.
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  for (int64_t i = 0; !s && i < most; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    host[i] = (float)((double)(seed >> 40) / (double)(1 << 24) - 0.5);
+  }
+  size_t set = 0;
+  for (int i = 0; i < n_sh && !s; i++) {
+    int ok = 0;
+    W->wbytes[i] = (size_t)rg_dtype_nbytes(t, sh[i].n * sh[i].k, &ok);
+    s = rg_dtype_from_f32(t, host, packed, sh[i].n * sh[i].k);
+    if (!s) s = rg_buffer_alloc(P->dev, W->wbytes[i], &W->w[0][i]);
+    if (!s) s = rg_buffer_write(W->w[0][i], 0, packed, W->wbytes[i]);
+    set += W->wbytes[i];
+  }
+  W->copies = set ? (int)((P->footprint + set - 1) / set) : 1;
+  if (W->copies > MAX_COPIES) W->copies = MAX_COPIES;
+  if (W->copies < 1) W->copies = 1;
+  for (int c = 1; c < W->copies && !s; c++)
+    for (int i = 0; i < n_sh && !s; i++) {
+      s = rg_buffer_alloc(P->dev, W->wbytes[i], &W->w[c][i]);
+      if (!s) s = rg_queue_copy(q, W->w[c][i], 0, W->w[0][i], 0, W->wbytes[i]);
+    }
+  if (!s) s = rg_buffer_alloc(P->dev, (size_t)(mmax * most_k) * sizeof(float), &W->x);
+  if (!s) s = rg_buffer_alloc(P->dev, (size_t)(mmax * most_n) * sizeof(float), &W->y);
+  // x: the same ordinary values, a prefix of them repeated.
+  for (int64_t off = 0; !s && off < mmax * most_k; off += most) {
+    int64_t len = mmax * most_k - off < most ? mmax * most_k - off : most;
+    s = rg_buffer_write(W->x, (size_t)off * sizeof(float), host, (size_t)len * sizeof(float));
+  }
+  if (!s) s = rg_queue_wait(q);
+  free(packed);
+  free(host);
+  if (s) weights_free(W);
+  return s;
+}
+
+static rg_op_t matmul_op(const weights_t *W, int c, int i, const shape_t *sh, rg_dtype_t t,
+                         int64_t m) {
+  rg_op_t op = {.kind = RG_OP_MATMUL, .label = "profile matmul"};
+  op.matmul =
+      (rg_op_matmul_t){{W->x, 0}, {W->w[c][i], 0}, {NULL, 0}, {W->y, 0}, t, m, sh[i].n, sh[i].k};
+  return op;
+}
+
+// Submits the ops of rounds [from, to) — a round is the layer's matrices of
+// one copy, in turn — and adds their work, then waits. With `budget` > 0 (a
+// first pass, whose length is not known yet) it stops after the op that
+// passes the budget (a slow device at large M), and waits after each round,
+// so a queue that runs ahead of the host (a GPU) holds at most a layer when
+// time is up; *out_done says whether all rounds ran. Without, the rounds
+// go back to back and only the end is waited for: a GPU streams one layer
+// at m = 1 in tens of microseconds, about what a wait costs.
+static rg_status_t run_rounds(rg_queue_t *q, const weights_t *W, const shape_t *sh, int n_sh,
+                              rg_dtype_t t, int64_t m, long from, long to, double t0, double budget,
+                              double *flops, double *bytes, int *out_done) {
+  *out_done = 0;
+  for (long rd = from; rd < to; rd++)
+    for (int i = 0; i < n_sh; i++) {
+      rg_op_t op = matmul_op(W, (int)(rd % W->copies), i, sh, t, m);
+      RG_RETURN_IF_ERROR(rg_queue_submit(q, &op));
+      *flops += 2.0 * (double)m * (double)sh[i].n * (double)sh[i].k;
+      *bytes += (double)W->wbytes[i];
+      if (budget <= 0) continue;
+      if (i == n_sh - 1) RG_RETURN_IF_ERROR(rg_queue_wait(q));
+      if (now_s() - t0 >= budget) return rg_queue_wait(q);
+    }
+  *out_done = 1;
+  return rg_queue_wait(q);
+}
+
+// One (type, M) point. One untimed op first (kernels built, paths warmed),
+// then one pass over every copy of the layer, stopped early when it alone
+// outlasts the budget (then that part is the point: the first matrices of
+// the layer). Otherwise passes of as many rounds as take an eighth of the
+// budget each, until the budget is spent, and the fastest pass counts, as
+// everywhere in ridge's measurements: a busy machine then reads low rather
+// than noisy, and waits between passes cost little.
+static rg_status_t sweep_point(prof_t *P, rg_queue_t *q, const weights_t *W, const shape_t *sh,
+                               int n_sh, rg_dtype_t t, int64_t m, double *flops_s,
+                               double *bytes_s) {
+  rg_op_t op = matmul_op(W, 0, 1, sh, t, m);
+  RG_RETURN_IF_ERROR(rg_queue_submit(q, &op));
+  RG_RETURN_IF_ERROR(rg_queue_wait(q));
+  double budget = P->p->point_s, flops = 0, bytes = 0, start = now_s();
+  int done;
+  RG_RETURN_IF_ERROR(
+      run_rounds(q, W, sh, n_sh, t, m, 0, W->copies, start, budget, &flops, &bytes, &done));
+  double dt = now_s() - start;
+  *flops_s = flops / dt;
+  *bytes_s = bytes / dt;
+  if (!done) return NULL;
+  long rounds = (long)ceil(budget / 8 / (dt / W->copies));
+  if (rounds < 1) rounds = 1;
+  for (long next = W->copies; now_s() - start < budget; next += rounds) {
+    double f = 0, b = 0, t0 = now_s();
+    RG_RETURN_IF_ERROR(run_rounds(q, W, sh, n_sh, t, m, next, next + rounds, t0, 0, &f, &b, &done));
+    double d = now_s() - t0;
+    if (f / d > *flops_s) {
+      *flops_s = f / d;
+      *bytes_s = b / d;
+    }
+  }
+  return NULL;
+}
+
+static rg_status_t sweep_dtype(prof_t *P, rg_profile_matmul_t *mm) {
+  rg_profile_result_t *r = P->r;
+  shape_t sh[7];
+  layer_shapes(r, sh);
+  int n_sh = P->p->n_shapes;
+  // Asked with the first real shape (a backend checks shapes with types)
+  // before the weights are uploaded for nothing.
+  rg_op_t probe = {.kind = RG_OP_MATMUL};
+  probe.matmul.wtype = mm->dtype;
+  probe.matmul.m = 1;
+  probe.matmul.n = sh[0].n;
+  probe.matmul.k = sh[0].k;
+  rg_status_t s = rg_device_check_op(P->dev, &probe);
+  for (int i = 0; !s && i < n_sh; i++)
+    if (sh[i].k % rg_dtype_block_elems(mm->dtype))
+      s = rg_status_make(RG_UNIMPLEMENTED,
+                         "the %s matrix (%lld x %lld) is not whole %s blocks of %lld", sh[i].name,
+                         (long long)sh[i].n, (long long)sh[i].k, rg_dtype_name(mm->dtype),
+                         (long long)rg_dtype_block_elems(mm->dtype));
+  progress(P, "matmul %s: the layer's weights", rg_dtype_name(mm->dtype));
+  if (s) {
+    skip(mm->reason, sizeof mm->reason, s);
+    for (int j = 0; j < P->p->n_m; j++) progress(P, "matmul %s: skipped", rg_dtype_name(mm->dtype));
+    return NULL;
+  }
+  rg_queue_t *q = NULL;
+  weights_t W;
+  memset(&W, 0, sizeof W);
+  s = rg_queue_create(P->dev, &q);
+  if (!s) s = weights_init(P, q, mm->dtype, sh, n_sh, &W);
+  for (int j = 0; j < P->p->n_m; j++) {
+    progress(P, "matmul %s, M = %lld", rg_dtype_name(mm->dtype), (long long)P->p->m[j]);
+    if (s) continue;
+    s = sweep_point(P, q, &W, sh, n_sh, mm->dtype, P->p->m[j], &mm->flops[mm->n],
+                    &mm->stream[mm->n]);
+    if (!s) mm->m[mm->n++] = P->p->m[j];
+  }
+  weights_free(&W);
+  rg_queue_destroy(q);
+  // Out of memory for the weights is the device's limit, not a failure.
+  if (s && (rg_status_code(s) == RG_OUT_OF_MEMORY || rg_status_code(s) == RG_UNIMPLEMENTED)) {
+    skip(mm->reason, sizeof mm->reason, s);
+    mm->n = 0;
+    return NULL;
+  }
+  return rg_status_wrap(s, "measuring %s matmuls on %s", rg_dtype_name(mm->dtype), r->device);
+}
+
+// ----- The class figures ---------------------------------------------------------------
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double clamp_eff(double e) {
+  if (!(e > 0)) return 1e-6;  // NaN too: the loader needs more than zero
+  if (e < 1e-6) return 1e-6;
+  return e > 1 ? 1 : e;
+}
+
+static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
+  rg_profile_derived_t *d = &r->cls;
+  memset(d, 0, sizeof(*d));
+  d->step = d->layer = -1;
+  if (cls) {
+    d->have_class = 1;
+    d->sheet = *cls;
+  }
+  char b[32], b2[32];
+  // A device without a streaming kernel: its best m = 1 weight stream is
+  // the read bandwidth it shows.
+  if (r->read.rate <= 0) {
+    double best = 0;
+    const char *which = NULL;
+    for (int i = 0; i < RG_PROFILE_DTYPES; i++)
+      if (r->matmul[i].n > 0 && r->matmul[i].m[0] == 1 && r->matmul[i].stream[0] > best)
+        best = r->matmul[i].stream[0], which = rg_dtype_name(r->matmul[i].dtype);
+    if (best > 0) {
+      char why[sizeof r->read.reason];
+      snprintf(why, sizeof why, "%s", r->read.reason);
+      bw_set(&r->read, best, "m = 1 %s matmuls' weight stream (no streaming kernel: %.40s)", which,
+             why);
+    }
+  }
+  d->bandwidth = r->read.rate;
+  double fr[RG_PROFILE_DTYPES];
+  int n_fr = 0;
+  char list[128] = "";
+  for (int i = 0; i < RG_PROFILE_DTYPES && d->bandwidth > 0; i++) {
+    const rg_profile_matmul_t *mm = &r->matmul[i];
+    if (mm->n == 0 || mm->m[0] != 1) continue;
+    fr[n_fr++] = mm->stream[0] / d->bandwidth;
+    size_t at = strlen(list);
+    snprintf(list + at, sizeof list - at, "%s%s %.2f", at ? ", " : "", rg_dtype_name(mm->dtype),
+             mm->stream[0] / d->bandwidth);
+  }
+  if (n_fr) {
+    qsort(fr, (size_t)n_fr, sizeof fr[0], cmp_double);
+    double med = n_fr % 2 ? fr[n_fr / 2] : 0.5 * (fr[n_fr / 2 - 1] + fr[n_fr / 2]);
+    d->eff_memory = clamp_eff(med);
+    snprintf(d->eff_memory_why, sizeof d->eff_memory_why,
+             "m = 1 matmuls' weight stream over the read bandwidth, median of %s%s", list,
+             med > 1 ? " (above 1: the weights sat partly in cache; held at 1)" : "");
+  }
+  if (r->n_ctx > 0 && d->bandwidth > 0) {
+    double e = r->attn_rate[r->n_ctx - 1] / d->bandwidth;
+    d->eff_attention = clamp_eff(e);
+    snprintf(d->eff_attention_why, sizeof d->eff_attention_why,
+             "decode attention's %s KV read rate at %lld positions over the read bandwidth%s",
+             rg_dtype_name(r->kv), (long long)r->ctx[r->n_ctx - 1],
+             e > 1 ? " (above 1: the KV sat partly in cache; held at 1)" : "");
+  }
+  if (r->launch > 0) {
+    d->step = 3 * r->launch;
+    d->layer = 8 * r->launch;
+  }
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+    const rg_profile_matmul_t *mm = &r->matmul[i];
+    rg_profile_curve_t *c = &d->curve[i];
+    c->compute = mm->compute;
+    c->weights = mm->dtype;
+    if (mm->n == 0) continue;
+    double best = 0;
+    for (int j = 0; j < mm->n; j++)
+      if (mm->flops[j] > best) best = mm->flops[j];
+    double sheet = d->have_class ? d->sheet.peak[mm->compute] : 0;
+    const char *ct = rg_dtype_name(mm->compute);
+    if (sheet > 0 && best <= sheet) {
+      c->peak = sheet;
+      c->from_datasheet = 1;
+      snprintf(c->why, sizeof c->why, "of the datasheet's %s peak, %s", ct,
+               rg_fmt_quantity(sheet, RG_UNIT_FLOPS, b, sizeof b));
+    } else {
+      // The backend's own peak, or the sweep's best where it is higher (or
+      // the backend has none), so no fraction exceeds 1.
+      int path = mm->peak >= best;
+      c->peak = path ? mm->peak : best;
+      rg_fmt_quantity(c->peak, RG_UNIT_FLOPS, b, sizeof b);
+      if (sheet > 0)
+        snprintf(c->why, sizeof c->why,
+                 "of the measured peak, %s (%s): the device beats the datasheet's %s, which is "
+                 "not this device's",
+                 b, path ? mm->peak_path : "the sweep's best",
+                 rg_fmt_quantity(sheet, RG_UNIT_FLOPS, b2, sizeof b2));
+      else
+        snprintf(c->why, sizeof c->why,
+                 "of the measured peak, %s (%s): the class publishes no %s peak", b,
+                 path ? mm->peak_path : "the sweep's best", ct);
+    }
+    c->n = mm->n;
+    for (int j = 0; j < mm->n; j++) {
+      c->m[j] = mm->m[j];
+      c->eff[j] = clamp_eff(mm->flops[j] / c->peak);
+    }
+  }
+}
+
+// ----- Running a profile -------------------------------------------------------------
+
+// The largest CPU cache sysfs lists for cpu0, in bytes (0 when unknown).
+static size_t host_cache_bytes(void) {
+  size_t best = 0;
+  for (int i = 0; i < 8; i++) {
+    char path[96], text[32] = "";
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(text, sizeof text, f)) {
+      char *end;
+      unsigned long long v = strtoull(text, &end, 10);
+      v *= *end == 'K' ? 1024ull : *end == 'M' ? 1ull << 20 : *end == 'G' ? 1ull << 30 : 1;
+      if (v > best) best = (size_t)v;
+    }
+    fclose(f);
+  }
+  return best;
+}
+
+// Whether a device's memory is the host's, so the host's caches hold what
+// it streams: the CPU, and OpenCL's CPU devices (PoCL).
+static int host_memory_device(const rg_device_info_t *info) {
+  if (!strcmp(info->driver, "cpu")) return 1;
+  char words[sizeof info->features + 2];
+  snprintf(words, sizeof words, " %s ", info->features);
+  return !strcmp(info->driver, "opencl") && strstr(words, " cpu ") != NULL;
+}
+
+rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
+                           rg_profile_result_t *out) {
+  if (!dev || !out) return rg_status_make(RG_INVALID_ARGUMENT, "rg_profile_run: no device given");
+  static const rg_profile_options_t defaults = {0};
+  if (!opts) opts = &defaults;
+  memset(out, 0, sizeof(*out));
+  rg_profile_result_t *r = out;
+  const rg_device_info_t *info = rg_device_info(dev);
+  snprintf(r->device, sizeof r->device, "%s:%d", info->driver, info->index);
+  snprintf(r->device_name, sizeof r->device_name, "%s", info->name);
+  one_line(r->device_name);
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(r->date, sizeof r->date, "%Y-%m-%d", &tm);
+
+  rg_arch_t tm1b;
+  const rg_arch_t *a = opts->model;
+  if (!a) {
+    rg_testmodel_opts_t to = {
+        .arch = RG_TESTMODEL_LLAMA, .size = RG_TESTMODEL_1B, .dtype = RG_BF16};
+    rg_testmodel_arch(&to, &tm1b);
+    a = &tm1b;
+  }
+  snprintf(r->model, sizeof r->model, "%s", a->name);
+  one_line(r->model);
+  r->d_model = a->d_model;
+  r->n_heads = a->n_heads;
+  r->n_kv_heads = a->n_kv_heads > 0 ? a->n_kv_heads : a->n_heads;
+  r->head_dim = a->head_dim > 0 ? a->head_dim : (a->n_heads > 0 ? a->d_model / a->n_heads : 0);
+  r->d_ff = a->d_ff > 0 ? a->d_ff : a->d_ff_expert;
+  if (r->d_model < 1 || r->n_heads < 1 || r->head_dim < 1 || r->d_ff < 1 ||
+      r->n_heads % r->n_kv_heads)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "model '%s' has no layer shape to profile (d_model %lld, %lld/%lld "
+                          "heads x %lld, FFN %lld)",
+                          a->name, (long long)r->d_model, (long long)r->n_heads,
+                          (long long)r->n_kv_heads, (long long)r->head_dim, (long long)r->d_ff);
+
+  prof_t P = {.dev = dev, .o = opts, .p = opts->quick ? &quick_plan : &full_plan, .r = r};
+  r->quick = opts->quick != 0;
+  P.drv = !strcmp(info->driver, "cpu")      ? DRV_CPU
+          : !strcmp(info->driver, "opencl") ? DRV_OPENCL
+          : !strcmp(info->driver, "cuda")   ? DRV_CUDA
+                                            : DRV_OTHER;
+  if (P.drv == DRV_CPU) r->threads = rg_pool_threads(rg_device_cpu_pool(dev));
+  // The full profile cycles the weights through twice the host's largest
+  // cache where that holds them (some virtual machines report hundreds of
+  // MiB of L3, and decode read 2x the read bandwidth with the weights in
+  // it), within an eighth of the memory. Quick keeps to its 64 MiB, for
+  // time, and says so in the file.
+  P.footprint = P.p->footprint;
+  if (!opts->quick && host_memory_device(info) && 2 * host_cache_bytes() > P.footprint)
+    P.footprint = 2 * host_cache_bytes();
+  if (info->memory && P.footprint > info->memory / 8) P.footprint = (size_t)(info->memory / 8);
+  r->footprint = P.footprint;
+  P.total = 1 + 1 + 3 + 1 + !r->quick + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m);
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+    r->matmul[i].dtype = profile_dtypes[i];
+    r->matmul[i].compute = profile_compute[i];
+    snprintf(r->matmul[i].peak_path, sizeof r->matmul[i].peak_path, "none");
+  }
+  double t0 = now_s();
+  rg_status_t s = NULL;
+
+  progress(&P, "read bandwidth and matrix peaks");
+  s = limits(&P, 0);
+  if (s) return rg_status_wrap(s, "profiling %s", r->device);
+  progress(&P, "write bandwidth");
+  measure_write(&P);
+  measure_copies(&P);
+  measure_launch(&P);
+  measure_attention(&P);
+  for (int i = 0; i < RG_PROFILE_DTYPES && !s; i++) s = sweep_dtype(&P, &r->matmul[i]);
+  if (s) return s;
+  if (!r->quick) {
+    progress(&P, "read bandwidth again (a busy machine reads low)");
+    s = limits(&P, 1);
+    if (s) return rg_status_wrap(s, "profiling %s", r->device);
+  }
+  r->seconds = now_s() - t0;
+  derive(r, opts->cls);
+  return NULL;
+}
+
+// ----- The calibrated class file ------------------------------------------------------
+
+// A YAML double-quoted scalar: backslashes and quotes escaped, control
+// characters dropped, at most `max` characters of s.
+static void yaml_quoted(FILE *f, const char *s, size_t max) {
+  fputc('"', f);
+  for (size_t i = 0; s[i] && i < max; i++) {
+    unsigned char ch = (unsigned char)s[i];
+    if (ch < 0x20) continue;
+    if (ch == '"' || ch == '\\') fputc('\\', f);
+    fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static void comment_bw(FILE *f, const char *what, const rg_profile_bw_t *b) {
+  char q[32];
+  if (b->rate > 0)
+    fprintf(f, "#   %-16s %-12s %s\n", what,
+            rg_fmt_quantity(b->rate, RG_UNIT_BANDWIDTH, q, sizeof q), b->how);
+  else
+    fprintf(f, "#   %-16s not measured: %s\n", what, b->reason);
+}
+
+rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
+  if (!r || !f) return rg_status_make(RG_INVALID_ARGUMENT, "rg_profile_write_class: NULL");
+  const rg_profile_derived_t *d = &r->cls;
+  if (!d->have_class)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "the profile of %s names no device class; a calibrated file overlays "
+                          "a class of configs/devices (give one)",
+                          r->device);
+  char q[32], q2[32];
+  fprintf(f, "# %s, calibrated by `ridge profile` on %s (%s), %s.\n", d->sheet.name, r->device,
+          r->device_name, r->date);
+  fprintf(f,
+          "# %s profile, %.1f s, at the shapes of one layer of %s (d_model %lld, %lld/%lld "
+          "heads x %lld, FFN %lld).\n",
+          r->quick ? "Quick" : "Full", r->seconds, r->model, (long long)r->d_model,
+          (long long)r->n_heads, (long long)r->n_kv_heads, (long long)r->head_dim,
+          (long long)r->d_ff);
+  char fp[32];
+  fprintf(f, "# Weights cycled through %s%s.\n",
+          rg_fmt_bytes_iec((double)r->footprint, fp, sizeof fp),
+          r->quick ? " (quick: a large cache may hold them, so m = 1 may read high; the full "
+                     "profile cycles them through more than the host's cache)"
+                   : "");
+  fprintf(f,
+          "# The figures below replace the datasheet's (%s); the rest of the class stays as it "
+          "gives them.\n#\n# Measured:\n",
+          d->sheet.path[0] ? d->sheet.path : d->sheet.name);
+  comment_bw(f, "read", &r->read);
+  comment_bw(f, "write", &r->write);
+  comment_bw(f, "copy on device", &r->copy);
+  comment_bw(f, "host -> device", &r->to_device);
+  comment_bw(f, "device -> host", &r->to_host);
+  if (r->launch > 0)
+    fprintf(f, "#   %-16s %-12s tiny ops submitted back to back\n", "per-op cost",
+            rg_fmt_quantity(r->launch, RG_UNIT_TIME, q, sizeof q));
+  else
+    fprintf(f, "#   %-16s not measured: %s\n", "per-op cost", r->launch_reason);
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+    const rg_profile_matmul_t *mm = &r->matmul[i];
+    if (mm->n == 0) {
+      fprintf(f, "#   matmul %-9s not measured: %s\n", rg_dtype_name(mm->dtype), mm->reason);
+      continue;
+    }
+    fprintf(f, "#   matmul %-9s", rg_dtype_name(mm->dtype));
+    for (int j = 0; j < mm->n; j++)
+      fprintf(f, "%s M %lld: %s", j ? "," : "", (long long)mm->m[j],
+              rg_fmt_quantity(mm->flops[j], RG_UNIT_FLOPS, q, sizeof q));
+    fprintf(f, "\n");
+    if (mm->peak > 0)
+      fprintf(f, "#   %-16s %s (%s)\n", "", rg_fmt_quantity(mm->peak, RG_UNIT_FLOPS, q, sizeof q),
+              mm->peak_path);
+  }
+  if (r->n_ctx > 0) {
+    fprintf(f, "#   attention        %s KV, %d sequences:", rg_dtype_name(r->kv), r->attn_seqs);
+    for (int j = 0; j < r->n_ctx; j++)
+      fprintf(f, "%s %lld positions %s", j ? "," : "", (long long)r->ctx[j],
+              rg_fmt_quantity(r->attn_rate[j], RG_UNIT_BANDWIDTH, q, sizeof q));
+    fprintf(f, "\n");
+  } else {
+    fprintf(f, "#   attention        not measured: %s\n", r->attn_reason);
+  }
+  int n_curves = 0;
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) n_curves += d->curve[i].n > 0;
+  fprintf(f, "#\n");
+  if (n_curves)
+    fprintf(f, "# efficiency.compute: FLOP/s at each GEMM M as a fraction of a peak:\n");
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+    const rg_profile_curve_t *c = &d->curve[i];
+    if (c->n == 0) continue;
+    fprintf(f, "#   %-5s %s%s%s\n", rg_dtype_name(c->compute), c->why,
+            c->weights != c->compute ? "; measured on " : "",
+            c->weights != c->compute ? rg_dtype_name(c->weights) : "");
+    if (c->weights != c->compute)
+      fprintf(f, "#         weights, which the planner prices at their compute type, %s\n",
+              rg_dtype_name(c->compute));
+  }
+  if (d->eff_memory > 0) fprintf(f, "# efficiency.memory: %s.\n", d->eff_memory_why);
+  if (d->eff_attention > 0) fprintf(f, "# efficiency.attention: %s.\n", d->eff_attention_why);
+  if (d->layer >= 0)
+    fprintf(f,
+            "# overhead: the per-op cost times the ops the cost model prices by no roofline "
+            "term,\n#   8 a layer (norms, rope, KV write, residual adds, swiglu) and 3 a step "
+            "(embed, final norm, sample).\n");
+
+  fprintf(f, "name: %s\n", d->sheet.name);
+  fprintf(f, "measured: { by: ridge profile, date: %s, device: ", r->date);
+  char dev[160];
+  snprintf(dev, sizeof dev, "%s %s", r->device, r->device_name);
+  yaml_quoted(f, dev, 95);  // the loader keeps at most 95 characters
+  fprintf(f, " }\n");
+  int n_peak = 0;
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+    const rg_profile_curve_t *c = &d->curve[i];
+    if (c->n == 0 || c->from_datasheet) continue;
+    fprintf(f, "%s%s: %s", n_peak++ ? ", " : "peak: { ", rg_dtype_name(c->compute),
+            rg_fmt_quantity(c->peak, RG_UNIT_FLOPS, q, sizeof q));
+  }
+  if (n_peak) fprintf(f, " }\n");
+  if (d->bandwidth > 0 && d->sheet.tier[0])
+    fprintf(f, "memory:\n  - { name: %s, bandwidth: %s }   # datasheet %s\n", d->sheet.tier,
+            rg_fmt_quantity(d->bandwidth, RG_UNIT_BANDWIDTH, q, sizeof q),
+            rg_fmt_quantity(d->sheet.bandwidth, RG_UNIT_BANDWIDTH, q2, sizeof q2));
+  if (d->eff_memory > 0 || d->eff_attention > 0 || n_curves) {
+    fprintf(f, "efficiency:\n");
+    if (d->eff_memory > 0) fprintf(f, "  memory: %.3g\n", d->eff_memory);
+    if (d->eff_attention > 0) fprintf(f, "  attention: %.3g\n", d->eff_attention);
+    if (n_curves) {
+      fprintf(f, "  compute:\n");
+      for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+        const rg_profile_curve_t *c = &d->curve[i];
+        if (c->n == 0) continue;
+        fprintf(f, "    %s: {", rg_dtype_name(c->compute));
+        for (int j = 0; j < c->n; j++)
+          fprintf(f, "%s %lld: %.3g", j ? "," : "", (long long)c->m[j], c->eff[j]);
+        fprintf(f, " }\n");
+      }
+    }
+  }
+  if (d->layer >= 0)
+    fprintf(f, "overhead: { step: %s, layer: %s }\n",
+            rg_fmt_quantity(d->step, RG_UNIT_TIME, q, sizeof q),
+            rg_fmt_quantity(d->layer, RG_UNIT_TIME, q2, sizeof q2));
+  if (fflush(f) || ferror(f))
+    return rg_status_make(RG_IO, "writing the calibrated class: %s", strerror(errno ? errno : EIO));
+  return NULL;
+}

@@ -1,0 +1,191 @@
+// runtime/profile.h — what one device really does, measured through the HAL,
+// and the calibrated device class those measurements make.
+//
+// The planner prices every kernel with a class's roofline: peak FLOP/s per
+// dtype scaled by an efficiency curve over GEMM M, bandwidth scaled by a
+// streaming efficiency, and fixed costs per step and per layer. A datasheet
+// gives the peaks; only the device can say what its kernels reach. A profile
+// measures, on the device itself and with ridge's own kernels:
+//
+//   memory     read, write and copy bandwidth within the device, and
+//              host -> device and device -> host copies
+//   matmul     FLOP/s per weight type (f32, bf16, f16, q8_0: those the
+//              device runs) over a sweep of M from 1 to 4096, at the shapes
+//              of one layer of a model (the 1b test model's by default),
+//              with the weights cycled through more memory than any cache
+//   attention  decode attention over a paged KV cache: KV bytes read per
+//              second, over context length
+//   launch     the host's cost per op, small ops submitted back to back
+//   peaks      the backend's own matrix peak per type (CPU: runtime/limits.h;
+//              OpenCL: its FMA kernel; CUDA: cuBLAS), the limit the sweep
+//              is compared with
+//
+// Each measurement goes through the HAL (devices/devices.h), so any backend
+// with the ops can be profiled; a backend's own streaming kernels are used
+// where it has them (the CPU's runtime/limits.h, OpenCL's read and write
+// kernels, CUDA's streaming read and cuBLAS), and what a device cannot run
+// is skipped with the reason, never guessed.
+//
+//   rg_profile_run(dev, opts, &result)      measures (a few seconds with
+//        |                                  quick, under a minute in full)
+//        v
+//   rg_profile_result_t: every figure, and the class figures derived from
+//        |               them (efficiency curves, bandwidth, overheads)
+//        v
+//   rg_profile_write_class(result, f)       the calibrated class YAML that
+//                                           planner/config_load.c reads
+//
+// The derivation, in one place (rg_profile_run fills result->cls):
+// - efficiency.compute per compute type: measured FLOP/s at each M over a
+//   peak. The peak is the class's datasheet figure for that type when it
+//   publishes one and the device does not beat it; otherwise (no figure, or
+//   a datasheet the device outruns, so not this device's) the measured peak,
+//   which the file then writes under `peak:` so the planner divides by the
+//   same number. q8_0 weights give the int8 curve: the planner prices q8_0
+//   at its compute type.
+// - memory: the measured read bandwidth; efficiency.memory the share of it
+//   the m = 1 matmuls stream weights at (median over the weight types).
+// - efficiency.attention: decode attention's KV read rate at the longest
+//   context over the read bandwidth.
+// - overhead.layer and .step: the per-op cost times the ops of a layer (8)
+//   and of a step (3) that the cost model has no roofline term for.
+// Every efficiency lies in (0, 1], as the loader requires.
+//
+// Ownership: the device is borrowed for the call; everything a measurement
+// allocates is freed before it returns. Results are plain structs.
+#ifndef RG_RUNTIME_PROFILE_H
+#define RG_RUNTIME_PROFILE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "devices/devices.h"
+#include "graphs/graphs.h"
+#include "planner/planner.h"
+
+// Matmul weight types a profile measures, in order, and the compute type
+// each one's curve is written under.
+// clang-format off
+#define RG_PROFILE_DTYPE_MAP(X) \
+  X(RG_F32,  RG_F32)            \
+  X(RG_BF16, RG_BF16)           \
+  X(RG_F16,  RG_F16)            \
+  X(RG_Q8_0, RG_INT8)
+// clang-format on
+#define RG_PROFILE_DTYPES 4
+#define RG_PROFILE_MAX_M 8  // the loader's RG_EFF_POINTS
+#define RG_PROFILE_MAX_CTX 6
+
+// The datasheet figures of the class a profile calibrates.
+typedef struct {
+  char name[64];                        // "local-cpu", "h100-sxm"
+  char path[512];                       // the class file
+  double peak[RG_DTYPE_COMPUTE_COUNT];  // published peaks, FLOP/s; 0: none
+  char tier[32];                        // its first memory tier ("dram", "hbm3")
+  double bandwidth;                     // that tier's bandwidth, bytes/s
+} rg_profile_class_t;
+
+// The datasheet of c (for a calibrated class, the figures under it).
+void rg_profile_class_from(const rg_device_class_t *c, rg_profile_class_t *out);
+
+// Progress: called before each step of the profile (step of total, what
+// it measures: "matmul bf16 M = 256"). Optional.
+typedef void (*rg_profile_progress_fn_t)(void *ctx, int step, int total, const char *what);
+
+typedef struct {
+  int quick;  // a few seconds: fewer M, shorter buffers, fewer repetitions
+  // The model whose layer's matmuls and attention heads are measured;
+  // NULL: the 1b test model (rg_testmodel_arch). Borrowed for the call.
+  const rg_arch_t *model;
+  // The class calibrated; NULL: none (result->cls then holds curves over
+  // measured peaks, and rg_profile_write_class refuses: a calibrated file
+  // names its class's memory tier). Copied.
+  const rg_profile_class_t *cls;
+  rg_profile_progress_fn_t progress;
+  void *progress_ctx;
+} rg_profile_options_t;
+
+// A bandwidth, or why it was not measured.
+typedef struct {
+  double rate;       // bytes/s; 0: not measured
+  char how[96];      // what measured it ("streaming sum over 256 MiB")
+  char reason[200];  // rate == 0: why not
+} rg_profile_bw_t;
+
+// One weight type's sweep over M.
+typedef struct {
+  rg_dtype_t dtype;    // the weights (f32, bf16, f16, q8_0)
+  rg_dtype_t compute;  // the compute type its curve is for (q8_0: int8)
+  int n;               // points measured; 0: skipped, see reason
+  int64_t m[RG_PROFILE_MAX_M];
+  double flops[RG_PROFILE_MAX_M];   // FLOP/s at each M
+  double stream[RG_PROFILE_MAX_M];  // weight bytes read per second at each M
+  double peak;                      // the backend's matrix peak for it; 0: none
+  char peak_path[160];              // "amx-bf16", "f32 fma", "cuBLAS bf16 GEMM"; "none: " and why
+  char reason[200];
+} rg_profile_matmul_t;
+
+// The calibrated figures of one compute type.
+typedef struct {
+  int n;               // 0: nothing measured for it
+  rg_dtype_t compute;  // f32, bf16, f16, int8
+  rg_dtype_t weights;  // the weights measured for it
+  double peak;         // the curve is a fraction of this, FLOP/s
+  int from_datasheet;  // 1: the class's published peak; 0: measured (write it)
+  char why[320];       // which peak, and why ("the class publishes no f16 peak")
+  int64_t m[RG_PROFILE_MAX_M];
+  double eff[RG_PROFILE_MAX_M];  // in (0, 1]
+} rg_profile_curve_t;
+
+typedef struct {
+  int have_class;
+  rg_profile_class_t sheet;  // the datasheet calibrated (have_class)
+  double bandwidth;          // the memory tier's measured bandwidth; 0: none
+  double eff_memory;         // 0: not measured
+  char eff_memory_why[160];
+  double eff_attention;  // 0: not measured
+  char eff_attention_why[160];
+  double step, layer;  // seconds; < 0: not measured
+  rg_profile_curve_t curve[RG_PROFILE_DTYPES];
+} rg_profile_derived_t;
+
+typedef struct {
+  char device[32];        // "cpu:0"
+  char device_name[128];  // "Intel(R) Xeon(R) Processor"
+  char date[16];          // "2025-06-01", UTC
+  char model[64];         // whose shapes were measured
+  int64_t d_model, n_heads, n_kv_heads, head_dim, d_ff;
+  int quick;
+  size_t footprint;  // bytes of weights the matmuls cycle through
+  int threads;       // CPU: threads of its pool; 0 otherwise
+  double seconds;    // the profile's wall time
+  rg_profile_bw_t read, write, copy, to_device, to_host;
+  double launch;  // seconds per op; 0: not measured
+  char launch_reason[200];
+  rg_profile_matmul_t matmul[RG_PROFILE_DTYPES];
+  // Decode attention over a paged cache of `kv` (bf16) at each context.
+  rg_dtype_t kv;
+  int n_ctx, attn_seqs;
+  int64_t ctx[RG_PROFILE_MAX_CTX];
+  double attn_rate[RG_PROFILE_MAX_CTX];  // KV bytes read per second
+  char attn_reason[200];
+  rg_profile_derived_t cls;
+} rg_profile_result_t;
+
+// Measures dev (see above). opts may be NULL (full profile of the 1b test
+// model's shapes, no class). Fails only on an error of the device or the
+// HAL; what the device cannot run is a skip with its reason in the result.
+RG_MUST_USE rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
+                                       rg_profile_result_t *out);
+
+// Writes the calibrated class of r as YAML to f: comments saying what
+// measured each figure and over which peak each curve is, then `name`,
+// `measured: {by: ridge profile, date, device}`, `peak` (measured peaks the
+// curves divide by), `memory`, `efficiency` and `overhead`, as
+// planner/config_load.c reads a calibrated file. RG_INVALID_ARGUMENT when r
+// has no class; RG_IO when f fails.
+RG_MUST_USE rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f);
+
+#endif  // RG_RUNTIME_PROFILE_H
