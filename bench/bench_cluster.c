@@ -38,8 +38,8 @@ typedef struct {
 static rg_status_t run(const char *dir, const rg_cluster_layout_t *layout, int threads,
                        const rg_serve_request_t *r, size_t n, const rg_serve_options_t *so,
                        figures_t *f) {
-  rg_engine_options_t eo = {.threads = threads, .max_seqs = 32, .max_context = 4096,
-                            .kv_tokens = 32 * 1024};
+  rg_engine_options_t eo = {
+      .threads = threads, .max_seqs = 32, .max_context = 4096, .kv_tokens = 32 * 1024};
   rg_serve_result_t *res = calloc(n, sizeof *res);
   if (!res) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
   rg_serve_stats_t st;
@@ -50,8 +50,13 @@ static rg_status_t run(const char *dir, const rg_cluster_layout_t *layout, int t
     s = rg_engine_create(dir, &eo, &e);
     if (!s) s = rg_serve(e, r, n, so, res, &st);
   } else {
-    rg_cluster_options_t co = {.model_path = dir, .layout = *layout, .engine = eo, .launch = 1,
-                               .ridge_binary = ridge_bin, .quiet = 1, .step_timeout_s = 120};
+    rg_cluster_options_t co = {.model_path = dir,
+                               .layout = *layout,
+                               .engine = eo,
+                               .launch = 1,
+                               .ridge_binary = ridge_bin,
+                               .quiet = 1,
+                               .step_timeout_s = 120};
     s = rg_cluster_create(&co, &c);
     rg_executor_t x = c ? rg_cluster_executor(c) : (rg_executor_t){0};
     if (!s) s = rg_serve_on(&x, r, n, so, res, &st);
@@ -68,8 +73,8 @@ static rg_status_t run(const char *dir, const rg_cluster_layout_t *layout, int t
     }
   }
   if (!s)
-    *f = (figures_t){st.tokens_per_s, st.tbt.p99, st.tbt.p50, st.ttft.p50, st.wall_s,
-                     st.new_tokens, st.failed};
+    *f = (figures_t){st.tokens_per_s, st.tbt.p99,    st.tbt.p50, st.ttft.p50,
+                     st.wall_s,       st.new_tokens, st.failed};
   rg_serve_results_free(res, n);
   free(res);
   rg_engine_destroy(e);
@@ -78,10 +83,11 @@ static rg_status_t run(const char *dir, const rg_cluster_layout_t *layout, int t
 }
 
 static void show(const char *name, const figures_t *f) {
-  printf("  %-40s %8.1f tokens/s  TTFT p50 %7.1f ms  TBT p50 %7.1f ms  p99 %7.1f ms  (%lld tokens, "
-         "%lld failed, %.1f s)\n",
-         name, f->tps, f->ttft_p50 * 1e3, f->tbt_p50 * 1e3, f->tbt_p99 * 1e3,
-         (long long)f->tokens, (long long)f->failed, f->wall);
+  printf(
+      "  %-40s %8.1f tokens/s  TTFT p50 %7.1f ms  TBT p50 %7.1f ms  p99 %7.1f ms  (%lld tokens, "
+      "%lld failed, %.1f s)\n",
+      name, f->tps, f->ttft_p50 * 1e3, f->tbt_p50 * 1e3, f->tbt_p99 * 1e3, (long long)f->tokens,
+      (long long)f->failed, f->wall);
 }
 
 int main(int argc, char **argv) {
@@ -89,10 +95,13 @@ int main(int argc, char **argv) {
   if (argc > 1) {
     snprintf(dir, sizeof dir, "%s", argv[1]);
   } else {
-    rg_testmodel_opts_t o = {.arch = RG_TESTMODEL_LLAMA, .size = RG_TESTMODEL_1B,
-                             .dtype = RG_BF16, .gguf_type = RG_DTYPE_COUNT};
-    fprintf(stderr, "bench_cluster: the 1b test model is written to the user cache the first "
-                    "time (~4.4 GB)\n");
+    rg_testmodel_opts_t o = {.arch = RG_TESTMODEL_LLAMA,
+                             .size = RG_TESTMODEL_1B,
+                             .dtype = RG_BF16,
+                             .gguf_type = RG_DTYPE_COUNT};
+    fprintf(stderr,
+            "bench_cluster: the 1b test model is written to the user cache the first "
+            "time (~4.4 GB)\n");
     rg_status_t s = rg_testmodel_cached(&o, dir, sizeof dir, NULL);
     if (s) return fail(s);
   }
@@ -140,14 +149,15 @@ int main(int argc, char **argv) {
     int lng = i % 9 == 4;
     int len = lng ? long_prompt : SHORT_PROMPT;
     for (int k = 0; k < len; k++) p[k] = 1 + (int32_t)((i * 7919 + (size_t)k * 13) % 30000);
-    q[i] = (rg_serve_request_t){i, p, (size_t)len, lng ? 8 : SHORT_NEW, {0, 0, 1, 0},
-                                0.25 * (double)i};
+    q[i] = (rg_serve_request_t){
+        i, p, (size_t)len, lng ? 8 : SHORT_NEW, {0, 0, 1, 0}, 0.25 * (double)i};
     p += len;
   }
   rg_serve_options_t so2 = {.max_batch_tokens = 512, .max_seqs = 32};
-  printf("\n2. prefill-decode vs colocated: %d chats (%d-token prompts) and %d prompts of %d "
-         "tokens, one every 0.25 s:\n",
-         SHORT, SHORT_PROMPT, LONGS, long_prompt);
+  printf(
+      "\n2. prefill-decode vs colocated: %d chats (%d-token prompts) and %d prompts of %d "
+      "tokens, one every 0.25 s:\n",
+      SHORT, SHORT_PROMPT, LONGS, long_prompt);
   figures_t col, pd;
   if ((s = run(dir, NULL, 2, q, nr, &so2, &col))) return fail(s);
   show("colocated (one process, 2 threads)", &col);

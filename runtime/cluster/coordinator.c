@@ -648,7 +648,17 @@ static void write_trace(rg_cluster_t *c) {
   }
   FILE *f = rg_file_writer_stream(fw);
   fprintf(f, "{\"traceEvents\":[\n");
-  int first = 1;
+  // Process 0: the coordinator's scheduler, one thread per pipeline, one
+  // event per step with what sched put in it.
+  fprintf(f,
+          "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":"
+          "\"coordinator (sched)\"}}");
+  for (int k = 0; k < c->n_pipes; k++)
+    fprintf(f,
+            ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":"
+            "\"%s steps\"}}",
+            k, rg_cluster_role_name(c->pipes[k].role));
+  int first = 0;
   for (int i = 0; i < c->o.layout.n_workers; i++) {
     char lb[160];
     fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"%s\"}}",
@@ -664,6 +674,16 @@ static void write_trace(rg_cluster_t *c) {
   for (size_t k = 0; k < c->n_trace; k++) {
     const trace_ev_t *t = &c->trace[k];
     const rg__event_t *e = &t->e;
+    if (t->worker < 0) {
+      // A step as the scheduler built it: hop = pipeline, layer = tokens,
+      // bytes = sequences, mb = micro-batches.
+      fprintf(f,
+              ",\n{\"name\":\"step: %d tokens, %.0f sequences\",\"cat\":\"sched\",\"ph\":\"X\","
+              "\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"micro_batches\":%d}}",
+              (int)e->layer, e->bytes, (int)e->hop, (e->t0 - c->t0) * 1e6, (e->t1 - e->t0) * 1e6,
+              (int)e->mb);
+      continue;
+    }
     const pipe_t *pp = c->w[t->worker].pipe >= 0 ? &c->pipes[c->w[t->worker].pipe] : NULL;
     const rg_cluster_hop_t *h = pp && e->hop < pp->n_hops ? &pp->hops[e->hop] : NULL;
     char name[96];
@@ -880,6 +900,17 @@ static rg_status_t pipe_poll(rg_cluster_t *c, pipe_t *p, int *done) {
   if (!st && pending) return NULL;
   for (int i = 0; i < n && !st; i++)
     if (p->sends[i]) st = rg_transport_wait(p->sends[i], c->o.step_timeout_s);
+  if (!st && (p->flags & RG__STEP_TRACE)) {
+    int64_t tokens = 0, seqs = 0;
+    for (int m = 0; m < p->n_mb_now; m++) tokens += p->st[m].n_tokens, seqs += p->st[m].n_seqs;
+    rg__done_t one = {0};
+    rg__event_t ev = {
+        p->t0,           now_s(),     3, (uint8_t)p->n_mb_now, (uint16_t)(p - c->pipes),
+        (int32_t)tokens, (double)seqs};
+    one.events = &ev;
+    one.n_events = 1;
+    st = add_trace(c, -1, &one);
+  }
   pipe_abandon(c, p);
   *done = 1;
   return st;
