@@ -426,7 +426,7 @@ static rg_status_t load_world(const sim_args_t *a, const rg_cli_common_t *common
     rg_placement_meta_t again = {0};
     RG_RETURN_IF_ERROR(rg_placement_load(a->placement, w->cat, req, &again));
   }
-  return rg_plan_solve(req, w->plan);
+  return NULL;
 }
 
 // ----- Options ------------------------------------------------------------------------
@@ -891,7 +891,10 @@ static rg_status_t run(const sim_args_t *a, const rg_cli_common_t *common) {
   rg_sim_report_t *r = NULL;
   rg_status_t st = load_world(a, common, &w);
   if (!s && !st) st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  // What arrives first (bad flags and bad traces are named before any
+  // planning), then the plan.
   if (!st) st = make_source(a, &w, s);
+  if (!st) st = rg_plan_solve(w.req, w.plan);
   progress_t pr = {isatty(2), 0, 0};
   if (!st) {
     if (!a->quiet && !a->json) {
@@ -982,7 +985,7 @@ rg_status_t rg_cli_plan_simulate(const rg_plan_request_t *req, rg_plan_t *plan, 
     }
   if (n > top) n = top;
   // The same traffic for every candidate: the workload's sessions for ten
-  // minutes, or 2,000 of its requests at its rate.
+  // minutes, or 1,000 of its requests at its rate.
   const rg_workload_t *w = req->workload;
   rg_sim_trace_t trace = {0};
   rg_sim_sessions_t ses;
@@ -994,7 +997,7 @@ rg_status_t rg_cli_plan_simulate(const rg_plan_request_t *req, rg_plan_t *plan, 
     o.duration = 600;
   } else {
     rg_arrival_t arr = {RG_ARRIVAL_POISSON, -1, 1};
-    RG_RETURN_IF_ERROR(rg_sim_trace_generate(w, 2000, 1, &arr, req->model->max_context, &trace));
+    RG_RETURN_IF_ERROR(rg_sim_trace_generate(w, 1000, 1, &arr, req->model->max_context, &trace));
     o.trace = &trace;
   }
   double good[32] = {0};
@@ -1012,7 +1015,7 @@ rg_status_t rg_cli_plan_simulate(const rg_plan_request_t *req, rg_plan_t *plan, 
   if (!st && f) {
     char b[8][32];
     fprintf(f, "\nSimulated (%s, seed 1; the same traffic for each): analytical | simulated\n",
-            o.sessions ? "10 min of the workload's sessions" : "2,000 of the workload's requests");
+            o.sessions ? "10 min of the workload's sessions" : "1,000 of the workload's requests");
     static const char *const heads[] = {"option",  "tokens/s",         "TTFT p99",
                                         "TBT p99", "goodput tokens/s", "SLOs met by"};
     rg_table_t tb;

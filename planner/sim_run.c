@@ -165,6 +165,10 @@ typedef struct {
 
 typedef struct {
   uint64_t stream;
+  // Each session draws from its own stream, so what a session does never
+  // depends on when the simulation happened to serve other sessions: runs
+  // that differ only in policy (a tier or none) see the same sessions.
+  uint64_t rng;
   int64_t ctx;
   int requests_left, steps_left;
   int32_t slot;
@@ -205,7 +209,7 @@ typedef struct {
   int n_kicks;
   size_t next_arrival;
   double now, end_arrivals;
-  uint64_t rng;
+  uint64_t rng, route_rng;  // session arrivals; routing ties
 
   int32_t *prompt;  // scratch, cap_prompt
   int64_t cap_prompt;
@@ -525,8 +529,8 @@ static int pick_slot(sim_t *S) {
     for (int i = first + 1; i < first + n; i++)
       if (S->slots[i].outstanding < S->slots[pick].outstanding) pick = i;
   } else {
-    S->rng += 0x9e3779b97f4a7c15ull;
-    uint64_t z = mix(S->rng);
+    S->route_rng += 0x9e3779b97f4a7c15ull;
+    uint64_t z = mix(S->route_rng);
     int a = first + (int)(z % (uint64_t)n), b = first + (int)((z >> 32) % (uint64_t)n);
     pick = S->slots[b].outstanding < S->slots[a].outstanding ? b : a;
   }
@@ -675,15 +679,16 @@ static rg_status_t session_start(sim_t *S) {
   session_t *se = &S->sess[id];
   memset(se, 0, sizeof *se);
   se->stream = mix(SALT_SESSION + (uint64_t)id);
-  se->requests_left = draw_geometric(&S->rng, ss->requests);
-  se->steps_left = draw_geometric(&S->rng, ss->steps_per_request);
+  se->rng = mix(S->o.seed ^ se->stream);
+  se->requests_left = draw_geometric(&se->rng, ss->requests);
+  se->steps_left = draw_geometric(&se->rng, ss->steps_per_request);
   // The context a session starts from, so that the mean re-read over its
   // steps is prefix_tokens: it grows by a step's append and output each
   // step, about half a session's steps on average.
   double grow = ss->requests * ss->steps_per_request / 2 * (ss->append_tokens + ss->output_tokens);
   double base = ss->prefix_tokens - grow > ss->prefix_tokens / 4 ? ss->prefix_tokens - grow
                                                                  : ss->prefix_tokens / 4;
-  se->ctx = (int64_t)llround(draw_lognormal(&S->rng, base, 0.3));
+  se->ctx = (int64_t)llround(draw_lognormal(&se->rng, base, 0.3));
   se->slot = -1;
   se->start = S->now;
   se->open = 1;
@@ -703,8 +708,8 @@ static rg_status_t session_step(sim_t *S, int32_t id) {
     S->r->sessions_cut++;
     return NULL;
   }
-  int64_t append = (int64_t)llround(draw_lognormal(&S->rng, ss->append_tokens, 0.5));
-  int64_t out = (int64_t)llround(draw_lognormal(&S->rng, ss->output_tokens, 0.5));
+  int64_t append = (int64_t)llround(draw_lognormal(&se->rng, ss->append_tokens, 0.5));
+  int64_t out = (int64_t)llround(draw_lognormal(&se->rng, ss->output_tokens, 0.5));
   if (append < 1) append = 1;
   if (out < 1) out = 1;
   if (se->ctx + append + out > S->max_context) {
@@ -735,10 +740,10 @@ static rg_status_t session_next(sim_t *S, int32_t id, double t) {
   session_t *se = &S->sess[id];
   const rg_sim_sessions_t *ss = S->ses;
   if (--se->steps_left > 0)
-    return push(S, t + -log(rg_gen_uniform(&S->rng)) * ss->tool_latency, EV_SESSION_STEP, id, 0);
+    return push(S, t + -log(rg_gen_uniform(&se->rng)) * ss->tool_latency, EV_SESSION_STEP, id, 0);
   if (--se->requests_left > 0) {
-    se->steps_left = draw_geometric(&S->rng, ss->steps_per_request);
-    double think = draw_lognormal(&S->rng, ss->think_time, ss->think_sigma);
+    se->steps_left = draw_geometric(&se->rng, ss->steps_per_request);
+    double think = draw_lognormal(&se->rng, ss->think_time, ss->think_sigma);
     se->wait += think;
     return push(S, t + think, EV_SESSION_STEP, id, 0);
   }
@@ -948,7 +953,10 @@ static rg_status_t link_event(sim_t *S, int li, int64_t version) {
   rg__link_take_done(l, done, 16, &n);
   for (int i = 0; i < n; i++) {
     if (done[i].kind == FLOW_IMPORT) rg__hist_add(&S->kvt, S->now + l->lat - done[i].start);
-    RG_RETURN_IF_ERROR(push(S, S->now + l->lat, EV_FLOW, done[i].owner,
+    // A step's hidden states pay their hops' latencies in the step itself
+    // (act_done); other flows are complete one latency after their bytes.
+    double at = S->now + (done[i].kind == FLOW_ACT ? 0 : l->lat);
+    RG_RETURN_IF_ERROR(push(S, at, EV_FLOW, done[i].owner,
                             done[i].kind == FLOW_IMPORT ? FLOW_COPY : done[i].kind));
   }
   return link_changed(S, li);
@@ -1101,6 +1109,7 @@ static rg_status_t setup_pool(sim_t *S, int pi, int bs, int64_t *total_blocks) {
   P->block_bytes = S->kv_tok * bs;
   int64_t blocks;
   RG_RETURN_IF_ERROR(group_blocks(S, P, P->g_attn, 0, bs, &blocks, &P->kv_per_device));
+  if (S->o.kv_tokens > 0) blocks = (S->o.kv_tokens + bs - 1) / bs;
   int max_seqs = S->o.max_seqs > 0         ? S->o.max_seqs
                  : p->max_batch > p->batch ? p->max_batch
                  : p->batch > 0            ? p->batch
@@ -1332,7 +1341,9 @@ static void fill_report(sim_t *S) {
     pr->pred_ttft_p99 = P->pred->ttft_p[2];
     pr->pred_tbt_p50 = P->pred->tbt_p[0];
     pr->pred_tbt_p99 = P->pred->tbt_p[2];
-    r->kv_device_capacity += (double)P->sc.n_blocks * P->block_bytes * P->n_slots;
+    r->kv_device_capacity +=
+        (double)(P->sc.n_blocks + (p->mode == RG_MODE_PD ? P->sc_prefill.n_blocks : 0)) *
+        P->block_bytes * P->n_slots;
     r->kv_swap_capacity += (double)P->sc.n_swap_blocks * P->block_bytes * P->n_slots;
     r->kv_tier_capacity += (double)P->sc.n_tier_blocks * P->block_bytes * P->n_slots;
     r->kv_tier_available += P->tier_full * P->n_slots;
@@ -1341,9 +1352,9 @@ static void fill_report(sim_t *S) {
   r->n_pools = S->n_pools;
   r->tier_name = S->tier ? S->tier->name : NULL;
   r->retention_s = S->tier ? S->retention : 0;
-  for (int i = 0; i < S->n_reps; i++)
-    if (S->reps[i].tier_link != S->reps[i].host_link || S->tier)
-      r->tier_link_seconds += S->links[S->reps[i].tier_link].busy;
+  if (S->tier)
+    for (int i = 0; i < S->n_slots; i++)
+      r->tier_link_seconds += S->links[S->reps[S->slots[i].main_rep].tier_link].busy;
   if (S->r->sessions_finished > 0) {
     r->session_wait_share = r->session_mean_s > 0 ? r->session_wait_share / r->session_mean_s : 0;
     r->session_mean_s /= (double)S->r->sessions_finished;
@@ -1397,6 +1408,9 @@ static rg_status_t check_options(const rg_plan_option_t *plan, const rg_sim_opti
                             s->rate, s->requests, s->steps_per_request, s->append_tokens,
                             s->output_tokens);
   }
+  if (o->kv_tokens < 0)
+    return rg_status_make(RG_INVALID_ARGUMENT, "simulate: a KV pool of %lld tokens",
+                          (long long)o->kv_tokens);
   if (o->retention_s != -1 && !(o->retention_s >= 0))
     return rg_status_make(RG_INVALID_ARGUMENT, "simulate: retention %g s is not a time",
                           o->retention_s);
@@ -1577,6 +1591,7 @@ rg_status_t rg_simulate(const rg_plan_request_t *req, const rg_plan_option_t *pl
   S->r = r;
   S->free_live = -1;
   S->rng = o->seed ^ 0x51a7e51a7e5ull;
+  S->route_rng = o->seed ^ 0x907e907e907eull;
   S->kv_tok = rg_arch_kv_bytes_per_token(req->model, plan->pools[0].kv_dtype);
   S->max_context = req->model->max_context > 0 ? req->model->max_context : 131072;
   const rg_workload_t *w = req->workload;
@@ -1616,6 +1631,28 @@ fail:
   if (S) sim_free(S);
   free(S);
   rg_sim_report_destroy(r);
+  return st;
+}
+
+rg_status_t rg_sim_batch_seconds(const rg_plan_request_t *req, const rg_placement_t *p, int group,
+                                 rg_phase_t prefill_phase, const rg_sched_batch_t *b, double *out) {
+  *out = 0;
+  if (p->mode == RG_MODE_AF)
+    return rg_status_make(RG_UNIMPLEMENTED,
+                          "an attention-FFN step also waits on the link between its groups; "
+                          "simulate it instead");
+  if (group < 0 || group >= p->n_groups)
+    return rg_status_make(RG_INVALID_ARGUMENT, "group %d: the placement has %d groups", group,
+                          p->n_groups);
+  if (!b->n_entries) return NULL;
+  sim_t *S = calloc(1, sizeof *S);
+  if (!S) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  S->req = req;
+  S->o.exact_costs = 1;
+  pool_t P = {.p = p};
+  tally_t t = tally(b);
+  rg_status_t st = mixed_time(S, &P, group, prefill_phase, t.Bd, t.cd, t.Bp, t.Tp, t.cp, out);
+  free(S);
   return st;
 }
 

@@ -132,8 +132,10 @@ static int digits(const char *s, int n, int *out) {
 }
 
 // "2023-11-16 18:15:46.6805900" (the Azure traces; 'T' also accepted, and
-// an optional trailing 'Z'), or plain seconds.
-static int parse_time(const char *s, double *out) {
+// an optional trailing 'Z'), or plain seconds: whole seconds since 1970 and
+// the fraction apart, since a double holding both (1.7e9 s) keeps only
+// about 0.2 us of the fraction and differences would lose the rest.
+static int parse_time(const char *s, int64_t *whole, double *out) {
   int y, mo, d, h, mi, se;
   size_t len = strlen(s);
   if (len >= 19 && digits(s, 4, &y) && s[4] == '-' && digits(s + 5, 2, &mo) && s[7] == '-' &&
@@ -150,13 +152,15 @@ static int parse_time(const char *s, double *out) {
     }
     if (*p == 'Z') p++;
     if (*p) return 0;
-    *out = (double)(days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se) + frac;
+    *whole = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
+    *out = frac;
     return 1;
   }
   char *end;
   errno = 0;
   double v = strtod(s, &end);
   if (end == s || *end || errno || !isfinite(v) || v < 0) return 0;
+  *whole = 0;
   *out = v;
   return 1;
 }
@@ -213,6 +217,7 @@ static rg_status_t parse_azure(const char *name, const char *data, size_t len, r
   // The header: the first non-blank line, past a UTF-8 byte-order mark.
   int col_t = -1, col_c = -1, col_g = -1;
   size_t n_cols = 0;
+  int64_t base = 0;  // the first row's whole seconds
   while (next_line(&L, &s, &n, &last)) {
     if (blank(s, n)) continue;
     if (L.no == 1 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) s += 3, n -= 3;
@@ -261,14 +266,20 @@ static rg_status_t parse_azure(const char *name, const char *data, size_t len, r
     field_copy(f[col_c], fl[col_c], ctx, sizeof ctx);
     field_copy(f[col_g], fl[col_g], gen, sizeof gen);
     rg_sim_request_t r = {0};
-    if (!parse_time(ts, &r.arrival))
+    int64_t whole;
+    if (!parse_time(ts, &whole, &r.arrival))
       return rg_status_make(RG_PARSE,
                             "%s: TIMESTAMP: '%s' is not a time (expected YYYY-MM-DD "
                             "HH:MM:SS[.fraction] or seconds)%s",
                             where, ts, last ? "; the file may be truncated" : "");
     rg_status_t st = parse_count(where, "ContextTokens", ctx, &r.prompt);
     if (!st) st = parse_count(where, "GeneratedTokens", gen, &r.output);
-    if (st && last) st = rg_status_wrap(st, "the file may be truncated");
+    if (st && last) {
+      rg_status_t cut = rg_status_make(rg_status_code(st), "%s; the file may be truncated",
+                                       rg_status_message(st));
+      rg_status_free(st);
+      st = cut;
+    }
     RG_RETURN_IF_ERROR(st);
     if (r.prompt < 1)
       return rg_status_make(RG_PARSE, "%s: ContextTokens: 0; a request needs at least one token",
@@ -277,6 +288,8 @@ static rg_status_t parse_azure(const char *name, const char *data, size_t len, r
       r.output = 1;
       t->n_zero_output++;
     }
+    if (!t->n) base = whole;
+    r.arrival += (double)(whole - base);
     RG_RETURN_IF_ERROR(push_req(t, &cap, &r));
   }
   return NULL;

@@ -210,7 +210,11 @@ typedef struct {
   // tier (golden time); -1: the workload's session retention, else 0 (move
   // blocks only when the device needs the room).
   double retention_s;
-  int max_seqs;     // sequences per replica; 0: the placement's batch
+  int max_seqs;  // sequences per replica; 0: the placement's batch
+  // The device KV pool per replica in tokens; 0: what the attention group's
+  // memory holds after weights and activations. For matching a runtime
+  // whose engine was given its own pool size.
+  int64_t kv_tokens;
   int exact_costs;  // 1: call the cost model for every step (no memo)
   double sample_s;  // KV occupancy sampling interval; 0: the run / 256
   int check;        // 1: verify sched's invariants as it goes (tests)
@@ -326,6 +330,17 @@ typedef struct {
 RG_MUST_USE rg_status_t rg_simulate(const rg_plan_request_t *req, const rg_plan_option_t *plan,
                                     const rg_sim_options_t *o, rg_sim_report_t **out);
 void rg_sim_report_destroy(rg_sim_report_t *r);
+
+// The forward step of a sched batch on group `group` of placement p (not
+// attention-FFN, whose steps also wait on a link), costed as the simulator
+// costs it, without the memo: decodes and prefill chunks from the cost
+// model, a step carrying both counted as decode step + prefill step - a
+// one-token step (the weight reads and fixed costs they share). Chunks use
+// phase `prefill_phase` (PREFILL, or DECODE for a prefill-decode decode
+// group recomputing a preempted prompt).
+RG_MUST_USE rg_status_t rg_sim_batch_seconds(const rg_plan_request_t *req, const rg_placement_t *p,
+                                             int group, rg_phase_t prefill_phase,
+                                             const rg_sched_batch_t *b, double *out);
 
 // KV occupancy per tier over time (SVG): device used, device cached, swap
 // tier and capacity tier, with each capacity as a dashed line.
