@@ -80,13 +80,18 @@ static void on_progress(void *ctx, const rg_sim_progress_t *p) {
 }
 
 static int bench_scale(const char *dir, double hours) {
-  char path[] = "/tmp/bench_simulate_XXXXXX.yaml";
-  int fd = mkstemps(path, 5);
-  if (fd < 0 || write(fd, fleet_yaml, sizeof fleet_yaml - 1) != (ssize_t)(sizeof fleet_yaml - 1)) {
-    fprintf(stderr, "bench_simulate: cannot write the fleet file\n");
+  // A fleet file is named after its fleet: h100-1000.yaml in a fresh directory.
+  char tmp[] = "/tmp/bench_simulate_XXXXXX", path[64];
+  if (!mkdtemp(tmp)) {
+    fprintf(stderr, "bench_simulate: cannot make a temporary directory\n");
     return 1;
   }
-  close(fd);
+  snprintf(path, sizeof path, "%s/h100-1000.yaml", tmp);
+  FILE *ff = fopen(path, "w");
+  if (!ff || fputs(fleet_yaml, ff) < 0 || fclose(ff)) {
+    fprintf(stderr, "bench_simulate: cannot write %s\n", path);
+    return 1;
+  }
   rg_catalog_t *cat;
   rg_fleet_t *fleet;
   rg_arch_t *model;
@@ -94,6 +99,7 @@ static int bench_scale(const char *dir, double hours) {
   TRY(rg_catalog_load(dir, &cat));
   TRY(rg_fleet_load(path, dir, cat, &fleet));
   unlink(path);
+  rmdir(tmp);
   TRY(rg_model_load("llama-3.1-70b", dir, &model));
   TRY(rg_workload_load("chat", dir, &wl));
   wl->rate = 300;
@@ -180,6 +186,39 @@ static int bench_scale(const char *dir, double hours) {
 
 // ----- Calibration -----------------------------------------------------------------
 
+// Stage slots the engine's stage instances report against.
+static const int slots[] = {RG_SLOT_EMBED, RG_SLOT_ATTENTION, RG_SLOT_FFN, RG_SLOT_LM_HEAD};
+#define N_SLOTS 4
+
+static int slot_index(rg_stage_kind_t k) {
+  int s = rg_slot_of_stage(k);
+  for (int i = 0; i < N_SLOTS; i++)
+    if (slots[i] == s) return i;
+  return -1;
+}
+
+// Measured seconds per slot (summed over the engine's instances) and the
+// forward steps' total.
+static void measured(rg_engine_t *e, double out[N_SLOTS], double *forward) {
+  for (int i = 0; i < N_SLOTS; i++) out[i] = 0;
+  for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
+    const rg_stage_t *s = rg_engine_stage_at(e, i);
+    rg_stage_counters_t c;
+    rg_stage_counters(s, &c);
+    int k = slot_index(rg_stage_spec(s)->kind);
+    if (k >= 0) out[k] += c.seconds;
+  }
+  rg_engine_counters_t ec;
+  rg_engine_counters(e, &ec);
+  *forward = ec.seconds;
+}
+
+static void reset(rg_engine_t *e) {
+  for (size_t i = 0; i < rg_engine_stage_count(e); i++)
+    rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
+  rg_engine_counters_reset(e);
+}
+
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -192,7 +231,8 @@ typedef struct {
   char name[MAX_CAL][32];
   rg_sched_entry_t entries[MAX_CAL][8];
   rg_sched_batch_t batch[MAX_CAL];
-  double seconds[MAX_CAL];  // per step, measured
+  double seconds[MAX_CAL];         // per step, measured
+  double stage[MAX_CAL][N_SLOTS];  // per step and stage, measured
 } calib_t;
 
 // The median of `reps` timings of one step (after one to warm up): this
@@ -232,7 +272,11 @@ static rg_status_t calibrate(rg_engine_t *e, const rg_plan_request_t *req, const
       en[s] = (rg_engine_entry_t){64, 1, toks + 64, tables[s], 5, 1};
       c->entries[c->n][s] = (rg_sched_entry_t){s, 0, 64, 1, toks + 64, 1, 0, tables[s], 5};
     }
+    double fwd;
+    reset(e);
     RG_RETURN_IF_ERROR(time_steps(e, en, (size_t)B, 9, &c->seconds[c->n]));
+    measured(e, c->stage[c->n], &fwd);
+    for (int k2 = 0; k2 < N_SLOTS; k2++) c->stage[c->n][k2] /= 10;
     c->batch[c->n] = (rg_sched_batch_t){.entries = c->entries[c->n], .n_entries = (size_t)B};
     snprintf(c->name[c->n++], 32, "decode x %d", B);
   }
@@ -240,7 +284,11 @@ static rg_status_t calibrate(rg_engine_t *e, const rg_plan_request_t *req, const
     int n = prefills[k];
     rg_engine_entry_t en = {0, n, toks, tables[7], (n + 15) / 16, 1};
     c->entries[c->n][0] = (rg_sched_entry_t){0, 0, 0, n, toks, 1, 1, tables[7], (n + 15) / 16};
+    double fwd;
+    reset(e);
     RG_RETURN_IF_ERROR(time_steps(e, &en, 1, 5, &c->seconds[c->n]));
+    measured(e, c->stage[c->n], &fwd);
+    for (int k2 = 0; k2 < N_SLOTS; k2++) c->stage[c->n][k2] /= 6;
     c->batch[c->n] = (rg_sched_batch_t){.entries = c->entries[c->n], .n_entries = 1};
     snprintf(c->name[c->n++], 32, "prefill of %d", n);
   }
@@ -266,21 +314,12 @@ static double loss(const rg_plan_request_t *req, const rg_placement_t *p, const 
 // its compute efficiency at M = 1, 8, 64 and 512, its layer floor and its
 // step cost,
 // multiplicative steps shrinking from 2x to 1.01x.
-static void fit(const rg_plan_request_t *req, const rg_placement_t *p, rg_device_class_t *c,
-                const calib_t *cal) {
-  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) c->eff_compute[d].n = 0;
-  c->eff_compute_all.n = 4;
-  const double ms[4] = {1, 8, 64, 512};
-  for (int i = 0; i < 4; i++) c->eff_compute_all.pt[i].m = ms[i], c->eff_compute_all.pt[i].eff = 1;
-  // Start with the fixed costs at half the quickest step, split between
-  // the step and its layers: far from zero, where multiplicative steps
-  // would take long to climb.
-  double quickest = INFINITY;
-  for (int i = 0; i < cal->n; i++) quickest = fmin(quickest, cal->seconds[i]);
-  c->eff_memory = 1;
-  c->step_cost = quickest / 4;
-  c->layer_floor = quickest / 4 / (double)req->model->n_layers;
-  c->eff_attention = 1;
+// Coordinate descent over the class's memory and attention efficiencies,
+// its compute efficiency at M = 1, 8, 64 and 512, its layer floor and its
+// step cost, multiplicative steps shrinking from 2x to 1.01x. Returns the
+// loss it ends at.
+static double descend(const rg_plan_request_t *req, const rg_placement_t *p, rg_device_class_t *c,
+                      const calib_t *cal) {
   double *par[8] = {&c->eff_memory,
                     &c->eff_attention,
                     &c->eff_compute_all.pt[0].eff,
@@ -289,7 +328,6 @@ static void fit(const rg_plan_request_t *req, const rg_placement_t *p, rg_device
                     &c->eff_compute_all.pt[3].eff,
                     &c->layer_floor,
                     &c->step_cost};
-  const double hi[8] = {1, 1, 1, 1, 1, 1, 1, 1};
   double best = loss(req, p, cal);
   for (double f = 2; f > 1.005; f = sqrt(f))
     for (int round = 0; round < 40; round++) {
@@ -297,7 +335,7 @@ static void fit(const rg_plan_request_t *req, const rg_placement_t *p, rg_device
       for (int k = 0; k < 8; k++)
         for (int dir = 0; dir < 2; dir++) {
           double old = *par[k], v = dir ? old * f : old / f;
-          if (v > hi[k]) v = hi[k];
+          if (k < 6 && v > 1) v = 1;  // efficiencies are fractions of the limits
           if (v == old) continue;
           *par[k] = v;
           double l = loss(req, p, cal);
@@ -310,48 +348,66 @@ static void fit(const rg_plan_request_t *req, const rg_placement_t *p, rg_device
         }
       if (!moved) break;
     }
+  return best;
+}
+
+// Two starts, the better kept: the roofline (full efficiency, small fixed
+// costs), and the fixed costs (the quickest step is all fixed cost, and
+// the largest prefill's FLOPs run at whatever rate is left), so that
+// neither a bandwidth-bound model nor one bound by its fixed costs ends in
+// the other's local minimum.
+static void fit(const rg_plan_request_t *req, const rg_placement_t *p, rg_device_class_t *c,
+                const calib_t *cal) {
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) c->eff_compute[d].n = 0;
+  c->eff_compute_all.n = 4;
+  const double ms[4] = {1, 8, 64, 512};
+  double quickest = INFINITY, slowest = 0;
+  for (int i = 0; i < cal->n; i++) {
+    quickest = fmin(quickest, cal->seconds[i]);
+    slowest = fmax(slowest, cal->seconds[i]);
+  }
+  rg_device_class_t a = *c, b = *c;
+  for (int i = 0; i < 4; i++) a.eff_compute_all.pt[i].m = ms[i], a.eff_compute_all.pt[i].eff = 1;
+  a.eff_memory = a.eff_attention = 1;
+  a.step_cost = quickest / 20;
+  a.layer_floor = quickest / 20 / (double)req->model->n_layers;
+  b = a;
+  // The largest prefill (the last shape): its FLOPs over what is left of its time.
+  rg_shape_t sh = {RG_PHASE_PREFILL, 1,      cal->batch[cal->n - 1].entries[0].n, 0, RG_BF16,
+                   RG_BF16,          RG_BF16};
+  rg_stage_cost_t sc[RG_MAX_STAGE_COSTS];
+  size_t n = 0;
+  double flops = 0;
+  rg_status_t st = rg_stage_costs(req->model, &sh, sc, RG_MAX_STAGE_COSTS, &n);
+  rg_status_free(st);
+  for (size_t i = 0; !st && i < n; i++)
+    if (!sc[i].is_part) flops += sc[i].flops;
+  double rate = flops / fmax(slowest - quickest, 1e-9);
+  double eff = fmin(1, rate / rg_class_peak(c, RG_BF16));
+  for (int i = 0; i < 4; i++) b.eff_compute_all.pt[i].eff = eff > 0 ? eff : 1;
+  b.step_cost = quickest;
+  b.layer_floor = 0;
+  rg_placement_t pa = *p, pb = *p;
+  for (int g = 0; g < p->n_groups; g++) pa.groups[g].cls = &a, pb.groups[g].cls = &b;
+  double la = descend(req, &pa, &a, cal), lb = descend(req, &pb, &b, cal);
+  const rg_device_class_t *w = la <= lb ? &a : &b;
+  c->eff_compute_all = w->eff_compute_all;
+  c->eff_memory = w->eff_memory;
+  c->eff_attention = w->eff_attention;
+  c->step_cost = w->step_cost;
+  c->layer_floor = w->layer_floor;
 }
 
 // ----- 2. Fidelity ---------------------------------------------------------------------
-
-// Stage slots the engine's stage instances report against.
-static const int slots[] = {RG_SLOT_EMBED, RG_SLOT_ATTENTION, RG_SLOT_FFN, RG_SLOT_LM_HEAD};
-#define N_SLOTS 4
-
-static int slot_index(rg_stage_kind_t k) {
-  int s = rg_slot_of_stage(k);
-  for (int i = 0; i < N_SLOTS; i++)
-    if (slots[i] == s) return i;
-  return -1;
-}
-
-// Measured seconds per slot (summed over the engine's instances) and the
-// forward steps' total.
-static void measured(rg_engine_t *e, double out[N_SLOTS], double *forward) {
-  for (int i = 0; i < N_SLOTS; i++) out[i] = 0;
-  for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
-    const rg_stage_t *s = rg_engine_stage_at(e, i);
-    rg_stage_counters_t c;
-    rg_stage_counters(s, &c);
-    int k = slot_index(rg_stage_spec(s)->kind);
-    if (k >= 0) out[k] += c.seconds;
-  }
-  rg_engine_counters_t ec;
-  rg_engine_counters(e, &ec);
-  *forward = ec.seconds;
-}
-
-static void reset(rg_engine_t *e) {
-  for (size_t i = 0; i < rg_engine_stage_count(e); i++)
-    rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
-  rg_engine_counters_reset(e);
-}
 
 typedef struct {
   const rg_plan_request_t *req;
   rg_placement_t alone[N_SLOTS];  // slot i on group 1 by itself, roofline only
   double pred[N_SLOTS];
-  double floor_share;  // fitted layer floor, per stage, per step, for attention and FFN
+  // Each stage's share of the class's fixed costs (step cost and layer
+  // floors, which the cost model does not attribute), as the calibration
+  // run measured what each stage took beyond its roofline: seconds a step.
+  double fixed[N_SLOTS];
   int steps;
   rg_status_t st;
 } stage_pred_t;
@@ -364,8 +420,7 @@ static void on_step(void *ctx, const rg_sim_step_t *s) {
     double t;
     sp->st = rg_sim_batch_seconds(sp->req, &sp->alone[i], 1, RG_PHASE_PREFILL, s->batch, &t);
     if (sp->st) return;
-    sp->pred[i] += t;
-    if (slots[i] == RG_SLOT_ATTENTION || slots[i] == RG_SLOT_FFN) sp->pred[i] += sp->floor_share;
+    sp->pred[i] += t + sp->fixed[i];
   }
   sp->steps++;
 }
@@ -445,8 +500,20 @@ static int bench_fidelity(const char *dir, const char *model_dir) {
   fit(&req, p, &cls, &cal);
   roof = cls;
   roof.step_cost = roof.layer_floor = 0;
-  double L = (double)arch->n_layers;
-  sp->floor_share = cls.layer_floor * L / 2;
+  double L = (double)arch->n_layers, beyond[N_SLOTS], sum_beyond = 0;
+  for (int j = 0; j < N_SLOTS; j++) {
+    beyond[j] = 0;
+    for (int i = 0; i < cal.n; i++) {
+      double t;
+      TRY(rg_sim_batch_seconds(&req, &sp->alone[j], 1, RG_PHASE_PREFILL, &cal.batch[i], &t));
+      beyond[j] += cal.stage[i][j] - t;
+    }
+    if (beyond[j] < 0) beyond[j] = 0;
+    sum_beyond += beyond[j];
+  }
+  for (int j = 0; j < N_SLOTS; j++)
+    sp->fixed[j] =
+        sum_beyond > 0 ? beyond[j] / sum_beyond * (cls.step_cost + cls.layer_floor * L) : 0;
   printf(
       "  calibration (%d shapes): fitted memory efficiency %.3f, compute efficiency %.3f / %.3f / "
       "%.3f / %.3f at M = 1 / 8 / 64 / 512, layer floor %.1f us, step cost %.1f us\n",

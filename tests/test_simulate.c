@@ -599,6 +599,7 @@ RG_TEST(simulate_prefill_decode_imports_kv_over_a_shared_link) {
   RG_REQUIRE_OK(fixed_trace(&spaced, 32, 500, 20, 2.0));
   RG_REQUIRE_OK(fixed_trace(&burst, 32, 500, 20, 0));
   rg_sim_options_t o = opts(&spaced);
+  o.check = 0;  // pools of ~50,000 blocks: checking them every step is slow
   rg_sim_report_t *a, *b;
   RG_REQUIRE_OK(rg_simulate(&f->req, &f->opt, &o, &a));
   o.trace = &burst;
@@ -637,6 +638,7 @@ RG_TEST(simulate_attention_ffn_moves_hidden_states_every_layer) {
   rg_sim_trace_t tr;
   RG_REQUIRE_OK(fixed_trace(&tr, 24, 500, 30, 0.05));
   rg_sim_options_t o = opts(&tr);
+  o.check = 0;
   rg_sim_report_t *r;
   RG_REQUIRE_OK(rg_simulate(&f->req, &f->opt, &o, &r));
   // Every token of every step crosses to the FFN group and back each layer,
@@ -946,21 +948,30 @@ RG_TEST(simulate_agrees_with_the_runtime_on_this_machine) {
   rg_engine_options_t eo = {.threads = 1, .max_seqs = 4};
   rg_engine_t *e;
   RG_REQUIRE_OK(rg_engine_create(dir, &eo, &e));
-  // This machine's limits, measured now, calibrate the CPU class; a short
-  // run of single-token steps gives its fixed cost per step (the tiny
-  // model's kernels are far too small to meet any roof).
+  // The CPU class, calibrated on this machine: its read bandwidth measured
+  // now, and from a separate run of steps what the tiny model's kernels
+  // cost, which is far from any roof (fixed costs per step, a rate per
+  // token): single-token steps give the cost of a step, 48-token
+  // prefills the rate its FLOPs run at.
   rg_limits_t lim;
   RG_REQUIRE_OK(rg_limits_measure(rg_engine_pool(e), 0.1, &lim));
-  int32_t tok = 5, blocks[1] = {0};
-  rg_engine_entry_t en = {0, 1, &tok, blocks, 1, 1};
+  int32_t toks[48], blocks[3] = {0, 1, 2};
+  for (int i = 0; i < 48; i++) toks[i] = 5 + i;
+  rg_engine_entry_t dec = {0, 1, toks, blocks, 1, 1}, pre = {0, 48, toks, blocks, 3, 1};
   float *logits = malloc((size_t)rg_engine_vocab(e) * sizeof(float));
   RG_REQUIRE(logits);
-  rg_engine_counters_t c0, c1;
-  RG_REQUIRE_OK(rg_engine_forward(e, &en, 1, logits));
-  rg_engine_counters(e, &c0);
-  for (int i = 0; i < 20; i++) RG_REQUIRE_OK(rg_engine_forward(e, &en, 1, logits));
-  rg_engine_counters(e, &c1);
-  double step_cost = (c1.seconds - c0.seconds) / 20;
+  double t_dec = INFINITY, t_pre = INFINITY;
+  for (int i = 0; i < 12; i++) {
+    rg_engine_counters_t c0, c1, c2;
+    rg_engine_counters(e, &c0);
+    RG_REQUIRE_OK(rg_engine_forward(e, &dec, 1, logits));
+    rg_engine_counters(e, &c1);
+    RG_REQUIRE_OK(rg_engine_forward(e, &pre, 1, logits));
+    rg_engine_counters(e, &c2);
+    if (i < 2) continue;  // warming up
+    t_dec = fmin(t_dec, c1.seconds - c0.seconds);
+    t_pre = fmin(t_pre, c2.seconds - c1.seconds);
+  }
   free(logits);
   // The runtime: 6 requests of 24 prompt tokens, 12 out, all at once.
   enum { N = 6, LEN = 24, OUT = 12 };
@@ -983,10 +994,22 @@ RG_TEST(simulate_agrees_with_the_runtime_on_this_machine) {
   snprintf(cfg, sizeof cfg, "%s/config.json", dir);
   rg_arch_t *tiny;
   RG_REQUIRE_OK(rg_model_load(cfg, rg_test_config_dir(), &tiny));
+  rg_shape_t shape = {RG_PHASE_PREFILL, 1, 48, 0, RG_BF16, RG_BF16, RG_BF16};
+  rg_stage_cost_t sc[RG_MAX_STAGE_COSTS];
+  size_t n_sc;
+  RG_REQUIRE_OK(rg_stage_costs(tiny, &shape, sc, RG_MAX_STAGE_COSTS, &n_sc));
+  double flops = 0;
+  for (size_t i = 0; i < n_sc; i++)
+    if (!sc[i].is_part) flops += sc[i].flops;
   rg_device_class_t cls = *rg_catalog_find(f->cat, "local-cpu");
-  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) cls.peak[d] = cls.peak[d] > 0 ? lim.fma_peak : 0;
+  double rate = flops / fmax(t_pre - t_dec, 1e-6);
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) cls.peak[d] = cls.peak[d] > 0 ? rate : 0;
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) cls.eff_compute[d].n = 0;
+  cls.eff_compute_all = (rg_eff_curve_t){1, {{1, 1}}};
   cls.mem[0].bandwidth = lim.read_bandwidth;
-  cls.step_cost = step_cost;
+  cls.eff_memory = 1;
+  cls.eff_attention = 0;
+  cls.step_cost = t_dec;
   cls.layer_floor = 0;
   f->fleet->nodes[0].devs[0].cls = &cls;
   f->req.model = tiny;
