@@ -25,7 +25,7 @@ static const char usage[] =
     "                      [--requests N] [--duration T] [--rate R] [--arrival poisson|gamma]\n"
     "                      [--cv X] [--seed S] [--preempt recompute|swap]\n"
     "                      [--prefix-cache on|off] [--tier CLASS|none] [--retention T]\n"
-    "                      [--max-seqs N] [--block-size N] [--exact-costs]\n"
+    "                      [--max-seqs N] [--kv-tokens N] [--block-size N] [--exact-costs]\n"
     "                      [--kv-svg FILE] [--pareto FILE] [--json] [--quiet]\n"
     "                      [--objective O] [--weight-dtype T] [--kv-dtype T]\n"
     "                      [--memory-utilization F] [--prefill-chunk N]\n"
@@ -68,6 +68,8 @@ static const char usage[] =
     "                     (default: the workload's session retention, else 0 = only when\n"
     "                     the device needs the room)\n"
     "  --max-seqs N       sequences per replica (default: the plan's batch)\n"
+    "  --kv-tokens N      the device KV pool per replica, in tokens (default: what the\n"
+    "                     devices' memory holds after weights), e.g. to match a runtime\n"
     "  --block-size N     tokens per KV block (default 16, doubled for huge fleets so the\n"
     "                     schedulers' bookkeeping stays small)\n"
     "  --exact-costs      call the cost model for every step instead of its memo\n"
@@ -94,13 +96,14 @@ static const char usage[] =
 typedef struct {
   const char *model, *fleet, *workload, *placement, *objective, *wdt, *kvdt, *mem_util, *chunk;
   const char *trace, *trace_format, *requests, *duration, *rate, *arrival, *cv, *seed, *preempt,
-      *prefix_cache, *tier, *retention, *max_seqs, *block_size, *kv_svg, *pareto;
+      *prefix_cache, *tier, *retention, *max_seqs, *kv_tokens, *block_size, *kv_svg, *pareto;
   int exact, json, quiet;
 } sim_args_t;
 
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, sim_args_t *a,
                               int *help) {
   enum {
+    O_KVTOK = 999,
     O_TRACE = 1000,
     O_FORMAT,
     O_REQUESTS,
@@ -147,6 +150,7 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                                         {"tier", required_argument, 0, O_TIER},
                                         {"retention", required_argument, 0, O_RETENTION},
                                         {"max-seqs", required_argument, 0, O_MAXSEQS},
+                                        {"kv-tokens", required_argument, 0, O_KVTOK},
                                         {"block-size", required_argument, 0, O_BLOCK},
                                         {"exact-costs", no_argument, 0, O_EXACT},
                                         {"kv-svg", required_argument, 0, O_KVSVG},
@@ -227,6 +231,9 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
         break;
       case O_MAXSEQS:
         a->max_seqs = optarg;
+        break;
+      case O_KVTOK:
+        a->kv_tokens = optarg;
         break;
       case O_BLOCK:
         a->block_size = optarg;
@@ -472,6 +479,11 @@ static rg_status_t make_source(const sim_args_t *a, const world_t *w, source_t *
     long long v;
     RG_RETURN_IF_ERROR(flag_count("--max-seqs", a->max_seqs, 1, 1 << 16, &v));
     o->max_seqs = (int)v;
+  }
+  if (a->kv_tokens) {
+    long long v;
+    RG_RETURN_IF_ERROR(flag_count("--kv-tokens", a->kv_tokens, 1, 1ll << 40, &v));
+    o->kv_tokens = v;
   }
   if (a->block_size) {
     long long v;
@@ -911,14 +923,16 @@ static rg_status_t run(const sim_args_t *a, const rg_cli_common_t *common) {
     svg_job_t j = {r, NULL, 0, title};
     st = write_svg(a->kv_svg, "KV SVG", &j);
   }
+  rg_pareto_curve_t curves[RG_PARETO_KINDS];
+  int n_curves = 0;
   if (!st && a->pareto) {
-    rg_pareto_curve_t curves[RG_PARETO_KINDS];
     int n = 0;
     rg_sim_options_t po = s->o;
     po.progress = NULL;
     st = rg_sim_pareto(w.req, w.plan, &po, curves, &n);
     svg_job_t j = {NULL, curves, n, title};
     if (!st) st = write_svg(a->pareto, "Pareto SVG", &j);
+    n_curves = n;
   }
   if (!st && a->json) {
     int bad = 0;
@@ -931,6 +945,20 @@ static rg_status_t run(const sim_args_t *a, const rg_cli_common_t *common) {
     rg_json_str(root, "arrivals", s->what, &bad);
     rg_json_num(root, "seed", (double)s->o.seed, &bad);
     json_report(root, r, &bad);
+    if (n_curves) {
+      cJSON *pa = rg_json_arr(root, "pareto", &bad);
+      for (int i = 0; i < n_curves; i++) {
+        cJSON *c = rg_json_push_obj(pa, &bad);
+        rg_json_str(c, "label", curves[i].label, &bad);
+        cJSON *pts = rg_json_arr(c, "points", &bad);
+        for (int k = 0; k < curves[i].n; k++) {
+          cJSON *pt = rg_json_push_obj(pts, &bad);
+          rg_json_num(pt, "max_seqs", curves[i].pt[k].batch, &bad);
+          rg_json_num(pt, "tokens_per_s_per_user", curves[i].pt[k].per_user, &bad);
+          rg_json_num(pt, "tokens_per_s_per_device", curves[i].pt[k].per_device, &bad);
+        }
+      }
+    }
     st = rg_json_emit(root, bad, stdout);
   } else if (!st) {
     st = print_human(&w, s, r, stdout);

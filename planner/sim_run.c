@@ -1028,7 +1028,7 @@ static double group_weights(const rg_plan_request_t *req, const rg_placement_t *
 // KV blocks the group's devices hold after weights and a prefill chunk's
 // activations (as the cost model's memory check counts them).
 static rg_status_t group_blocks(sim_t *S, pool_t *P, int g, int all, int bs, int64_t *out,
-                                double *per_device) {
+                                double *per_device /* KV bytes a token puts on one device */) {
   const rg_placement_t *p = P->p;
   const rg_group_t *gr = &p->groups[g];
   const rg_arch_t *a = S->req->model;
@@ -1044,7 +1044,7 @@ static rg_status_t group_blocks(sim_t *S, pool_t *P, int g, int all, int bs, int
   double kvsplit = a->mla ? 1 : (gr->tp < a->n_kv_heads ? gr->tp : (double)a->n_kv_heads);
   double per_tok = S->kv_tok * fs / kvsplit;
   double free_b = cap - weights - act;
-  *per_device = free_b > 0 ? free_b : 0;
+  *per_device = per_tok;  // KV bytes a token puts on one device
   double blocks = free_b > 0 ? floor(free_b / (per_tok * bs)) * gr->dp : 0;
   if (blocks < 1) {
     char b1[32], b2[32], b3[32];
@@ -1110,6 +1110,8 @@ static rg_status_t setup_pool(sim_t *S, int pi, int bs, int64_t *total_blocks) {
   int64_t blocks;
   RG_RETURN_IF_ERROR(group_blocks(S, P, P->g_attn, 0, bs, &blocks, &P->kv_per_device));
   if (S->o.kv_tokens > 0) blocks = (S->o.kv_tokens + bs - 1) / bs;
+  // What one device of the group holds: its data-parallel rank's share.
+  P->kv_per_device *= (double)blocks * bs / p->groups[P->g_attn].dp;
   int max_seqs = S->o.max_seqs > 0         ? S->o.max_seqs
                  : p->max_batch > p->batch ? p->max_batch
                  : p->batch > 0            ? p->batch
