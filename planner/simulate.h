@@ -50,7 +50,8 @@
 // context bucket): contexts and chunk lengths above 64 tokens fall in
 // buckets 1/32 of an octave wide (about 2.2%) and the time is interpolated
 // linearly between bucket edges, so a memoized step differs from the exact
-// cost model by well under 1% (exact_costs turns it off; a test compares).
+// cost model by under 1% (0.6% at worst over a test's 6,000 steps;
+// exact_costs turns the memo off).
 //
 // Deterministic: the same inputs and seed give the same figures on every
 // machine (only wall_seconds differs).

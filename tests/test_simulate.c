@@ -1,9 +1,10 @@
 // The simulator (planner/simulate.h) and `ridge simulate`: arrival
 // processes, both trace formats and every kind of bad line, the clock
-// against the cost model, determinism, the link flow model, preemption and
-// swap, prefix sharing, prefill-decode imports, attention-FFN activations,
-// sessions with golden-time retention, the pictures, the CLI, and agreement
-// with the real runtime on this machine.
+// against the cost model and its memo, determinism, the link flow model,
+// preemption and swap, prefix sharing, long contexts, prefill-decode
+// imports, attention-FFN activations, sessions with golden-time retention,
+// progress, the pictures, the CLI and `ridge plan --simulate`, and
+// agreement with the real runtime on this machine.
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -568,6 +569,77 @@ RG_TEST(simulate_shared_prefix_hits_the_prefix_cache) {
   RG_REQUIRE_OK(rg_simulate(&f->req, &f->opt, &o, &r));
   RG_CHECK(r->prefix_hit_rate == 0 && r->prefill_tokens == r->prompt_tokens);
   RG_CHECK(r->ttft.p50 > 2 * ttft_hit);
+  rg_sim_report_destroy(r);
+  rg_sim_trace_free(&tr);
+  fx_close(f);
+}
+
+RG_TEST(simulate_long_context_prompts_prefill_in_chunks) {
+  fx_t *f = fx_open(t, "llama-3.1-8b", "gpu-only", "long-context");
+  RG_REQUIRE_OK(colocated(f, "h100-sxm", 1, 4, 1));
+  rg_sim_trace_t tr;
+  rg_arrival_t arr = {RG_ARRIVAL_POISSON, -1, 1};
+  RG_REQUIRE_OK(rg_sim_trace_generate(f->req.workload, 12, 4, &arr, f->model->max_context, &tr));
+  int64_t prompts = 0;
+  for (size_t i = 0; i < tr.n; i++) {
+    RG_CHECK(tr.reqs[i].prompt >= 32768 && tr.reqs[i].prompt <= 131072);
+    prompts += tr.reqs[i].prompt;
+  }
+  rg_sim_options_t o = opts(&tr);
+  o.check = 0;
+  rg_sim_report_t *r;
+  RG_REQUIRE_OK(rg_simulate(&f->req, &f->opt, &o, &r));
+  // Every prompt token is computed, at most a step's budget (the chunk and
+  // the sequences) at a time, so prompts take many steps and the decodes
+  // that share those steps wait for their chunks.
+  double budget = f->opt.pred[0].prefill_chunk + 4;
+  printf(
+      "    long context: %lld prompt tokens in %lld iterations (chunk %.0f), TTFT p50 %.2f s, TBT "
+      "p50 %.1f ms p99 %.1f ms\n",
+      (long long)prompts, (long long)r->iterations, f->opt.pred[0].prefill_chunk, r->ttft.p50,
+      r->tbt.p50 * 1e3, r->tbt.p99 * 1e3);
+  RG_CHECK(r->finished == 12 && r->prefill_tokens == prompts);
+  RG_CHECK((double)r->iterations >= (double)prompts / budget);
+  rg_step_cost_t plain;
+  RG_REQUIRE_OK(
+      rg_group_step_time(&f->req, &f->opt.pools[0], 0, RG_PHASE_DECODE, 1, 1, 32768, &plain));
+  RG_CHECK(r->ttft.p50 > 1 && r->tbt.p50 > 1.5 * plain.total);
+  rg_sim_report_destroy(r);
+  rg_sim_trace_free(&tr);
+  fx_close(f);
+}
+
+typedef struct {
+  int calls;
+  double last_time;
+  int64_t last_done;
+} progress_seen_t;
+
+static void seen(void *ctx, const rg_sim_progress_t *p) {
+  progress_seen_t *s = ctx;
+  s->calls++;
+  s->last_time = p->sim_time;
+  s->last_done = p->requests_done;
+}
+
+RG_TEST(simulate_reports_progress_on_long_runs) {
+  fx_t *f = fx_open(t, "llama-3.1-8b", "gpu-only", "chat");
+  RG_REQUIRE_OK(colocated(f, "h100-sxm", 1, 4, 1));
+  rg_sim_trace_t tr;
+  rg_arrival_t arr = {RG_ARRIVAL_POISSON, 20, 1};
+  RG_REQUIRE_OK(rg_sim_trace_generate(f->req.workload, 2000, 8, &arr, 0, &tr));
+  rg_sim_options_t o = opts(&tr);
+  o.check = 0;
+  progress_seen_t ps = {0};
+  o.progress = seen;
+  o.progress_ctx = &ps;
+  rg_sim_report_t *r;
+  RG_REQUIRE_OK(rg_simulate(&f->req, &f->opt, &o, &r));
+  printf("    %lld events, %lld iterations, %d progress calls\n", (long long)r->events,
+         (long long)r->iterations, ps.calls);
+  // Every 2^16 events and once at the end, which has every request done.
+  RG_CHECK(r->events > 65536 && ps.calls >= 2);
+  RG_CHECK(ps.last_done == 2000 && ps.last_time > 0);
   rg_sim_report_destroy(r);
   rg_sim_trace_free(&tr);
   fx_close(f);
