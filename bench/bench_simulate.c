@@ -257,9 +257,7 @@ static rg_status_t time_steps(rg_engine_t *e, const rg_engine_entry_t *en, size_
   return st;
 }
 
-static rg_status_t calibrate(rg_engine_t *e, const rg_plan_request_t *req, const rg_placement_t *p,
-                             calib_t *c) {
-  (void)req, (void)p;
+static rg_status_t calibrate(rg_engine_t *e, calib_t *c) {
   static int32_t toks[256], tables[8][16];
   for (int i = 0; i < 256; i++) toks[i] = 5 + i % 200;
   for (int s = 0; s < 8; s++)
@@ -496,7 +494,7 @@ static int bench_fidelity(const char *dir, const char *model_dir) {
   // at four GEMM sizes and its fixed costs are fitted to them (least
   // squares on log time ratios, coordinate descent), as a profiler would.
   calib_t cal = {0};
-  TRY(calibrate(e, &req, p, &cal));
+  TRY(calibrate(e, &cal));
   fit(&req, p, &cls, &cal);
   roof = cls;
   roof.step_cost = roof.layer_floor = 0;
