@@ -7,9 +7,11 @@
 #ifndef RG_CLI_CLI_H
 #define RG_CLI_CLI_H
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 
 #include "base/status.h"
+#include "planner/planner.h"
 
 typedef struct {
   const char *config_dir;  // --config-dir, default: the source tree's configs/
@@ -28,6 +30,15 @@ int rg_cmd_testmodel(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_run(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common);
 int rg_cmd_profile(int argc, char **argv, const rg_cli_common_t *common);
+int rg_cmd_simulate(int argc, char **argv, const rg_cli_common_t *common);
+
+// `ridge plan --simulate` (cli/cmd_simulate.c): simulates the chosen plan
+// and the best of its baselines, `top` in all, on the same traffic; the one
+// with the most simulated goodput becomes plan->chosen. Prints the
+// comparison to f (when not NULL) and returns it as a JSON array in
+// *json_out (when not NULL; the caller owns it).
+RG_MUST_USE rg_status_t rg_cli_plan_simulate(const rg_plan_request_t *req, rg_plan_t *plan, int top,
+                                             FILE *f, cJSON **json_out);
 
 // The random-weight test model (`ridge testmodel`, llama tiny) in the
 // user's cache, written there the first time (said on stderr unless quiet);

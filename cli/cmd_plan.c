@@ -19,7 +19,7 @@ static const char usage[] =
     "usage: ridge plan --model M --fleet F [--workload W] [--objective O]\n"
     "                  [--placement P.yaml] [-o plan.yaml] [--svg roofline.svg]\n"
     "                  [--pareto pareto.svg] [--json] [--weight-dtype T] [--kv-dtype T]\n"
-    "                  [--memory-utilization F] [--prefill-chunk N]\n"
+    "                  [--memory-utilization F] [--prefill-chunk N] [--simulate]\n"
     "\n"
     "Searches placements of the model's stages (attention, FFN or experts, embed and\n"
     "lm_head, the KV home) on the fleet's device classes: colocated on one class,\n"
@@ -49,6 +49,10 @@ static const char usage[] =
     "                     stall decoding less (TBT tail) and cost more weight reads\n"
     "  --weight-dtype T   weights as f32, bf16, f16, fp8, int8, fp4 (default: as published)\n"
     "  --kv-dtype T       KV cache dtype (default bf16)\n"
+    "  --simulate         also simulate the plan and the best baselines (4 in all) on the\n"
+    "                     same traffic with the runtime's scheduler (ridge simulate), print\n"
+    "                     both predictions, and choose the one with the most simulated\n"
+    "                     goodput (what -o then writes)\n"
     "  --json             machine-readable output\n"
     "\n"
     "examples:\n"
@@ -63,7 +67,7 @@ static const char usage[] =
 typedef struct {
   const char *model, *fleet, *workload, *placement, *out, *svg, *pareto, *wdt, *kvdt, *objective,
       *mem_util, *chunk;
-  int json;
+  int json, simulate;
 } plan_args_t;
 
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, plan_args_t *a,
@@ -81,6 +85,7 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                                         {"pareto", required_argument, 0, 'P'},
                                         {"memory-utilization", required_argument, 0, 'U'},
                                         {"prefill-chunk", required_argument, 0, 'C'},
+                                        {"simulate", no_argument, 0, 'S'},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
@@ -127,6 +132,9 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
         break;
       case 'j':
         a->json = 1;
+        break;
+      case 'S':
+        a->simulate = 1;
         break;
       case 'h':
         *help = 1;
@@ -484,7 +492,8 @@ static void json_option(cJSON *o, const rg_plan_option_t *op, const rg_plan_requ
   }
 }
 
-static rg_status_t print_json(const rg_plan_t *plan, const rg_plan_request_t *req, FILE *f) {
+static rg_status_t print_json(const rg_plan_t *plan, const rg_plan_request_t *req, cJSON *simulated,
+                              FILE *f) {
   int bad = 0;
   cJSON *root = cJSON_CreateObject();
   if (!root) bad = 1;
@@ -499,6 +508,10 @@ static rg_status_t print_json(const rg_plan_t *plan, const rg_plan_request_t *re
   cJSON *bl = rg_json_arr(root, "baselines", &bad);
   for (int i = 0; i < plan->n_baselines; i++)
     json_option(rg_json_push_obj(bl, &bad), &plan->baselines[i], req, &bad);
+  if (simulated && root)
+    cJSON_AddItemToObject(root, "simulated", simulated);
+  else
+    cJSON_Delete(simulated);
   return rg_json_emit(root, bad, f);
 }
 
@@ -528,6 +541,9 @@ static rg_status_t run(const plan_args_t *a, const rg_cli_common_t *common) {
   rg_placement_meta_t meta = {0}, names = {0};
   rg_arch_t *draft = NULL;
   const char *workload_note = NULL;
+  char *sim_text = NULL;  // --simulate's table, printed after the plan
+  size_t sim_len = 0;
+  cJSON *sim_json = NULL;
   rg_status_t st = NULL;
   if (!req || !plan) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
@@ -641,18 +657,34 @@ static rg_status_t run(const plan_args_t *a, const rg_cli_common_t *common) {
     if ((st = rg_placement_load(a->placement, cat, req, &again))) goto done;
   }
   if ((st = rg_plan_solve(req, plan))) goto done;
+  // --simulate: its table is printed after the plan, and its pick is what
+  // the files below get.
+  if (a->simulate) {
+    FILE *mem = a->json ? NULL : open_memstream(&sim_text, &sim_len);
+    if (!a->json && !mem) {
+      st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+      goto done;
+    }
+    st = rg_cli_plan_simulate(req, plan, 4, mem, a->json ? &sim_json : NULL);
+    if (mem) fclose(mem);
+    if (st) goto done;
+  }
   if (a->out && (st = write_file(a->out, "plan", plan, req, &names, 0))) goto done;
   if (a->svg && (st = write_file(a->svg, "SVG", plan, req, &names, 1))) goto done;
   if (a->pareto && (st = write_file(a->pareto, "Pareto SVG", plan, req, &names, 2))) goto done;
   if (!a->json && workload_note)
     printf("note: evaluating under workload %s (--workload); the placement file names %s\n",
            wl_name, workload_note);
-  st = a->json ? print_json(plan, req, stdout) : print_human(plan, req, stdout);
+  st = a->json ? print_json(plan, req, sim_json, stdout) : print_human(plan, req, stdout);
+  sim_json = NULL;
+  if (!st && sim_text) fputs(sim_text, stdout);
   if (!st && !a->json && (a->out || a->svg || a->pareto))
     printf("\nwrote%s%s%s%s%s%s\n", a->out ? " plan " : "", a->out ? a->out : "",
            a->svg ? " roofline " : "", a->svg ? a->svg : "", a->pareto ? " pareto " : "",
            a->pareto ? a->pareto : "");
 done:
+  free(sim_text);
+  cJSON_Delete(sim_json);
   free(plan);
   free(req);
   rg_arch_destroy(draft);

@@ -45,6 +45,10 @@ static const rg_command_t commands[] = {
     {"plan", rg_cmd_plan, 1,
      "place a model's stages on a fleet; predict tokens/s, TTFT/TBT, tokens/$, tokens/W",
      "ridge plan --model llama-3.1-70b --fleet mixed --objective tokens-per-dollar"},
+    {"simulate", rg_cmd_simulate, 1,
+     "play a workload through a plan event by event with the runtime's scheduler: goodput, "
+     "latency, KV tiers",
+     "ridge simulate --model llama-3.1-70b --fleet mixed --workload chat --duration 10min"},
     {"devices", rg_cmd_devices, 0,
      "devices on this machine (CPU, CUDA, HIP, Level Zero, OpenCL) and drivers not present",
      "ridge devices --json"},
@@ -67,7 +71,7 @@ static const rg_command_t commands[] = {
 
 // Verbs DESIGN.md names that this build does not have yet; asking for one
 // says so instead of guessing a spelling mistake.
-static const char *const planned[] = {"simulate", "serve"};
+static const char *const planned[] = {"serve"};
 
 int rg_cli_fail(const char *cmd, rg_status_t s) {
   if (!s) return 0;
@@ -101,9 +105,10 @@ static void print_help(FILE *f) {
           "activation moves between them), works out each stage's FLOPs and bytes and so which\n"
           "roof of which device class bounds it (its roofline), and searches placements of\n"
           "stages on device groups that maximise throughput, tokens per dollar or tokens per\n"
-          "watt within the fleet's memory and links. It also runs models on this machine's\n"
-          "devices (ridge run), in one process or a plan's stages across worker processes\n"
-          "(ridge run --plan); the simulator and serve are to come.\n"
+          "watt within the fleet's memory and links. It simulates hours of a workload's\n"
+          "traffic through a plan with the runtime's own scheduler (ridge simulate), and runs\n"
+          "models on this machine's devices (ridge run), in one process or a plan's stages\n"
+          "across worker processes (ridge run --plan); serve is to come.\n"
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < N_COMMANDS; i++)

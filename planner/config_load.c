@@ -448,8 +448,8 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
     if (!k) continue;
     char label[64];
     rg_label(label, sizeof label, "efficiency.compute", rg_curve_keys[t]);
-    RG_RETURN_IF_ERROR(
-        rg_read_curve(k, label, t < RG_DTYPE_COMPUTE_COUNT ? &c->eff_compute[t] : &c->eff_compute_all));
+    RG_RETURN_IF_ERROR(rg_read_curve(
+        k, label, t < RG_DTYPE_COMPUTE_COUNT ? &c->eff_compute[t] : &c->eff_compute_all));
   }
   return NULL;
 }
