@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/units.h"
 #include "devices/devices.h"
 #include "ops/convert.h"
@@ -45,12 +46,6 @@ struct rg_engine_s {
   rg_engine_counters_t c;
   char describe[256];
 };
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 // ----- Creation --------------------------------------------------------------------
 
@@ -481,9 +476,9 @@ rg_status_t rg_engine_forward(rg_engine_t *e, const rg_engine_entry_t *entries, 
                               float *logits) {
   if (!n) return NULL;
   if (!entries) return rg_status_make(RG_INVALID_ARGUMENT, "rg_engine_forward: no entries");
-  double t0 = now_s();
+  double t0 = rg_clock_now();
   rg_status_t st = forward(e, entries, n, logits);
-  e->c.seconds += now_s() - t0;
+  e->c.seconds += rg_clock_now() - t0;
   return st;
 }
 

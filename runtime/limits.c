@@ -5,13 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "ops/matmul.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 typedef struct {
   const float *buf;
@@ -189,11 +184,11 @@ static double peak_of(rg_pool_t *pool, rg_pool_fn_t fn, long iters, double per_i
                       double budget_s) {
   int threads = rg_pool_threads(pool);
   fma_ctx_t fc = {.iters = iters};
-  double best = 0, t_end = now() + budget_s;
-  for (int rep = 0; rep < 8 && (rep < 2 || now() < t_end); rep++) {
-    double t0 = now();
+  double best = 0, t_end = rg_clock_now() + budget_s;
+  for (int rep = 0; rep < 8 && (rep < 2 || rg_clock_now() < t_end); rep++) {
+    double t0 = rg_clock_now();
     rg_pool_parallel_for(pool, (size_t)threads, 1, fn, &fc);
-    double rate = threads * (double)iters * per_iter / (now() - t0);
+    double rate = threads * (double)iters * per_iter / (rg_clock_now() - t0);
     if (rate > best) best = rate;
   }
   return best;
@@ -226,11 +221,11 @@ rg_status_t rg_limits_measure(rg_pool_t *pool, double budget_s, rg_limits_t *out
   if (!buf) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory measuring bandwidth (256 MiB)");
   for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 1023);  // also faults the pages in
   read_ctx_t rc = {.buf = buf};
-  double best = 0, t_end = now() + budget_s / 2;
-  for (int rep = 0; rep < 8 && (rep < 2 || now() < t_end); rep++) {
-    double t0 = now();
+  double best = 0, t_end = rg_clock_now() + budget_s / 2;
+  for (int rep = 0; rep < 8 && (rep < 2 || rg_clock_now() < t_end); rep++) {
+    double t0 = rg_clock_now();
     rg_pool_parallel_for(pool, n, 1 << 16, read_range, &rc);
-    double bw = n * sizeof(float) / (now() - t0);
+    double bw = n * sizeof(float) / (rg_clock_now() - t0);
     if (bw > best) best = bw;
   }
   free(buf);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/units.h"
 #include "devices/cuda/cuda_bench.h"
 #include "devices/opencl/opencl_profile.h"
@@ -28,12 +29,6 @@ static const rg_dtype_t profile_compute[] = {
 _Static_assert(sizeof profile_dtypes / sizeof profile_dtypes[0] == RG_PROFILE_DTYPES,
                "RG_PROFILE_DTYPES counts RG_PROFILE_DTYPE_MAP");
 _Static_assert(RG_PROFILE_MAX_M <= RG_EFF_POINTS, "a curve the loader can read");
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 // How much work each part gets. The full profile is sized to take under a
 // minute on two shared cores; quick to take a few seconds there (under
@@ -223,10 +218,10 @@ static rg_status_t cuda_limits(prof_t *P, int again) {
   if (!s) s = rg_buffer_alloc(P->dev, 256, &sink);
   double best = 0;
   for (int rep = -1; rep < P->p->reps && !s; rep++) {
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     for (int i = 0; i < 10 && !s; i++) s = rg__cuda_stream_read(q, src, sink);
     if (!s) s = rg_queue_wait(q);
-    double rate = 10.0 * (double)bytes / (now_s() - t0);
+    double rate = 10.0 * (double)bytes / (rg_clock_now() - t0);
     if (rep >= 0 && rate > best) best = rate;
   }
   char b[32];
@@ -263,10 +258,10 @@ static rg_status_t cuda_limits(prof_t *P, int again) {
     double peak = 0;
     rg_status_t g = NULL;
     for (int rep = -1; rep < P->p->reps && !g; rep++) {
-      double t0 = now_s();
+      double t0 = rg_clock_now();
       g = rg__cuda_blas_gemm(q, mm->dtype, a, w, y, G, G, G);
       if (!g) g = rg_queue_wait(q);
-      double f = 2.0 * (double)G * G * G / (now_s() - t0);
+      double f = 2.0 * (double)G * G * G / (rg_clock_now() - t0);
       if (!g && rep >= 0 && f > peak) peak = f;
     }
     if (g) {
@@ -334,10 +329,10 @@ static rg_status_t cpu_write(prof_t *P, double *out) {
   double best = 0;
   for (int rep = -1; rep < P->p->reps && !s; rep++) {
     c.value = rep & 0x7f;
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     s = rg_queue_parallel_for(q, chunks, 1, fill_range, &c);
     if (!s) s = rg_queue_wait(q);
-    double rate = (double)bytes / (now_s() - t0);
+    double rate = (double)bytes / (rg_clock_now() - t0);
     if (rep >= 0 && rate > best) best = rate;  // pass -1 faults the pages in
   }
   rg_queue_destroy(q);
@@ -367,10 +362,10 @@ static rg_status_t embed_write(prof_t *P, double *out) {
   op.embed = (rg_op_embed_t){{table, 0}, {ids, 0}, {o, 0}, RG_F32, vocab, n, dim};
   double best = 0;
   for (int rep = -1; rep < P->p->reps && !s; rep++) {
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     s = rg_queue_submit(q, &op);
     if (!s) s = rg_queue_wait(q);
-    double rate = (double)(n * dim * 4) / (now_s() - t0);
+    double rate = (double)(n * dim * 4) / (rg_clock_now() - t0);
     if (rep >= 0 && rate > best) best = rate;
   }
   rg_queue_destroy(q);
@@ -586,7 +581,7 @@ static rg_status_t run_rounds(rg_queue_t *q, const weights_t *W, const shape_t *
       *bytes += (double)W->wbytes[i];
       if (budget <= 0) continue;
       if (i == n_sh - 1) RG_RETURN_IF_ERROR(rg_queue_wait(q));
-      if (now_s() - t0 >= budget) return rg_queue_wait(q);
+      if (rg_clock_now() - t0 >= budget) return rg_queue_wait(q);
     }
   *out_done = 1;
   return rg_queue_wait(q);
@@ -605,20 +600,20 @@ static rg_status_t sweep_point(prof_t *P, rg_queue_t *q, const weights_t *W, con
   rg_op_t op = matmul_op(W, 0, 1, sh, t, m);
   RG_RETURN_IF_ERROR(rg_queue_submit(q, &op));
   RG_RETURN_IF_ERROR(rg_queue_wait(q));
-  double budget = P->p->point_s, flops = 0, bytes = 0, start = now_s();
+  double budget = P->p->point_s, flops = 0, bytes = 0, start = rg_clock_now();
   int done;
   RG_RETURN_IF_ERROR(
       run_rounds(q, W, sh, n_sh, t, m, 0, W->copies, start, budget, &flops, &bytes, &done));
-  double dt = now_s() - start;
+  double dt = rg_clock_now() - start;
   *flops_s = flops / dt;
   *bytes_s = bytes / dt;
   if (!done) return NULL;
   long rounds = (long)ceil(budget / 8 / (dt / W->copies));
   if (rounds < 1) rounds = 1;
-  for (long next = W->copies; now_s() - start < budget; next += rounds) {
-    double f = 0, b = 0, t0 = now_s();
+  for (long next = W->copies; rg_clock_now() - start < budget; next += rounds) {
+    double f = 0, b = 0, t0 = rg_clock_now();
     RG_RETURN_IF_ERROR(run_rounds(q, W, sh, n_sh, t, m, next, next + rounds, t0, 0, &f, &b, &done));
-    double d = now_s() - t0;
+    double d = rg_clock_now() - t0;
     if (f / d > *flops_s) {
       *flops_s = f / d;
       *bytes_s = b / d;
@@ -877,7 +872,7 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
     r->matmul[i].compute = profile_compute[i];
     snprintf(r->matmul[i].peak_path, sizeof r->matmul[i].peak_path, "none");
   }
-  double t0 = now_s();
+  double t0 = rg_clock_now();
   rg_status_t s = NULL;
 
   progress(&P, "read bandwidth and matrix peaks");
@@ -895,7 +890,7 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
     s = limits(&P, 1);
     if (s) return rg_status_wrap(s, "profiling %s", r->device);
   }
-  r->seconds = now_s() - t0;
+  r->seconds = rg_clock_now() - t0;
   derive(r, opts->cls);
   return NULL;
 }

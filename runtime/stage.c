@@ -8,6 +8,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "base/clock.h"
+
 // ----- The weight cache --------------------------------------------------------
 
 typedef struct {
@@ -117,12 +119,6 @@ struct rg_stage_ctx_s {
   int32_t *host_off;  // moe: expert offsets read back, (E + 1)
   double step_seconds;
 };
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 static rg_ref_t R(rg_buffer_t *b) {
   return (rg_ref_t){b, 0};
@@ -815,10 +811,10 @@ rg_status_t rg_stage_run_ex(rg_stage_t *s, rg_stage_ctx_t *c, int64_t layer, rg_
   if ((flags & RG_STAGE_NORM_GIVEN) && s->spec.kind != RG_STAGE_MOE)
     return rg_status_make(RG_INVALID_ARGUMENT, "%s: only an moe stage takes its normed input",
                           s->name);
-  double t0 = now_s();
+  double t0 = rg_clock_now();
   rg_status_t st = run(s, c, layer, x, logits, flags);
   if (!st) st = rg_queue_wait(s->q);  // time the work, not its submission
-  c->step_seconds += now_s() - t0;
+  c->step_seconds += rg_clock_now() - t0;
   if (st && s->spec.kind != RG_STAGE_EMBED && s->spec.kind != RG_STAGE_LM_HEAD)
     return rg_status_wrap(st, "%s, layer %lld", s->name, (long long)layer);
   return st ? rg_status_wrap(st, "%s", s->name) : NULL;

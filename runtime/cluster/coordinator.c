@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/fileio.h"
 #include "ops/convert.h"
 #include "runtime/cluster/cluster_impl.h"
@@ -19,17 +20,6 @@ extern char **environ;
 
 #define MAX_MB 2
 #define DONE_CAP (4u << 20)
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void nap(double s) {
-  struct timespec t = {0, (long)(s * 1e9)};
-  nanosleep(&t, NULL);
-}
 
 typedef struct {
   uint32_t id;  // control-plane worker id; 0 until joined
@@ -436,7 +426,7 @@ static rg_status_t send_peers(rg_cluster_t *c) {
 // Waits for every layout worker to join, then assigns and waits for Ready.
 static rg_status_t gather(rg_cluster_t *c, int only) {
   int n = c->o.layout.n_workers;
-  double deadline = now_s() + (c->o.join_timeout_s > 0 ? c->o.join_timeout_s : 30);
+  double deadline = rg_clock_now() + (c->o.join_timeout_s > 0 ? c->o.join_timeout_s : 30);
   char lb[160], why[128];
   for (;;) {
     int missing = -1;
@@ -447,7 +437,7 @@ static rg_status_t gather(rg_cluster_t *c, int only) {
       if (exited(&c->w[i], why, sizeof why))
         return rg_status_make(RG_UNAVAILABLE, "worker %s stopped before it joined: %s",
                               wlabel(c, i, lb, sizeof lb), why);
-    if (now_s() > deadline)
+    if (rg_clock_now() > deadline)
       return rg_status_make(
           RG_DEADLINE_EXCEEDED,
           "worker %s did not join within %.0f s (start it with `ridge worker "
@@ -466,7 +456,7 @@ static rg_status_t gather(rg_cluster_t *c, int only) {
     if (c->w[missing].lost)
       return rg_status_make(RG_UNAVAILABLE, "worker %s was lost while loading: %s",
                             wlabel(c, missing, lb, sizeof lb), c->w[missing].lost_why);
-    if (now_s() > deadline)
+    if (rg_clock_now() > deadline)
       return rg_status_make(RG_DEADLINE_EXCEEDED,
                             "worker %s did not load its stages within the join timeout",
                             wlabel(c, missing, lb, sizeof lb));
@@ -623,7 +613,7 @@ rg_status_t rg_cluster_create(const rg_cluster_options_t *o, rg_cluster_t **out)
   rg_cluster_t *c = calloc(1, sizeof *c);
   if (!c) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
   c->o = *o;
-  c->t0 = now_s();
+  c->t0 = rg_clock_now();
   if (o->trace_path) snprintf(c->trace_path, sizeof c->trace_path, "%s", o->trace_path);
   c->o.trace_path = o->trace_path ? c->trace_path : NULL;
   rg_status_t st = create(c);
@@ -832,7 +822,7 @@ static rg_status_t pipe_begin(rg_cluster_t *c, pipe_t *p, int n_mb, uint32_t fla
     if (in_pipe(c, p, i))
       st = rg_transport_send(c->tp, c->w[i].peer, rg__tag(RG__K_STEP, p->step, 0, 0), p->msg,
                              p->msg_len, "a step", &p->sends[i]);
-  p->t0 = now_s();
+  p->t0 = rg_clock_now();
   p->busy = 1;
   if (st) pipe_abandon(c, p);
   return st;
@@ -886,7 +876,7 @@ static rg_status_t pipe_poll(rg_cluster_t *c, pipe_t *p, int *done) {
   // whom they waited for; the coordinator waits a little longer, so that
   // report, not a guess, names the culprit.
   double limit = c->o.step_timeout_s * 1.25 + 0.25;
-  if (!st && pending && now_s() - p->t0 > limit) {
+  if (!st && pending && rg_clock_now() - p->t0 > limit) {
     for (size_t k = 0; k < p->nr && !st; k++)
       if (!rg_transport_req_done(p->reqs[k])) {
         char stages[256];
@@ -905,7 +895,7 @@ static rg_status_t pipe_poll(rg_cluster_t *c, pipe_t *p, int *done) {
     for (int m = 0; m < p->n_mb_now; m++) tokens += p->st[m].n_tokens, seqs += p->st[m].n_seqs;
     rg__done_t one = {0};
     rg__event_t ev = {
-        p->t0,           now_s(),     3, (uint8_t)p->n_mb_now, (uint16_t)(p - c->pipes),
+        p->t0,           rg_clock_now(), 3, (uint8_t)p->n_mb_now, (uint16_t)(p - c->pipes),
         (int32_t)tokens, (double)seqs};
     one.events = &ev;
     one.n_events = 1;
@@ -924,7 +914,7 @@ static rg_status_t pipe_wait(rg_cluster_t *c, pipe_t *p) {
     RG_RETURN_IF_ERROR(pipe_poll(c, p, &done));
     if (done) return NULL;
     idle = idle < 1e-3 ? idle + 5e-6 : idle;
-    if (idle > 2e-5) nap(idle);
+    if (idle > 2e-5) rg_clock_sleep(idle);
   }
 }
 
@@ -997,7 +987,7 @@ rg_status_t rg_cluster_forward(rg_cluster_t *c, const rg_step_entry_t *entries, 
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "a prefill-decode layout runs its two sides through the executor's "
                           "begin and poll, not one forward");
-  double t0 = now_s();
+  double t0 = rg_clock_now();
   pipe_t *p = &c->pipes[0];
   RG_RETURN_IF_ERROR(take_back(c));
   int n_mb;
@@ -1013,7 +1003,7 @@ rg_status_t rg_cluster_forward(rg_cluster_t *c, const rg_step_entry_t *entries, 
   RG_RETURN_IF_ERROR(check_logits(c, p, logits));
   c->c.tokens += tokens;
   c->c.steps++;
-  c->c.seconds += now_s() - t0;
+  c->c.seconds += rg_clock_now() - t0;
   return NULL;
 }
 
@@ -1352,7 +1342,7 @@ static rg_status_t x_begin(void *impl, int side, const rg_step_entry_t *e, const
     st = rg_step_build(&p->sb[0], &p->lim, NULL, 0, &p->st[0]);
   }
   p->tokens_now = tokens;
-  p->t_begin = now_s();
+  p->t_begin = rg_clock_now();
   p->logits = logits;
   if (!st) st = pipe_begin(c, p, n_mb, c->o.trace_path ? RG__STEP_TRACE : 0, logits);
   if (st && side == 0)
@@ -1386,7 +1376,7 @@ static rg_status_t x_poll(void *impl, int side, int *done, uint64_t *bad, size_t
   if (!st) {
     p->c.tokens += p->tokens_now;
     p->c.steps++;
-    p->c.seconds += now_s() - p->t_begin;
+    p->c.seconds += rg_clock_now() - p->t_begin;
   }
   return st;
 }
@@ -1506,11 +1496,11 @@ void rg_cluster_destroy(rg_cluster_t *c) {
     // The Shutdown goes out on the control loop's thread: wait (3 s at most)
     // for each worker to read it and close, so none sees its coordinator
     // vanish first and exits with an error.
-    double until = now_s() + 3;
+    double until = rg_clock_now() + 3;
     for (;;) {
       int open = 0;
       for (int i = 0; i < c->o.layout.n_workers; i++) open += c->w[i].joined && !c->w[i].lost;
-      if (!open || now_s() > until) break;
+      if (!open || rg_clock_now() > until) break;
       rg_status_t st = pump(c, 0.05, NULL);
       if (st) {
         rg_status_free(st);
@@ -1519,21 +1509,21 @@ void rg_cluster_destroy(rg_cluster_t *c) {
     }
   }
   // Workers this coordinator started get 5 s to leave, then SIGTERM, then SIGKILL.
-  double deadline = now_s() + 5;
+  double deadline = rg_clock_now() + 5;
   for (int i = 0; i < c->o.layout.n_workers; i++) {
     if (c->w[i].pid <= 0) continue;
     int status;
     while (waitpid(c->w[i].pid, &status, WNOHANG) == 0) {
-      if (now_s() > deadline) {
+      if (rg_clock_now() > deadline) {
         kill(c->w[i].pid, SIGTERM);
-        nap(0.2);
+        rg_clock_sleep(0.2);
         if (waitpid(c->w[i].pid, &status, WNOHANG) == 0) {
           kill(c->w[i].pid, SIGKILL);
           waitpid(c->w[i].pid, &status, 0);
         }
         break;
       }
-      nap(0.01);
+      rg_clock_sleep(0.01);
     }
     rg_transport_forget_process(c->w[i].pid);  // what a killed worker left in /dev/shm
     c->w[i].pid = -1;

@@ -329,7 +329,7 @@ rg_status_t rg__fabric_open(rg_transport_t *t, const rg_transport_options_t *opt
       }
     }
   }
-  f->last_activity = rg__now();
+  f->last_activity = rg_clock_now();
   t->impl = f;
   char mr[128];
   describe_mr(f->mr_mode, mr, sizeof(mr));
@@ -734,7 +734,7 @@ static rg_status_t fabric_post(rg_transport_req_t *r) {
   fab_t *f = r->t->impl;
   op_t *o = op_of(r);
   o->main = (ctx_t){.r = r, .slot = -1};
-  f->last_activity = rg__now();
+  f->last_activity = rg_clock_now();
   rg_status_t s = NULL;
   if (r->kind == RG__OP_WRITE) {
     s = post_write(f, r);
@@ -848,9 +848,9 @@ static rg_status_t fabric_progress(rg_transport_t *t) {
   for (int round = 0; round < 64; round++) {
     double c0 = round == 0 ? thread_cpu() : 0;
     ssize_t n = fi_cq_read(f->cq, ents, 16);
-    if (round == 0 && thread_cpu() - c0 > BUSY_POLL_S) f->last_activity = rg__now();
+    if (round == 0 && thread_cpu() - c0 > BUSY_POLL_S) f->last_activity = rg_clock_now();
     if (n > 0) {
-      f->last_activity = rg__now();
+      f->last_activity = rg_clock_now();
       for (ssize_t i = 0; i < n; i++) on_done(f, &ents[i]);
       continue;
     }
@@ -859,7 +859,7 @@ static rg_status_t fabric_progress(rg_transport_t *t) {
       struct fi_cq_err_entry err;
       memset(&err, 0, sizeof(err));
       if (fi_cq_readerr(f->cq, &err, 0) > 0) {
-        f->last_activity = rg__now();
+        f->last_activity = rg_clock_now();
         on_error(f, &err);
       }
       continue;
@@ -892,7 +892,7 @@ static rg_status_t fabric_progress(rg_transport_t *t) {
 
 static void fabric_sleep(rg_transport_t *t, double until) {
   fab_t *f = t->impl;
-  double now = rg__now(), left = until - now;
+  double now = rg_clock_now(), left = until - now;
   if (left <= 0 || !backlog_empty(f)) return;
   // Right after activity an answer is likely within microseconds: spin
   // rather than pay a scheduler wake-up (tens of microseconds, far more on
@@ -936,8 +936,8 @@ static bool fabric_cancel(rg_transport_req_t *r) {
     return !r->held;
   }
   fi_cancel(&f->ep->fid, &o->main.fctx);
-  double until = rg__now() + CANCEL_WAIT_S;
-  while (r->held && rg__now() < until) {
+  double until = rg_clock_now() + CANCEL_WAIT_S;
+  while (r->held && rg_clock_now() < until) {
     rg_status_t s = fabric_progress(r->t);
     rg_status_free(s);
   }

@@ -256,7 +256,7 @@ static rg_status_t inproc_progress(rg_transport_t *t) {
 
 static void inproc_sleep(rg_transport_t *t, double until) {
   ep_t *e = t->impl;
-  double left = until - rg__now();
+  double left = until - rg_clock_now();
   if (left <= 0) return;
   int ms = left > 1.0 ? 1000 : (int)(left * 1e3) + 1;
   struct pollfd p = {.fd = e->efd, .events = POLLIN};

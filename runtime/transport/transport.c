@@ -33,12 +33,6 @@ const char *rg_transport_kind_name(rg_transport_kind_t kind) {
   return (unsigned)kind < RG_TRANSPORT_KIND_COUNT ? kind_names[kind] : "unknown";
 }
 
-double rg__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void copy_str(char *dst, size_t cap, const char *src) {
   snprintf(dst, cap, "%s", src);
 }
@@ -865,7 +859,7 @@ static rg_status_t wait_reqs(rg_transport_req_t *const *reqs, size_t n, double t
     t = reqs[i]->t;
   }
   double timeout = t ? (timeout_s < 0 ? t->timeout_s : timeout_s) : 0;
-  double deadline = rg__now() + timeout;
+  double deadline = rg_clock_now() + timeout;
   for (;;) {
     if (t) {
       rg_status_t s = t->vt->progress(t);
@@ -884,7 +878,7 @@ static rg_status_t wait_reqs(rg_transport_req_t *const *reqs, size_t n, double t
       return result_of(reqs[first_done]);
     }
     if (n_done == n) return first_failed < n ? result_of(reqs[first_failed]) : NULL;
-    if (rg__now() >= deadline) {
+    if (rg_clock_now() >= deadline) {
       size_t first_expired = n;
       for (size_t i = 0; i < n; i++) {
         if (reqs[i]->settled) continue;

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/clock.h"
 #include "runtime/transport.h"
 
 #define RG__OP_KIND_MAP(X)     \
@@ -182,7 +183,6 @@ void rg__op_describe(const rg_transport_req_t *r, char *buf, size_t cap);
 // The truncation failure, in the one wording both backends use.
 void rg__op_truncated(rg_transport_req_t *r, uint64_t message_bytes);
 
-double rg__now(void);  // CLOCK_MONOTONIC seconds
 static inline void *rg__op_impl(rg_transport_req_t *r) {
   return r->impl;
 }
