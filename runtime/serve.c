@@ -8,18 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void sleep_s(double s) {
-  if (s <= 0) return;
-  struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  while (nanosleep(&t, &t) && errno == EINTR) {
-  }
-}
+#include "base/clock.h"
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -96,6 +85,21 @@ static void add_counters(rg_engine_counters_t *acc, const rg_engine_counters_t *
   acc->steps += b->steps - a->steps;
 }
 
+// One side's step buffers: the engine entries (and each one's request, the
+// key a prefill-decode executor stashes its KV by), the imports, the logits
+// and the sampled results of the batch sched built.
+typedef struct {
+  rg_engine_entry_t *entries;
+  uint64_t *keys;
+  rg_sched_result_t *results;
+  float *logits;
+  rg_pd_import_t *imports;
+  size_t cap, cap_imports;
+  rg_sched_batch_t b;
+  int busy;
+  rg_engine_counters_t c0;
+} side_t;
+
 typedef struct {
   const rg_executor_t *x;
   rg_sched_t *sched;
@@ -105,12 +109,7 @@ typedef struct {
   rg_serve_result_t *res;
   live_t *live;
   size_t *of_handle;  // request index by sched handle
-  size_t cap_handles;
-  rg_engine_entry_t *entries;
-  rg_sched_result_t *results;
-  size_t *rows_of;  // request index of each logits row
-  float *logits;
-  size_t cap_entries;
+  side_t one;         // the step buffers of the single pipeline
   double kv_sum;
   int64_t kv_samples;
   rg_sched_t *psched;  // prefill-decode: the prefill side's
@@ -118,19 +117,112 @@ typedef struct {
   int idle_spins;
 } run_t;
 
-static rg_status_t grow_entries(run_t *r, size_t n) {
-  if (n <= r->cap_entries) return NULL;
-  size_t cap = n * 2;
-  rg_engine_entry_t *en = realloc(r->entries, cap * sizeof *en);
-  if (en) r->entries = en;
-  rg_sched_result_t *rs = en ? realloc(r->results, cap * sizeof *rs) : NULL;
-  if (rs) r->results = rs;
-  size_t *ro = rs ? realloc(r->rows_of, cap * sizeof *ro) : NULL;
-  if (ro) r->rows_of = ro;
-  float *lg = ro ? realloc(r->logits, cap * (size_t)r->x->vocab * sizeof(float)) : NULL;
-  if (!lg) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a batch of %zu", n);
-  r->logits = lg;
-  r->cap_entries = cap;
+static rg_status_t side_grow(side_t *s, size_t n, size_t n_imports, int64_t vocab) {
+  if (n > s->cap) {
+    size_t cap = n * 2;
+    rg_engine_entry_t *en = realloc(s->entries, cap * sizeof *en);
+    if (en) s->entries = en;
+    uint64_t *k = en ? realloc(s->keys, cap * sizeof *k) : NULL;
+    if (k) s->keys = k;
+    rg_sched_result_t *rs = k ? realloc(s->results, cap * sizeof *rs) : NULL;
+    if (rs) s->results = rs;
+    float *lg = rs ? realloc(s->logits, cap * (size_t)vocab * sizeof(float)) : NULL;
+    if (!lg) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a batch of %zu", n);
+    s->logits = lg;
+    s->cap = cap;
+  }
+  if (n_imports > s->cap_imports) {
+    rg_pd_import_t *im = realloc(s->imports, n_imports * 2 * sizeof *im);
+    if (!im) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    s->imports = im;
+    s->cap_imports = n_imports * 2;
+  }
+  return NULL;
+}
+
+static void side_free(side_t *s) {
+  free(s->entries), free(s->keys), free(s->results), free(s->logits);
+  free(s->imports);
+}
+
+// Lays out the batch sched built (s->b) as the executor's entries and
+// imports, keyed by request index.
+static rg_status_t side_fill(side_t *s, const size_t *of_handle, int64_t vocab) {
+  RG_RETURN_IF_ERROR(side_grow(s, s->b.n_entries, s->b.n_imports, vocab));
+  for (size_t k = 0; k < s->b.n_entries; k++) {
+    const rg_sched_entry_t *se = &s->b.entries[k];
+    s->entries[k] =
+        (rg_engine_entry_t){se->pos, se->n, se->tokens, se->blocks, se->n_blocks, se->want_logits};
+    s->keys[k] = of_handle[se->req];
+  }
+  for (size_t k = 0; k < s->b.n_imports; k++) {
+    const rg_sched_import_t *im = &s->b.imports[k];
+    s->imports[k] =
+        (rg_pd_import_t){of_handle[im->req], im->pos_begin, im->pos_end, im->blocks, im->n_blocks};
+  }
+  return NULL;
+}
+
+// The batch's copies in sched's order: what reads device blocks (swap out,
+// offloads), then what writes them (swap in, reloads).
+static rg_status_t run_copies(run_t *r, const rg_sched_batch_t *b, rg_serve_stats_t *stats) {
+  const rg_executor_t *x = r->x;
+  if (b->n_swap_out)
+    RG_RETURN_IF_ERROR(
+        x->swap(x->impl, (const rg_engine_copy_t *)b->swap_out, b->n_swap_out, NULL, 0));
+  double tt = rg_clock_now();
+  if (b->n_offloads)
+    RG_RETURN_IF_ERROR(
+        x->tier(x->impl, (const rg_engine_copy_t *)b->offloads, b->n_offloads, NULL, 0));
+  if (b->n_swap_in)
+    RG_RETURN_IF_ERROR(
+        x->swap(x->impl, NULL, 0, (const rg_engine_copy_t *)b->swap_in, b->n_swap_in));
+  if (b->n_reloads)
+    RG_RETURN_IF_ERROR(
+        x->tier(x->impl, NULL, 0, (const rg_engine_copy_t *)b->reloads, b->n_reloads));
+  if (b->n_offloads || b->n_reloads) stats->tier_seconds += rg_clock_now() - tt;
+  return NULL;
+}
+
+// A step that failed: its requests fail with its error; the others go on.
+static rg_status_t fail_step(run_t *r, rg_sched_t *sched, const side_t *s, const size_t *of_handle,
+                             double t, rg_status_t err, int forget) {
+  for (size_t k = 0; k < s->b.n_entries; k++) {
+    size_t i = of_handle[s->b.entries[k].req];
+    rg_status_free(rg_sched_fail(sched, s->b.entries[k].req, t, rg_status_message(err)));
+    fail_result(&r->res[i], rg_status_message(err));
+    if (forget) r->x->forget(r->x->impl, (uint64_t)i);
+  }
+  rg_status_free(err);
+  return rg_sched_commit(sched, t, NULL, 0);
+}
+
+// Samples the step's logits rows into s->results; the requests named in bad
+// (their imported KV was corrupted) are left out.
+static rg_status_t take_tokens(run_t *r, side_t *s, const size_t *of_handle, double t,
+                               const uint64_t *bad, size_t n_bad, size_t *nres) {
+  const rg_serve_options_t *o = r->o;
+  const rg_tokenizer_t *tok = r->x->tokenizer;
+  *nres = 0;
+  for (size_t k = 0, row = 0; k < s->b.n_entries; k++) {
+    const rg_sched_entry_t *se = &s->b.entries[k];
+    if (!se->want_logits) continue;
+    size_t i = of_handle[se->req];
+    const float *lr = s->logits + row * (size_t)r->x->vocab;
+    row++;
+    int skip = 0;
+    for (size_t q = 0; q < n_bad; q++) skip |= bad[q] == (uint64_t)i;
+    if (skip) continue;
+    if (i == 0 && o->dump_logits && r->res[0].n_tokens < o->dump_rows)
+      memcpy(o->dump_logits + (size_t)r->res[0].n_tokens * (size_t)r->x->vocab, lr,
+             (size_t)r->x->vocab * sizeof(float));
+    int32_t id = rg_sampler_sample(r->live[i].sampler, lr);
+    RG_RETURN_IF_ERROR(push_token(&r->res[i], &r->live[i], id, t));
+    int stop = o->stop_at_eog && tok && rg_tokenizer_is_eog(tok, id);
+    if (stop) r->res[i].finish = "stop";
+    s->results[(*nres)++] = (rg_sched_result_t){se->req, id, stop};
+    if (o->on_token) RG_RETURN_IF_ERROR(o->on_token(o->ctx, i, id));
+  }
   return NULL;
 }
 
@@ -156,33 +248,41 @@ static void finish_req(run_t *r, size_t i, double t) {
   l->done = 1;
 }
 
+// After a step of the (decode) scheduler r->sched: the KV pool's occupancy
+// sampled, and the requests that ended finished.
+static rg_status_t after_step(run_t *r, double t, rg_serve_stats_t *stats, size_t *active) {
+  rg_sched_stats_t ss;
+  rg_sched_stats(r->sched, &ss);
+  double used = (double)ss.blocks_used / (double)r->x->kv_blocks;
+  r->kv_sum += used;
+  r->kv_samples++;
+  if (used > stats->kv_used_max) stats->kv_used_max = used;
+  for (size_t i = 0; i < r->n; i++) {
+    live_t *l = &r->live[i];
+    if (l->done || l->handle < 0) continue;
+    rg_sched_request_info_t info;
+    RG_RETURN_IF_ERROR(rg_sched_request_info(r->sched, l->handle, &info));
+    if (info.state == RG_SCHED_FINISHED || info.state == RG_SCHED_FAILED ||
+        info.state == RG_SCHED_ABORTED) {
+      finish_req(r, i, t);
+      (*active)--;
+    }
+  }
+  return NULL;
+}
+
 static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
   const rg_serve_options_t *o = r->o;
-  const rg_tokenizer_t *tok = r->x->tokenizer;
+  side_t *s = &r->one;
   size_t active = 0;
   for (size_t i = 0; i < r->n; i++) active += !r->live[i].done;
   int idle_spins = 0;
   while (active) {
     if (o->stop && *o->stop) return rg_status_make(RG_CANCELLED, "interrupted");
-    double now = now_s() - t0;
-    rg_sched_batch_t b;
-    RG_RETURN_IF_ERROR(rg_sched_schedule(r->sched, now, &b));
-    // The copies in sched's order: what reads device blocks, then what writes them.
-    if (b.n_swap_out)
-      RG_RETURN_IF_ERROR(
-          r->x->swap(r->x->impl, (const rg_engine_copy_t *)b.swap_out, b.n_swap_out, NULL, 0));
-    double tt = now_s();
-    if (b.n_offloads)
-      RG_RETURN_IF_ERROR(
-          r->x->tier(r->x->impl, (const rg_engine_copy_t *)b.offloads, b.n_offloads, NULL, 0));
-    if (b.n_swap_in)
-      RG_RETURN_IF_ERROR(
-          r->x->swap(r->x->impl, NULL, 0, (const rg_engine_copy_t *)b.swap_in, b.n_swap_in));
-    if (b.n_reloads)
-      RG_RETURN_IF_ERROR(
-          r->x->tier(r->x->impl, NULL, 0, (const rg_engine_copy_t *)b.reloads, b.n_reloads));
-    if (b.n_offloads || b.n_reloads) stats->tier_seconds += now_s() - tt;
-    if (!b.n_entries) {
+    double now = rg_clock_now() - t0;
+    RG_RETURN_IF_ERROR(rg_sched_schedule(r->sched, now, &s->b));
+    RG_RETURN_IF_ERROR(run_copies(r, &s->b, stats));
+    if (!s->b.n_entries) {
       // Nothing runnable: wait for the next arrival, or give up when none is due.
       double next = INFINITY;
       for (size_t i = 0; i < r->n; i++)
@@ -191,7 +291,7 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
           next = r->reqs[i].arrival;
       RG_RETURN_IF_ERROR(rg_sched_commit(r->sched, now, NULL, 0));
       if (isfinite(next)) {
-        sleep_s(fmin(next - now, 0.1));  // short naps: a stop request is seen soon
+        rg_clock_sleep(fmin(next - now, 0.1));  // short naps: a stop request is seen soon
         continue;
       }
       if (++idle_spins > 3)
@@ -200,68 +300,22 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
       continue;
     }
     idle_spins = 0;
-    RG_RETURN_IF_ERROR(grow_entries(r, b.n_entries));
-    size_t rows = 0;
-    for (size_t k = 0; k < b.n_entries; k++) {
-      const rg_sched_entry_t *se = &b.entries[k];
-      r->entries[k] = (rg_engine_entry_t){se->pos,    se->n,        se->tokens,
-                                          se->blocks, se->n_blocks, se->want_logits};
-      if (se->want_logits) r->rows_of[rows++] = r->of_handle[se->req];
-    }
+    RG_RETURN_IF_ERROR(side_fill(s, r->of_handle, r->x->vocab));
     rg_engine_counters_t c0, c1;
     r->x->counters(r->x->impl, &c0);
-    rg_status_t st = r->x->forward(r->x->impl, r->entries, b.n_entries, r->logits);
+    rg_status_t st = r->x->forward(r->x->impl, s->entries, s->b.n_entries, s->logits);
     r->x->counters(r->x->impl, &c1);
-    add_counters(b.n_prefill_tokens ? &stats->prefill : &stats->decode, &c0, &c1);
-    double t = now_s() - t0;
+    add_counters(s->b.n_prefill_tokens ? &stats->prefill : &stats->decode, &c0, &c1);
+    double t = rg_clock_now() - t0;
     if (st) {
-      // The step's requests fail with its error; the others go on.
-      for (size_t k = 0; k < b.n_entries; k++) {
-        size_t i = r->of_handle[b.entries[k].req];
-        rg_status_free(rg_sched_fail(r->sched, b.entries[k].req, t, rg_status_message(st)));
-        fail_result(&r->res[i], rg_status_message(st));
-      }
-      rg_status_free(st);
-      RG_RETURN_IF_ERROR(rg_sched_commit(r->sched, t, NULL, 0));
+      RG_RETURN_IF_ERROR(fail_step(r, r->sched, s, r->of_handle, t, st, 0));
     } else {
       stats->iterations++;
       size_t nres = 0;
-      for (size_t k = 0, row = 0; k < b.n_entries; k++) {
-        const rg_sched_entry_t *se = &b.entries[k];
-        if (!se->want_logits) continue;
-        size_t i = r->rows_of[row];
-        const float *lr = r->logits + row * (size_t)r->x->vocab;
-        row++;
-        if (i == 0 && o->dump_logits && r->res[0].n_tokens < o->dump_rows)
-          memcpy(o->dump_logits + (size_t)r->res[0].n_tokens * (size_t)r->x->vocab, lr,
-                 (size_t)r->x->vocab * sizeof(float));
-        int32_t id = rg_sampler_sample(r->live[i].sampler, lr);
-        RG_RETURN_IF_ERROR(push_token(&r->res[i], &r->live[i], id, t));
-        int stop = o->stop_at_eog && tok && rg_tokenizer_is_eog(tok, id);
-        if (stop) r->res[i].finish = "stop";
-        r->results[nres++] = (rg_sched_result_t){se->req, id, stop};
-        if (o->on_token) RG_RETURN_IF_ERROR(o->on_token(o->ctx, i, id));
-      }
-      RG_RETURN_IF_ERROR(rg_sched_commit(r->sched, t, r->results, nres));
+      RG_RETURN_IF_ERROR(take_tokens(r, s, r->of_handle, t, NULL, 0, &nres));
+      RG_RETURN_IF_ERROR(rg_sched_commit(r->sched, t, s->results, nres));
     }
-    rg_sched_stats_t ss;
-    rg_sched_stats(r->sched, &ss);
-    double used = (double)ss.blocks_used / (double)r->x->kv_blocks;
-    r->kv_sum += used;
-    r->kv_samples++;
-    if (used > stats->kv_used_max) stats->kv_used_max = used;
-    // Requests that ended this iteration.
-    for (size_t i = 0; i < r->n; i++) {
-      live_t *l = &r->live[i];
-      if (l->done || l->handle < 0) continue;
-      rg_sched_request_info_t info;
-      RG_RETURN_IF_ERROR(rg_sched_request_info(r->sched, l->handle, &info));
-      if (info.state == RG_SCHED_FINISHED || info.state == RG_SCHED_FAILED ||
-          info.state == RG_SCHED_ABORTED) {
-        finish_req(r, i, t);
-        active--;
-      }
-    }
+    RG_RETURN_IF_ERROR(after_step(r, t, stats, &active));
   }
   return NULL;
 }
@@ -302,79 +356,6 @@ static rg_status_t readd_recompute(run_t *r, size_t i) {
 // waits to enter prefill until the executor's outbox, where a finished
 // prompt's KV waits for its import, has room for it.
 
-typedef struct {
-  rg_engine_entry_t *entries;
-  uint64_t *keys;
-  size_t *rows_of;
-  rg_sched_result_t *results;
-  float *logits;
-  rg_pd_import_t *imports;
-  size_t cap, cap_imports;
-  rg_sched_batch_t b;
-  int busy;
-  rg_engine_counters_t c0;
-} side_t;
-
-static rg_status_t side_grow(side_t *s, size_t n, size_t n_imports, int64_t vocab) {
-  if (n > s->cap) {
-    size_t cap = n * 2;
-    rg_engine_entry_t *en = realloc(s->entries, cap * sizeof *en);
-    if (en) s->entries = en;
-    uint64_t *k = en ? realloc(s->keys, cap * sizeof *k) : NULL;
-    if (k) s->keys = k;
-    size_t *ro = k ? realloc(s->rows_of, cap * sizeof *ro) : NULL;
-    if (ro) s->rows_of = ro;
-    rg_sched_result_t *rs = ro ? realloc(s->results, cap * sizeof *rs) : NULL;
-    if (rs) s->results = rs;
-    float *lg = rs ? realloc(s->logits, cap * (size_t)vocab * sizeof(float)) : NULL;
-    if (!lg) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a batch of %zu", n);
-    s->logits = lg;
-    s->cap = cap;
-  }
-  if (n_imports > s->cap_imports) {
-    rg_pd_import_t *im = realloc(s->imports, n_imports * 2 * sizeof *im);
-    if (!im) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
-    s->imports = im;
-    s->cap_imports = n_imports * 2;
-  }
-  return NULL;
-}
-
-static void side_free(side_t *s) {
-  free(s->entries), free(s->keys), free(s->rows_of), free(s->results), free(s->logits);
-  free(s->imports);
-}
-
-// Samples the step's logits rows; the requests named in bad (their imported
-// KV was corrupted) are recomputed instead.
-static rg_status_t take_tokens(run_t *r, side_t *s, rg_sched_t *sched, const size_t *of_handle,
-                               double t, const uint64_t *bad, size_t n_bad, size_t *nres) {
-  const rg_serve_options_t *o = r->o;
-  const rg_tokenizer_t *tok = r->x->tokenizer;
-  *nres = 0;
-  for (size_t k = 0, row = 0; k < s->b.n_entries; k++) {
-    const rg_sched_entry_t *se = &s->b.entries[k];
-    if (!se->want_logits) continue;
-    size_t i = of_handle[se->req];
-    const float *lr = s->logits + row * (size_t)r->x->vocab;
-    row++;
-    int skip = 0;
-    for (size_t q = 0; q < n_bad; q++) skip |= bad[q] == (uint64_t)i;
-    if (skip) continue;
-    if (i == 0 && o->dump_logits && r->res[0].n_tokens < o->dump_rows)
-      memcpy(o->dump_logits + (size_t)r->res[0].n_tokens * (size_t)r->x->vocab, lr,
-             (size_t)r->x->vocab * sizeof(float));
-    int32_t id = rg_sampler_sample(r->live[i].sampler, lr);
-    RG_RETURN_IF_ERROR(push_token(&r->res[i], &r->live[i], id, t));
-    int stop = o->stop_at_eog && tok && rg_tokenizer_is_eog(tok, id);
-    if (stop) r->res[i].finish = "stop";
-    s->results[(*nres)++] = (rg_sched_result_t){se->req, id, stop};
-    if (o->on_token) RG_RETURN_IF_ERROR(o->on_token(o->ctx, i, id));
-  }
-  (void)sched;
-  return NULL;
-}
-
 static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
                                  rg_serve_stats_t *stats) {
   const rg_executor_t *x = r->x;
@@ -392,7 +373,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       st = rg_status_make(RG_CANCELLED, "interrupted");
       break;
     }
-    double now = now_s() - t0;
+    double now = rg_clock_now() - t0;
     int progress = 0;
     // Requests that have arrived enter prefill in arrival order while the
     // outbox has room for their prompts.
@@ -432,41 +413,18 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       rg_sched_t *sc = side ? ds : ps;
       const size_t *of = side ? d_of : p_of;
       if ((st = rg_sched_schedule(sc, now, &s->b))) break;
-      if (side && (s->b.n_offloads || s->b.n_reloads)) {
-        double tt = now_s();
-        st = x->tier(x->impl, (const rg_engine_copy_t *)s->b.offloads, s->b.n_offloads,
-                     (const rg_engine_copy_t *)s->b.reloads, s->b.n_reloads);
-        stats->tier_seconds += now_s() - tt;
-        if (st) break;
-      }
+      // The prefill side has no swap or capacity tier: its batches hold no copies.
+      if ((st = run_copies(r, &s->b, stats))) break;
       if (!s->b.n_entries && !s->b.n_imports) {
         st = rg_sched_commit(sc, now, NULL, 0);
         continue;
       }
-      if ((st = side_grow(s, s->b.n_entries, s->b.n_imports, x->vocab))) break;
-      for (size_t k = 0; k < s->b.n_entries; k++) {
-        const rg_sched_entry_t *se = &s->b.entries[k];
-        s->entries[k] = (rg_engine_entry_t){se->pos,    se->n,        se->tokens,
-                                            se->blocks, se->n_blocks, se->want_logits};
-        s->keys[k] = of[se->req];
-      }
-      for (size_t k = 0; k < s->b.n_imports; k++) {
-        const rg_sched_import_t *im = &s->b.imports[k];
-        s->imports[k] =
-            (rg_pd_import_t){of[im->req], im->pos_begin, im->pos_end, im->blocks, im->n_blocks};
-      }
+      if ((st = side_fill(s, of, x->vocab))) break;
       x->side_counters(x->impl, side, &s->c0);
       rg_status_t bs = x->begin(x->impl, side, s->entries, s->keys, s->b.n_entries, s->imports,
                                 s->b.n_imports, s->logits);
       if (bs) {
-        // The step's requests fail with its error; the others go on.
-        for (size_t k = 0; k < s->b.n_entries; k++) {
-          size_t i = of[s->b.entries[k].req];
-          rg_status_free(rg_sched_fail(sc, s->b.entries[k].req, now, rg_status_message(bs)));
-          fail_result(&r->res[i], rg_status_message(bs));
-        }
-        rg_status_free(bs);
-        st = rg_sched_commit(sc, now, NULL, 0);
+        st = fail_step(r, sc, s, of, now, bs, 0);
         continue;
       }
       s->busy = 1;
@@ -488,7 +446,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       }
       s->busy = 0;
       progress = 1;
-      double t = now_s() - t0;
+      double t = rg_clock_now() - t0;
       rg_engine_counters_t c1;
       x->side_counters(x->impl, side, &c1);
       add_counters(side ? &stats->decode : &stats->prefill, &s->c0, &c1);
@@ -500,14 +458,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
           l->outbox_need = 0;
         }
       if (ps_st) {
-        for (size_t k = 0; k < s->b.n_entries; k++) {
-          size_t i = of[s->b.entries[k].req];
-          rg_status_free(rg_sched_fail(sc, s->b.entries[k].req, t, rg_status_message(ps_st)));
-          fail_result(&r->res[i], rg_status_message(ps_st));
-          if (!side) x->forget(x->impl, (uint64_t)i);
-        }
-        rg_status_free(ps_st);
-        st = rg_sched_commit(sc, t, NULL, 0);
+        st = fail_step(r, sc, s, of, t, ps_st, !side);
       } else {
         stats->iterations++;
         // Corrupted imports: the request's KV here is dropped and it is
@@ -522,7 +473,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
           stats->kv_recomputed++;
         }
         size_t nres = 0;
-        if (!st) st = take_tokens(r, s, sc, of, t, bad, n_bad, &nres);
+        if (!st) st = take_tokens(r, s, of, t, bad, n_bad, &nres);
         if (!st) st = rg_sched_commit(sc, t, s->results, nres);
         // Prompts done on the prefill side go to the decode side, or end.
         for (size_t k = 0; !st && !side && k < s->b.n_entries; k++) {
@@ -585,25 +536,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
             }
           }
       }
-      if (side && !st) {
-        rg_sched_stats_t ss;
-        rg_sched_stats(ds, &ss);
-        double used = (double)ss.blocks_used / (double)x->kv_blocks;
-        r->kv_sum += used;
-        r->kv_samples++;
-        if (used > stats->kv_used_max) stats->kv_used_max = used;
-        for (size_t i = 0; i < n && !st; i++) {
-          live_t *l = &r->live[i];
-          if (l->done || l->handle < 0) continue;
-          rg_sched_request_info_t info;
-          if ((st = rg_sched_request_info(ds, l->handle, &info))) break;
-          if (info.state == RG_SCHED_FINISHED || info.state == RG_SCHED_FAILED ||
-              info.state == RG_SCHED_ABORTED) {
-            finish_req(r, i, t);
-            active--;
-          }
-        }
-      }
+      if (side && !st) st = after_step(r, t, stats, &active);
     }
     if (st) break;
     if (progress) {
@@ -615,7 +548,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       double wake = INFINITY;
       if (next < n) wake = r->reqs[order[next]].arrival;
       if (isfinite(wake) && wake > now) {
-        sleep_s(fmin(wake - now, 0.1));
+        rg_clock_sleep(fmin(wake - now, 0.1));
         continue;
       }
       if (++r->idle_spins > 1000)
@@ -625,7 +558,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       r->idle_spins = 0;
     }
     idle = idle < 1e-3 ? idle + 5e-6 : idle;
-    if (idle > 2e-5) sleep_s(idle);
+    if (idle > 2e-5) rg_clock_sleep(idle);
   }
   // A step still in flight when the run stops: let it finish so nothing
   // writes into freed memory.
@@ -781,7 +714,7 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
     }
     r.of_handle[l->handle] = i;
   }
-  double t0 = now_s();
+  double t0 = rg_clock_now();
   if (!st) st = pd ? serve_loop_pd(&r, order, t0, stats) : serve_loop(&r, t0, stats);
   free(order);
   order = NULL;
@@ -789,7 +722,7 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
   for (size_t i = 0; i < n; i++)
     if (!r.live[i].done) {
       if (!res[i].finish) fail_result(&res[i], st ? rg_status_message(st) : "the run stopped");
-      finish_req(&r, i, now_s() - t0);
+      finish_req(&r, i, rg_clock_now() - t0);
     }
   // Statistics.
   double *v = malloc((n + 1) * sizeof(double) * 3);
@@ -851,7 +784,7 @@ done:
   free(r.of_handle);
   free(r.p_of_handle);
   rg_sched_destroy(r.psched);
-  free(r.entries), free(r.results), free(r.rows_of), free(r.logits);
+  side_free(&r.one);
   rg_sched_destroy(r.sched);
   return st;
 }

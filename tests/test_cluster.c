@@ -488,6 +488,18 @@ RG_TEST(cluster_ridge_run_layout_matches_the_single_process_run) {
 
 // ----- Prefill-decode ----------------------------------------------------------------
 
+// Bytes of KV pages moved by RMA over the cluster's links (from one worker,
+// or from any when from is NULL).
+static double kv_link_bytes(const rg_cluster_t *c, const char *from) {
+  double bytes = 0;
+  for (size_t i = 0; i < rg_cluster_link_count(c); i++) {
+    rg_cluster_link_info_t li;
+    rg_cluster_link_info(c, i, &li);
+    if (li.kv && (!from || !strcmp(li.from, from))) bytes += li.bytes;
+  }
+  return bytes;
+}
+
 // Prefill on one worker, decode on another, the prompt's KV written by RMA
 // from the prefill worker's outbox into the decode pool: the single-process
 // tokens and logits (within rounding), with equal block sizes and with pages
@@ -524,12 +536,7 @@ RG_TEST(cluster_prefill_decode_gives_the_single_process_logits) {
     rg_executor_t cx = rg_cluster_executor(c);
     outputs_t got = {0};
     st = serve_with(&cx, a.vocab, &got);
-    double kv_bytes = 0;
-    for (size_t i = 0; i < rg_cluster_link_count(c); i++) {
-      rg_cluster_link_info_t li;
-      rg_cluster_link_info(c, i, &li);
-      if (li.kv) kv_bytes += li.bytes;
-    }
+    double kv_bytes = kv_link_bytes(c, NULL);
     rg_cluster_destroy(c);
     RG_CHECK_OK(st);
     char what[64];
@@ -643,12 +650,7 @@ RG_TEST(cluster_prefill_decode_skips_cached_prefixes_and_recomputes_corrupted_pa
     RG_REQUIRE_OK(st);
     rg_executor_t cx = rg_cluster_executor(c);
     st = rg_serve_on(&cx, r, 2, &so, got, &ss);
-    double kv_bytes = 0;
-    for (size_t i = 0; i < rg_cluster_link_count(c); i++) {
-      rg_cluster_link_info_t li;
-      rg_cluster_link_info(c, i, &li);
-      if (li.kv) kv_bytes += li.bytes;
-    }
+    double kv_bytes = kv_link_bytes(c, NULL);
     rg_cluster_destroy(c);
     RG_CHECK_OK(st);
     for (int i = 0; i < 2; i++) {
@@ -779,12 +781,7 @@ RG_TEST(cluster_capacity_tier_keeps_idle_prefixes_and_brings_them_back) {
     rg_executor_t x = rg_cluster_executor(c);
     RG_CHECK(x.tier_blocks == 1024 / 16);
     st = rg_serve_on(&x, r, 2, &so, got, &ss);
-    double reload_bytes = 0;
-    for (size_t i = 0; i < rg_cluster_link_count(c); i++) {
-      rg_cluster_link_info_t li;
-      rg_cluster_link_info(c, i, &li);
-      if (li.kv && !strcmp(li.from, co.layout.workers[2].name)) reload_bytes += li.bytes;
-    }
+    double reload_bytes = kv_link_bytes(c, co.layout.workers[2].name);
     rg_cluster_destroy(c);
     RG_CHECK_OK(st);
     printf(

@@ -8,21 +8,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "runtime/cluster/cluster_impl.h"
 #include "runtime/step.h"
 
 #define MAX_MB 2
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static void nap(double s) {
-  struct timespec t = {0, (long)(s * 1e9)};
-  nanosleep(&t, NULL);
-}
 
 // A buffer on the worker's device, with a host staging copy when the device
 // memory is not host visible.
@@ -297,9 +287,9 @@ static rg_status_t take_peers(worker_t *w, const rg_control_peer_table_t *pt) {
 // A STEP that needs a newer PeerTable than this worker has (a peer rejoined
 // at a new address): the table is on its way over the control plane.
 static rg_status_t wait_peers(worker_t *w, uint32_t epoch) {
-  double deadline = now_s() + w->step_timeout;
+  double deadline = rg_clock_now() + w->step_timeout;
   while ((uint32_t)w->epoch < epoch) {
-    double left = deadline - now_s();
+    double left = deadline - rg_clock_now();
     if (left <= 0)
       return rg_status_make(
           RG_DEADLINE_EXCEEDED,
@@ -427,7 +417,7 @@ static rg_status_t reap_sends(worker_t *w, prog_t *p, int mb, int *all) {
       i++;
       continue;
     }
-    double t1 = now_s();
+    double t1 = rg_clock_now();
     if (!s) {
       rg__link_t *lk = link_of(w, p->send_peer[i]);
       double b = (double)rg_transport_req_bytes(p->sends[i]);
@@ -454,7 +444,7 @@ static rg_status_t post_send(worker_t *w, prog_t *p, int peer, uint64_t tag, con
   rg_transport_req_t *r;
   RG_RETURN_IF_ERROR(rg_transport_send(w->tp, peer_of(w, peer), tag, buf, len, stage, &r));
   p->sends[p->n_sends] = r;
-  p->send_t0[p->n_sends] = now_s();
+  p->send_t0[p->n_sends] = rg_clock_now();
   p->send_peer[p->n_sends] = peer;
   p->send_hop[p->n_sends++] = hop;
   return NULL;
@@ -469,11 +459,11 @@ static rg_status_t run_hop(worker_t *w, int mb, int hop) {
   int si = stage_index(w, hop);
   unsigned flags = h->continues ? RG_STAGE_NORM_GIVEN : 0;
   dbuf_t *x = &w->x[mb];
-  double t0 = now_s();
+  double t0 = rg_clock_now();
   rg_status_t s =
       rg_stage_run_ex(w->stages[si], w->ctx[si][mb], h->layer < 0 ? 0 : h->layer, x->buf,
                       h->kind == RG_STAGE_LM_HEAD ? w->logits[mb].buf : NULL, flags);
-  record(w, t0, now_s(), 0, mb, hop, h->layer, 0);
+  record(w, t0, rg_clock_now(), 0, mb, hop, h->layer, 0);
   if (s || !w->check || h->kind == RG_STAGE_LM_HEAD || w->bad_hop >= 0) return s;
   // Diagnosing non-finite logits: is this hop's output finite?
   size_t n = (size_t)w->st[mb].n_tokens * (size_t)w->a->d_model;
@@ -522,15 +512,15 @@ static rg_status_t advance(worker_t *w, prog_t *p, int mb, int *blocked) {
           RG_RETURN_IF_ERROR(rg_transport_recv(
               w->tp, peer_of(w, a->peer), rg__tag(h ? RG__K_HID : RG__K_ACT, w->step, mb, a->hop),
               dst, xb, what, &p->recv));
-          p->recv_since = now_s();
+          p->recv_since = rg_clock_now();
         }
         bool done = false;
         rg_status_t s = rg_transport_test(p->recv, &done);
         if (!done && !s) {
-          if (now_s() - p->recv_since > w->step_timeout) {
+          if (rg_clock_now() - p->recv_since > w->step_timeout) {
             s = rg_status_make(RG_DEADLINE_EXCEEDED,
                                "%s: waited %.1f s for %zu bytes of micro-batch %d from %s for %s",
-                               w->names[w->me], now_s() - p->recv_since, xb, mb,
+                               w->names[w->me], rg_clock_now() - p->recv_since, xb, mb,
                                a->peer < 0 ? "the coordinator" : w->names[a->peer],
                                hop_name(w, a->hop, hn, sizeof hn));
           } else {
@@ -538,7 +528,7 @@ static rg_status_t advance(worker_t *w, prog_t *p, int mb, int *blocked) {
             return NULL;
           }
         }
-        record(w, p->recv_since, now_s(), 2, mb, a->hop, w->hops[a->hop].layer, (double)xb);
+        record(w, p->recv_since, rg_clock_now(), 2, mb, a->hop, w->hops[a->hop].layer, (double)xb);
         rg_transport_req_free(p->recv);
         p->recv = NULL;
         RG_RETURN_IF_ERROR(s);
@@ -807,14 +797,17 @@ static rg_status_t take_offloads(worker_t *w, size_t len) {
 static rg_status_t push_offloads(worker_t *w) {
   rg_status_t st = NULL;
   rg_transport_region_desc_t desc;
-  int any = 0;
+  int tier = -1;
   for (uint32_t i = 0; i < w->plan.n_push && !st; i++) {
     const rg__push_t *pu = &w->plan.push[i];
     if ((int)pu->worker != w->me) continue;
-    if (!any) {
+    if (tier < 0) {  // the first push: where they all go
       RG_RETURN_IF_ERROR(
           rg_transport_desc_decode(w->plan.tier_desc, sizeof w->plan.tier_desc, &desc));
-      any = 1;
+      for (int k = 0; k < w->layout.n_workers; k++)
+        if (w->layout.workers[k].role == RG_CLUSTER_ROLE_TIER) tier = k;
+      if (tier < 0)
+        return rg_status_make(RG_INVALID_ARGUMENT, "an offload in a layout without a tier");
     }
     int si = -1;
     for (int k = 0, slot = 0; k < w->n_stages && si < 0; k++)
@@ -840,11 +833,6 @@ static rg_status_t push_offloads(worker_t *w) {
           .src_stride = (int64_t)(2 * L.layer_bytes),
           .dst_stride = 2 * L.block_bytes};
     uint64_t payload[2] = {pu->xfer, 2 * (uint64_t)layers * L.block_bytes};
-    int tier = -1;
-    for (int k = 0; k < w->layout.n_workers; k++)
-      if (w->layout.workers[k].role == RG_CLUSTER_ROLE_TIER) tier = k;
-    if (tier < 0)
-      return rg_status_make(RG_INVALID_ARGUMENT, "an offload in a layout without a tier");
     rg_transport_req_t *r = NULL;
     st = rg_transport_write(w->tp, w->peer[tier], w->kv_region[si], &desc, seg, 2,
                             rg__tag(RG__K_KVN, pu->xfer, 0, 0), payload, sizeof payload,
@@ -914,18 +902,19 @@ static rg_status_t take_imports(worker_t *w) {
              w->names[e->from]);
     keys[n] = e->key;
     from[n] = e->from;
-    posted[n] = now_s();
+    posted[n] = rg_clock_now();
     st = rg_transport_recv_notice(w->tp, w->peer[e->from], rg__tag(RG__K_KVN, e->xfer, 0, 0),
                                   got[n], sizeof got[n], what, &reqs[n]);
     if (!st) n++;
   }
   // The transport's own wait keeps this side's progress going (shm has the
   // receiver copy the pages in), backing off only as it stays idle.
-  double t0 = now_s();
+  double t0 = rg_clock_now();
   if (!st && n) {
     rg_status_t ws = rg_transport_wait_all(reqs, n, w->step_timeout);
     if (ws && rg_status_code(ws) == RG_DEADLINE_EXCEEDED)
-      st = rg_status_wrap(ws, "%s: waited %.1f s for KV pages", w->names[w->me], now_s() - t0);
+      st = rg_status_wrap(ws, "%s: waited %.1f s for KV pages", w->names[w->me],
+                          rg_clock_now() - t0);
     else
       rg_status_free(ws);  // each one's own result is read below
   }
@@ -951,11 +940,11 @@ static rg_status_t take_imports(worker_t *w) {
       rg__link_t *lk = &w->kv_in[from[k]];
       lk->peer = (from[k] + 1) | RG__LINK_INBOUND;
       lk->bytes += (double)got[k][1];
-      lk->seconds += now_s() - posted[k];
+      lk->seconds += rg_clock_now() - posted[k];
       lk->messages++;
     }
   }
-  record(w, t0, now_s(), 2, 0, 0, -1, 0);
+  record(w, t0, rg_clock_now(), 2, 0, 0, -1, 0);
   for (size_t k = 0; k < n; k++) rg_transport_req_free(reqs[k]);
   return st;
 }
@@ -1047,7 +1036,7 @@ static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_
       // Waiting on peers: spin briefly, then back off (a decode step waits
       // microseconds on shm; an idle wait should cost no CPU).
       idle = idle < 1e-3 ? idle + 5e-6 : idle;
-      if (idle > 2e-5) nap(idle);
+      if (idle > 2e-5) rg_clock_sleep(idle);
     } else {
       idle = 0;
     }
@@ -1152,7 +1141,7 @@ static rg_status_t serve_steps(worker_t *w) {
     // the receiver needs this core to copy the pages.
     idle = w->n_writes ? 0 : idle < 2e-3 ? idle + 2e-5 : idle;
     if (idle > 0)
-      nap(idle);
+      rg_clock_sleep(idle);
     else
       sched_yield();
   }
@@ -1163,9 +1152,9 @@ static rg_status_t serve_steps(worker_t *w) {
 
 static rg_status_t wait_message(worker_t *w, rg_control_msg_type_t want, double timeout,
                                 rg_control_event_t *ev) {
-  double t0 = now_s();
+  double t0 = rg_clock_now();
   for (;;) {
-    double left = timeout - (now_s() - t0);
+    double left = timeout - (rg_clock_now() - t0);
     if (left <= 0)
       return rg_status_make(RG_DEADLINE_EXCEEDED, "no %s from the coordinator within %.0f s",
                             rg_control_msg_name(want), timeout);
