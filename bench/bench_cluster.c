@@ -2,7 +2,8 @@
 // random-weight test model (bf16), ratios in one run, never asserted:
 //   1. attention-FFN over shm with two micro-batches in ping-pong against the
 //      single process on the same two cores, 16 sequences decoding:
-//      throughput ratio (goal >= 0.9);
+//      throughput ratio (goal >= 0.9), and the same split taking turns (one
+//      micro-batch, both cores per side);
 //   2. prefill-decode against colocated on a mix of long and short prompts
 //      arriving over time: TBT p99 ratio (goal <= 0.5) and throughput ratio.
 // Each side of a split gets one thread (two cores in all); the single
@@ -128,14 +129,37 @@ int main(int argc, char **argv) {
   }
   rg_serve_options_t so = {.max_batch_tokens = 1024, .max_seqs = SEQS};
   printf("\n1. attention-FFN over shm, two micro-batches, %d sequences x %d tokens:\n", SEQS, NEW);
-  figures_t one, afd;
-  if ((s = run(dir, NULL, 2, r, SEQS, &so, &one))) return fail(s);
-  show("single process, 2 threads", &one);
-  rg_cluster_layout_t l;
+  // The same split without ping-pong too: one micro-batch, each worker on
+  // both cores, taking turns. Decode here is bound by memory bandwidth, which
+  // the two workers share: two micro-batches stream every weight twice per
+  // step, so on one memory bus ping-pong cannot pass half the single
+  // process (and with one core a side, FFN's two thirds of the weights on one
+  // core bound it nearer 3/8); taking turns streams each weight once at the
+  // full bandwidth and pays only the hops. A split pays its ping-pong where
+  // each side has memory of its own. The three run in interleaved rounds and
+  // each keeps its best, so on a shared machine they meet the same load.
+  enum { ROUNDS = 2 };
+  figures_t one = {0}, afd = {0}, turns = {0};
+  rg_cluster_layout_t l, l1;
   if ((s = rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 2, &l))) return fail(s);
-  if ((s = run(dir, &l, 1, r, SEQS, &so, &afd))) return fail(s);
-  show("attention | ffn, 1 thread each", &afd);
-  printf("  throughput ratio %.2f (goal >= 0.9)\n", afd.tps / one.tps);
+  if ((s = rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &l1))) return fail(s);
+  for (int round = 0; round < ROUNDS; round++) {
+    figures_t f;
+    if ((s = run(dir, NULL, 2, r, SEQS, &so, &f))) return fail(s);
+    if (f.tps > one.tps) one = f;
+    if ((s = run(dir, &l, 1, r, SEQS, &so, &f))) return fail(s);
+    if (f.tps > afd.tps) afd = f;
+    if ((s = run(dir, &l1, 2, r, SEQS, &so, &f))) return fail(s);
+    if (f.tps > turns.tps) turns = f;
+  }
+  printf("  best of %d interleaved rounds:\n", ROUNDS);
+  show("single process, 2 threads", &one);
+  show("attention | ffn ping-pong, 1 thread each", &afd);
+  show("attention | ffn, 1 micro-batch, 2 threads", &turns);
+  printf(
+      "  throughput ratio, ping-pong %.2f (goal >= 0.9; one memory bus bounds it below 0.5); "
+      "taking turns %.2f\n",
+      afd.tps / one.tps, turns.tps / one.tps);
 
   // 2. Prefill-decode vs colocated: short chats decoding while long prompts
   // arrive (one long per eight short), all over a few seconds.

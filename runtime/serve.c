@@ -114,6 +114,7 @@ typedef struct {
   int64_t kv_samples;
   rg_sched_t *psched;  // prefill-decode: the prefill side's
   size_t *p_of_handle;
+  int64_t outbox_used;  // blocks of finished prompts' KV waiting for import
   int idle_spins;
 } run_t;
 
@@ -356,6 +357,27 @@ static rg_status_t readd_recompute(run_t *r, size_t i) {
 // waits to enter prefill until the executor's outbox, where a finished
 // prompt's KV waits for its import, has room for it.
 
+// Prompts that failed on the prefill side (their step failed, or went on
+// without them) end, and give their outbox room back.
+static rg_status_t end_failed_prompts(run_t *r, double t, size_t *active) {
+  for (size_t i = 0; i < r->n; i++) {
+    live_t *l = &r->live[i];
+    if (l->done || l->phandle < 0) continue;
+    rg_sched_request_info_t info;
+    RG_RETURN_IF_ERROR(rg_sched_request_info(r->psched, l->phandle, &info));
+    if (info.state != RG_SCHED_FAILED && info.state != RG_SCHED_ABORTED) continue;
+    if (info.reason) fail_result(&r->res[i], info.reason);
+    r->x->forget(r->x->impl, (uint64_t)i);
+    r->outbox_used -= l->outbox_need;
+    l->outbox_need = 0;
+    rg_sched_release(r->psched, l->phandle);
+    l->phandle = -1;
+    finish_req(r, i, t);
+    (*active)--;
+  }
+  return NULL;
+}
+
 static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
                                  rg_serve_stats_t *stats) {
   const rg_executor_t *x = r->x;
@@ -363,7 +385,8 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
   rg_sched_t *ps = r->psched, *ds = r->sched;
   size_t *p_of = r->p_of_handle, *d_of = r->of_handle;
   side_t sides[2] = {{0}};
-  int64_t bp = x->prefill_block_size, outbox_used = 0;
+  int64_t bp = x->prefill_block_size;
+  int64_t *outbox = &r->outbox_used;
   size_t next = 0, active = 0;
   rg_status_t st = NULL;
   for (size_t i = 0; i < n; i++) active += !r->live[i].done;
@@ -387,7 +410,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       const rg_serve_request_t *q = &r->reqs[i];
       if (q->arrival > now) break;
       int64_t need = ((int64_t)q->n_prompt + bp - 1) / bp;
-      if (outbox_used + need > x->outbox_blocks && outbox_used > 0) break;
+      if (*outbox + need > x->outbox_blocks && *outbox > 0) break;
       rg_sched_request_t sr = {q->id, q->prompt, q->n_prompt, 1, q->arrival};
       rg_status_t bad = rg_sched_add(ps, &sr, &l->phandle);
       if (!bad && (size_t)l->phandle >= n)
@@ -401,7 +424,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       } else {
         p_of[l->phandle] = i;
         l->outbox_need = need;
-        outbox_used += need;
+        *outbox += need;
       }
       next++;
       progress = 1;
@@ -424,7 +447,12 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       rg_status_t bs = x->begin(x->impl, side, s->entries, s->keys, s->b.n_entries, s->imports,
                                 s->b.n_imports, s->logits);
       if (bs) {
+        // Its requests fail (a worker of that side is gone, say); the other
+        // side's go on.
         st = fail_step(r, sc, s, of, now, bs, 0);
+        if (!st)
+          st = side ? after_step(r, now, stats, &active) : end_failed_prompts(r, now, &active);
+        progress = 1;
         continue;
       }
       s->busy = 1;
@@ -454,7 +482,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       if (side)
         for (size_t k = 0; k < s->b.n_imports; k++) {
           live_t *l = &r->live[of[s->b.imports[k].req]];
-          outbox_used -= l->outbox_need;
+          *outbox -= l->outbox_need;
           l->outbox_need = 0;
         }
       if (ps_st) {
@@ -490,7 +518,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
           if (r->res[i].n_tokens >= q->max_tokens ||
               (r->res[i].finish && !strcmp(r->res[i].finish, "stop"))) {
             x->forget(x->impl, (uint64_t)i);
-            outbox_used -= l->outbox_need;
+            *outbox -= l->outbox_need;
             l->outbox_need = 0;
             if (!r->res[i].finish) r->res[i].finish = "length";
             finish_req(r, i, t);
@@ -507,7 +535,7 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
             fail_result(&r->res[i], rg_status_message(bad_add));
             rg_status_free(bad_add);
             x->forget(x->impl, (uint64_t)i);
-            outbox_used -= l->outbox_need;
+            *outbox -= l->outbox_need;
             l->outbox_need = 0;
             l->handle = -1;
             finish_req(r, i, t);
@@ -516,27 +544,8 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
           }
           d_of[l->handle] = i;
         }
-        // A prompt that failed on the prefill side (the step went on without
-        // it) gives its outbox room back.
-        if (!side)
-          for (size_t i = 0; i < n; i++) {
-            live_t *l = &r->live[i];
-            if (l->done || l->phandle < 0) continue;
-            rg_sched_request_info_t info;
-            if ((st = rg_sched_request_info(ps, l->phandle, &info))) break;
-            if (info.state == RG_SCHED_FAILED || info.state == RG_SCHED_ABORTED) {
-              if (info.reason) fail_result(&r->res[i], info.reason);
-              x->forget(x->impl, (uint64_t)i);
-              outbox_used -= l->outbox_need;
-              l->outbox_need = 0;
-              rg_sched_release(ps, l->phandle);
-              l->phandle = -1;
-              finish_req(r, i, t);
-              active--;
-            }
-          }
       }
-      if (side && !st) st = after_step(r, t, stats, &active);
+      if (!st) st = side ? after_step(r, t, stats, &active) : end_failed_prompts(r, t, &active);
     }
     if (st) break;
     if (progress) {

@@ -438,6 +438,98 @@ out:
   reap(rogue);
 }
 
+// Prefill-decode with the prefill worker killed once request 0 decodes:
+// request 0's stages now all live on the decode worker, so it carries on to
+// its last token (the single process's tokens); a request that arrives later
+// needs the dead worker and fails within its deadline, naming it.
+typedef struct {
+  pid_t *victim;
+  int tokens0;
+  double killed_at;
+} kill_on_token_t;
+
+static rg_status_t kill_after_first_decode(void *ctx, size_t req, int32_t token) {
+  (void)token;
+  kill_on_token_t *k = ctx;
+  if (req == 0 && ++k->tokens0 == 2 && *k->victim > 0) {
+    kill(*k->victim, SIGKILL);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    k->killed_at = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  }
+  return NULL;
+}
+
+RG_TEST(cluster_requests_on_live_workers_finish_when_the_prefill_worker_dies) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  rg_arch_t a;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  int32_t ids[2][12];
+  for (int k = 0; k < 12; k++) ids[0][k] = (k * 13 + 5) % 400, ids[1][k] = (k * 29 + 1) % 400;
+  enum { NEW = 24 };
+  rg_serve_request_t r[2] = {{0, ids[0], 12, NEW, {0, 0, 1, 0}, 0},
+                             {1, ids[1], 12, NEW, {0, 0, 1, 0}, 1.0}};
+  rg_serve_options_t so = {.max_batch_tokens = 256, .max_seqs = 4};
+  // What request 0 gives alone in one process.
+  rg_engine_options_t eo = exact_options();
+  rg_engine_t *e;
+  RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
+  rg_executor_t ex = rg_engine_executor(e);
+  rg_serve_result_t want = {0};
+  rg_serve_stats_t stats;
+  rg_status_t st = rg_serve_on(&ex, r, 1, &so, &want, &stats);
+  rg_engine_destroy(e);
+  RG_REQUIRE_OK(st);
+
+  const char *secret_text = "test-secret-for-the-pd-cluster";
+  rg_control_secret_t secret;
+  RG_REQUIRE_OK(rg_control_secret_from_text(secret_text, strlen(secret_text), &secret));
+  rg_cluster_options_t co = {.model_path = dense,
+                             .engine = exact_options(),
+                             .secret = &secret,
+                             .quiet = 1,
+                             .join_timeout_s = 30,
+                             .step_timeout_s = 3};
+  RG_REQUIRE_OK(rg_cluster_layout_pd(&a, "cpu:0", "cpu:0", 16, 16, &co.layout));
+  co.port = 20000 + (int)((getpid() + 7919) % 20000);
+  char port[16];
+  snprintf(port, sizeof port, "%d", co.port);
+  pid_t wp = start_worker(port, co.layout.workers[0].name, secret_text);
+  pid_t wd = start_worker(port, co.layout.workers[1].name, secret_text);
+  rg_cluster_t *c = NULL;
+  rg_serve_result_t got[2] = {{0}};
+  st = rg_cluster_create(&co, &c);
+  RG_CHECK_OK(st);
+  if (!st) {
+    kill_on_token_t k = {.victim = &wp};
+    so.on_token = kill_after_first_decode;
+    so.ctx = &k;
+    rg_executor_t cx = rg_cluster_executor(c);
+    st = rg_serve_on(&cx, r, 2, &so, got, &stats);
+    RG_CHECK_OK(st);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double since = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - k.killed_at;
+    printf("    request 0: %lld tokens (%s); request 1: %s \"%s\", %.2f s after the kill\n",
+           (long long)got[0].n_tokens, got[0].finish ? got[0].finish : "-",
+           got[1].finish ? got[1].finish : "-", got[1].error, since);
+    RG_CHECK(k.killed_at > 0);
+    RG_CHECK(got[0].n_tokens == NEW && want.n_tokens == NEW);
+    RG_CHECK(got[0].finish && strcmp(got[0].finish, "error") != 0);
+    RG_CHECK(!memcmp(got[0].tokens, want.tokens, sizeof(int32_t) * NEW));
+    RG_CHECK(got[1].finish && !strcmp(got[1].finish, "error"));
+    RG_CHECK(strstr(got[1].error, co.layout.workers[0].name) != NULL);
+    RG_CHECK(since < 20);
+  }
+  rg_serve_results_free(got, 2);
+  rg_serve_results_free(&want, 1);
+  rg_cluster_destroy(c);
+  reap(wp);
+  reap(wd);
+}
+
 // `ridge run --layout` end to end: the same tokens as without it, and the
 // per-link table in its JSON.
 RG_TEST(cluster_ridge_run_layout_matches_the_single_process_run) {
