@@ -115,6 +115,7 @@ typedef struct {
   rg_sched_t *psched;  // prefill-decode: the prefill side's
   size_t *p_of_handle;
   int64_t outbox_used;  // blocks of finished prompts' KV waiting for import
+  uint64_t kv_seen[2];  // the executor's kv_losses per side, as last handled
   int idle_spins;
 } run_t;
 
@@ -249,15 +250,8 @@ static void finish_req(run_t *r, size_t i, double t) {
   l->done = 1;
 }
 
-// After a step of the (decode) scheduler r->sched: the KV pool's occupancy
-// sampled, and the requests that ended finished.
-static rg_status_t after_step(run_t *r, double t, rg_serve_stats_t *stats, size_t *active) {
-  rg_sched_stats_t ss;
-  rg_sched_stats(r->sched, &ss);
-  double used = (double)ss.blocks_used / (double)r->x->kv_blocks;
-  r->kv_sum += used;
-  r->kv_samples++;
-  if (used > stats->kv_used_max) stats->kv_used_max = used;
+// The requests of the (decode) scheduler r->sched that ended, finished.
+static rg_status_t end_ended(run_t *r, double t, size_t *active) {
   for (size_t i = 0; i < r->n; i++) {
     live_t *l = &r->live[i];
     if (l->done || l->handle < 0) continue;
@@ -270,6 +264,71 @@ static rg_status_t after_step(run_t *r, double t, rg_serve_stats_t *stats, size_
     }
   }
   return NULL;
+}
+
+// After a step of the (decode) scheduler r->sched: the KV pool's occupancy
+// sampled, and the requests that ended finished.
+static rg_status_t after_step(run_t *r, double t, rg_serve_stats_t *stats, size_t *active) {
+  rg_sched_stats_t ss;
+  rg_sched_stats(r->sched, &ss);
+  double used = (double)ss.blocks_used / (double)r->x->kv_blocks;
+  r->kv_sum += used;
+  r->kv_samples++;
+  if (used > stats->kv_used_max) stats->kv_used_max = used;
+  return end_ended(r, t, active);
+}
+
+// Prompts that failed on the prefill side (their step failed, or went on
+// without them) end, and give their outbox room back.
+static rg_status_t end_failed_prompts(run_t *r, double t, size_t *active) {
+  for (size_t i = 0; i < r->n; i++) {
+    live_t *l = &r->live[i];
+    if (l->done || l->phandle < 0) continue;
+    rg_sched_request_info_t info;
+    RG_RETURN_IF_ERROR(rg_sched_request_info(r->psched, l->phandle, &info));
+    if (info.state != RG_SCHED_FAILED && info.state != RG_SCHED_ABORTED) continue;
+    if (info.reason) fail_result(&r->res[i], info.reason);
+    r->x->forget(r->x->impl, (uint64_t)i);
+    r->outbox_used -= l->outbox_need;
+    l->outbox_need = 0;
+    rg_sched_release(r->psched, l->phandle);
+    l->phandle = -1;
+    finish_req(r, i, t);
+    (*active)--;
+  }
+  return NULL;
+}
+
+// A worker holding side's KV pool was lost since the last look: the
+// requests holding blocks there fail, naming it, and its prefix cache is
+// forgotten. On the prefill side of prefill-decode, the prompts whose KV
+// waits there for the decode side's import fail too (those not yet
+// imported). Call only while side has no step in flight.
+static rg_status_t take_kv_losses(run_t *r, int side, double t, size_t *active) {
+  const rg_executor_t *x = r->x;
+  if (!x->kv_losses) return NULL;
+  char why[640] = "";
+  uint64_t n = x->kv_losses(x->impl, side, why, sizeof why);
+  if (n == r->kv_seen[side]) return NULL;
+  r->kv_seen[side] = n;
+  if (!why[0]) snprintf(why, sizeof why, "a worker holding its KV was lost");
+  int pd = x->begin != NULL;
+  rg_sched_t *sc = pd && !side ? r->psched : r->sched;
+  RG_RETURN_IF_ERROR(rg_sched_device_kv_lost(sc, t, why, NULL));
+  if (pd && !side)
+    for (size_t i = 0; i < r->n; i++) {
+      live_t *l = &r->live[i];
+      if (l->done || l->handle < 0 || l->outbox_need <= 0) continue;
+      rg_sched_request_info_t info;
+      RG_RETURN_IF_ERROR(rg_sched_request_info(r->sched, l->handle, &info));
+      if (info.state != RG_SCHED_WAITING) continue;
+      RG_RETURN_IF_ERROR(rg_sched_fail(r->sched, l->handle, t, why));
+      x->forget(x->impl, (uint64_t)i);
+      r->outbox_used -= l->outbox_need;
+      l->outbox_need = 0;
+    }
+  if (pd && !side) RG_RETURN_IF_ERROR(end_failed_prompts(r, t, active));
+  return end_ended(r, t, active);
 }
 
 static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
@@ -317,6 +376,7 @@ static rg_status_t serve_loop(run_t *r, double t0, rg_serve_stats_t *stats) {
       RG_RETURN_IF_ERROR(rg_sched_commit(r->sched, t, s->results, nres));
     }
     RG_RETURN_IF_ERROR(after_step(r, t, stats, &active));
+    RG_RETURN_IF_ERROR(take_kv_losses(r, 0, t, &active));
   }
   return NULL;
 }
@@ -356,27 +416,6 @@ static rg_status_t readd_recompute(run_t *r, size_t i) {
 // does not hold up the decodes, which is the point of the split. A request
 // waits to enter prefill until the executor's outbox, where a finished
 // prompt's KV waits for its import, has room for it.
-
-// Prompts that failed on the prefill side (their step failed, or went on
-// without them) end, and give their outbox room back.
-static rg_status_t end_failed_prompts(run_t *r, double t, size_t *active) {
-  for (size_t i = 0; i < r->n; i++) {
-    live_t *l = &r->live[i];
-    if (l->done || l->phandle < 0) continue;
-    rg_sched_request_info_t info;
-    RG_RETURN_IF_ERROR(rg_sched_request_info(r->psched, l->phandle, &info));
-    if (info.state != RG_SCHED_FAILED && info.state != RG_SCHED_ABORTED) continue;
-    if (info.reason) fail_result(&r->res[i], info.reason);
-    r->x->forget(r->x->impl, (uint64_t)i);
-    r->outbox_used -= l->outbox_need;
-    l->outbox_need = 0;
-    rg_sched_release(r->psched, l->phandle);
-    l->phandle = -1;
-    finish_req(r, i, t);
-    (*active)--;
-  }
-  return NULL;
-}
 
 static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
                                  rg_serve_stats_t *stats) {
@@ -429,10 +468,12 @@ static rg_status_t serve_loop_pd(run_t *r, const size_t *order, double t0,
       next++;
       progress = 1;
     }
-    // Begin a step on each idle side.
+    // Begin a step on each idle side (first ending the requests whose KV
+    // was on a worker lost since).
     for (int side = 0; side < 2 && !st; side++) {
       side_t *s = &sides[side];
       if (s->busy) continue;
+      if ((st = take_kv_losses(r, side, now, &active))) break;
       rg_sched_t *sc = side ? ds : ps;
       const size_t *of = side ? d_of : p_of;
       if ((st = rg_sched_schedule(sc, now, &s->b))) break;
@@ -631,6 +672,9 @@ rg_status_t rg_serve_on(const rg_executor_t *e, const rg_serve_request_t *reqs, 
   rg_serve_options_t o = opt ? *opt : (rg_serve_options_t){0};
   if (!n) return NULL;
   run_t r = {.x = e, .reqs = reqs, .n = n, .o = &o, .res = res};
+  // Losses before this run left nothing in its (new) schedulers.
+  for (int side = 0; side < 2 && e->kv_losses; side++)
+    r.kv_seen[side] = e->kv_losses(e->impl, side, NULL, 0);
   rg_status_t st = NULL;
   size_t *order = NULL;
   rg_sched_config_t sc = {

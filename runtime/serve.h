@@ -145,6 +145,13 @@ typedef struct {
   void (*side_counters)(void *impl, int side, rg_engine_counters_t *out);
   int64_t prefill_kv_blocks, outbox_blocks;
   int prefill_block_size;
+  // Optional: how many times a worker holding side's KV pool (side 0, or in
+  // prefill-decode 0 prefill and 1 decode) has been lost, with why the
+  // latest time in why. A worker that rejoins comes back with an empty
+  // pool: when the count moves, serve fails the requests whose KV was there
+  // and forgets that side's prefix cache, so no request is handed KV that is
+  // no longer there.
+  uint64_t (*kv_losses)(void *impl, int side, char *why, size_t cap);
 } rg_executor_t;
 
 rg_executor_t rg_engine_executor(rg_engine_t *e);

@@ -542,6 +542,34 @@ rg_status_t rg_sched_fail(rg_sched_t *s, int32_t h, double now, const char *reas
   return NULL;
 }
 
+rg_status_t rg_sched_device_kv_lost(rg_sched_t *s, double now, const char *reason,
+                                    size_t *n_failed) {
+  if (n_failed) *n_failed = 0;
+  if (s->outstanding)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "rg_sched_device_kv_lost: a batch is outstanding; commit it first");
+  if (!reason || !*reason)
+    return rg_status_make(RG_INVALID_ARGUMENT, "rg_sched_device_kv_lost: a reason is required");
+  RG_RETURN_IF_ERROR(rg__sched_check_time(s, "rg_sched_device_kv_lost", now));
+  while (s->running.head >= 0) {
+    RG_RETURN_IF_ERROR(rg_sched_fail(s, s->running.head, now, reason));
+    if (n_failed) (*n_failed)++;
+  }
+  // Nothing holds a device block now: the cached ones go back to the free
+  // list, and no key names a device block any more.
+  for (int32_t b = 0; b < s->n_blocks; b++) {
+    rg__block_t *k = &s->blocks[b];
+    if (k->indexed) rg__index_remove(s, b);
+    if (k->state == RG_SCHED_BLOCK_CACHED) {
+      rg__lru_remove(s, &s->lru, b);
+      k->state = RG_SCHED_BLOCK_FREE;
+      s->free_list[s->n_free++] = b;
+      s->n_cached--;
+    }
+  }
+  return NULL;
+}
+
 void rg_sched_release(rg_sched_t *s, int32_t h) {
   rg__req_t *r = rg__sched_req(s, h);
   if (!r) return;

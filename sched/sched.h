@@ -330,6 +330,15 @@ RG_MUST_USE rg_status_t rg_sched_commit(rg_sched_t *s, double now, const rg_sche
 RG_MUST_USE rg_status_t rg_sched_abort(rg_sched_t *s, int32_t req, double now);
 RG_MUST_USE rg_status_t rg_sched_fail(rg_sched_t *s, int32_t req, double now, const char *reason);
 
+// The device's KV is gone (the worker process holding the pool was lost and
+// comes back empty): every request holding device blocks fails with reason,
+// and every device block leaves the prefix index, so no later request is
+// handed KV that is no longer there. Waiting and swapped requests, and the
+// capacity tier's blocks, are kept. Not while a batch is outstanding;
+// *n_failed (optional) counts the requests it failed.
+RG_MUST_USE rg_status_t rg_sched_device_kv_lost(rg_sched_t *s, double now, const char *reason,
+                                                size_t *n_failed);
+
 // Drops a request's record (ending it first, as aborted, if it is still
 // active) and frees its handle for reuse. Unknown handles are ignored.
 void rg_sched_release(rg_sched_t *s, int32_t req);

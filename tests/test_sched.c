@@ -566,6 +566,56 @@ RG_TEST(sched_prefix_hits_share_blocks) {
   rg_sched_destroy(s);
 }
 
+// A worker holding the device pool dies and comes back empty: the requests
+// holding blocks fail, waiting ones stay, and nothing the pool held is hit
+// again.
+RG_TEST(sched_device_kv_lost_fails_holders_and_forgets_the_cache) {
+  rg_sched_t *s = cached_sched(t, 32, 0);
+  RG_REQUIRE(s);
+  int32_t pa[13], hA, hB, hC, hW;
+  fill(pa, 13, 100);
+  RG_REQUIRE_OK(add(s, 1, pa, 13, 4, 0, &hA));
+  rg_sched_batch_t b;
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0, &b));
+  RG_REQUIRE(b.n_entries == 1);
+  // While the batch is outstanding it refuses.
+  RG_CHECK_ERR(rg_sched_device_kv_lost(s, 0.05, "worker w0 lost", NULL), "outstanding");
+  RG_REQUIRE_OK(commit_all(s, &b, 0.1, 0));
+  // B finishes and leaves its blocks cached; W waits behind the seq cap.
+  int32_t pb[9];
+  fill(pb, 9, 500);
+  RG_REQUIRE_OK(add(s, 2, pb, 9, 1, 0.1, &hB));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 0.2, &b));
+  RG_REQUIRE_OK(commit_all(s, &b, 0.3, 0));
+  RG_CHECK(state_of(s, hB) == RG_SCHED_FINISHED);
+  RG_REQUIRE_OK(add(s, 3, pb, 9, 4, 1.0, &hW));
+  rg_sched_stats_t st;
+  rg_sched_stats(s, &st);
+  RG_REQUIRE(st.blocks_cached >= 2 && st.blocks_used >= 4);
+  RG_CHECK_ERR(rg_sched_device_kv_lost(s, 0.4, "", NULL), "reason");
+  size_t failed = 0;
+  RG_REQUIRE_OK(rg_sched_device_kv_lost(s, 0.4, "worker w0 lost", &failed));
+  RG_CHECK(failed == 1);
+  rg_sched_request_info_t info;
+  RG_REQUIRE_OK(rg_sched_request_info(s, hA, &info));
+  RG_CHECK(info.state == RG_SCHED_FAILED && info.reason && !strcmp(info.reason, "worker w0 lost"));
+  RG_CHECK(state_of(s, hW) == RG_SCHED_WAITING);
+  rg_sched_stats(s, &st);
+  RG_CHECK(st.blocks_used == 0 && st.blocks_cached == 0 && st.blocks_free == 32);
+  RG_CHECK_OK(rg_sched_check(s));
+  // The same prompt again computes everything: no hit on what is gone.
+  RG_REQUIRE_OK(add(s, 4, pa, 13, 4, 0.5, &hC));
+  RG_REQUIRE_OK(rg_sched_schedule(s, 1.0, &b));
+  const rg_sched_entry_t *e = entry_of(&b, hC);
+  RG_REQUIRE(e);
+  RG_CHECK(e->pos == 0 && e->n == 13);
+  RG_REQUIRE_OK(rg_sched_request_info(s, hC, &info));
+  RG_CHECK(info.n_cached_tokens == 0);
+  RG_REQUIRE_OK(commit_all(s, &b, 1.1, 0));
+  RG_CHECK_OK(rg_sched_check(s));
+  rg_sched_destroy(s);
+}
+
 RG_TEST(sched_prefix_never_reuses_the_last_prompt_token) {
   rg_sched_t *s = cached_sched(t, 32, 0);
   RG_REQUIRE(s);

@@ -132,6 +132,77 @@ RG_TEST(serve_bad_requests_fail_alone) {
   rg_serve_results_free(res, 4);
 }
 
+// An executor whose KV holder is "lost" (the count kv_losses reports
+// moves) after request 0's last token: the engine's own forward underneath.
+typedef struct {
+  rg_executor_t inner;
+  uint64_t losses;
+  int tokens0;
+} lossy_t;
+
+static rg_status_t lossy_forward(void *impl, const rg_step_entry_t *e, size_t n, float *logits) {
+  lossy_t *l = impl;
+  return l->inner.forward(l->inner.impl, e, n, logits);
+}
+
+static void lossy_counters(void *impl, rg_engine_counters_t *out) {
+  lossy_t *l = impl;
+  l->inner.counters(l->inner.impl, out);
+}
+
+static uint64_t lossy_kv_losses(void *impl, int side, char *why, size_t cap) {
+  lossy_t *l = impl;
+  if (why && cap) snprintf(why, cap, "its KV was on worker w0-attention, which was lost");
+  return side == 0 ? l->losses : 0;
+}
+
+static rg_status_t lose_after_request_0(void *ctx, size_t req, int32_t token) {
+  (void)token;
+  lossy_t *l = ctx;
+  if (req == 0 && ++l->tokens0 == 3) l->losses++;
+  return NULL;
+}
+
+// When the worker holding the KV is lost (and would come back empty), the
+// requests holding KV there fail naming it, and a later request with the
+// same prompt computes it again instead of taking cached blocks that are
+// gone.
+RG_TEST(serve_lost_kv_fails_its_holders_and_is_never_hit) {
+  const char *dir = model_dir(t, RG_TESTMODEL_LLAMA, "m");
+  RG_REQUIRE(dir);
+  int32_t p[32], q[8];
+  for (int k = 0; k < 32; k++) p[k] = (k * 13 + 5) % 500;
+  for (int k = 0; k < 8; k++) q[k] = (k * 7 + 1) % 500;
+  rg_serve_request_t r[3] = {{0, p, 32, 3, {0, 0, 1, 0}, 0},
+                             {1, q, 8, 40, {0, 0, 1, 0}, 0},
+                             {2, p, 32, 3, {0, 0, 1, 0}, 0.3}};
+  rg_engine_options_t eo = {.block_size = 16};
+  rg_engine_t *e;
+  RG_REQUIRE_OK(rg_engine_create(dir, &eo, &e));
+  lossy_t l = {.inner = rg_engine_executor(e)};
+  rg_executor_t x = l.inner;
+  x.impl = &l;
+  x.forward = lossy_forward;
+  x.counters = lossy_counters;
+  x.swap = NULL;
+  x.kv_losses = lossy_kv_losses;
+  rg_serve_options_t so = {
+      .max_batch_tokens = 64, .prefix_cache = 1, .on_token = lose_after_request_0, .ctx = &l};
+  rg_serve_result_t res[3];
+  rg_serve_stats_t st;
+  rg_status_t s = rg_serve_on(&x, r, 3, &so, res, &st);
+  rg_engine_destroy(e);
+  RG_REQUIRE_OK(s);
+  printf("    request 1: %s \"%s\"; request 2: %lld tokens, %lld cached\n", res[1].finish,
+         res[1].error, (long long)res[2].n_tokens, (long long)res[2].cached_tokens);
+  RG_CHECK(res[0].n_tokens == 3 && !strcmp(res[0].finish, "length"));
+  RG_CHECK(!strcmp(res[1].finish, "error") && strstr(res[1].error, "w0-attention, which was lost"));
+  RG_CHECK(res[2].n_tokens == 3 && res[2].cached_tokens == 0);
+  RG_CHECK(!memcmp(res[0].tokens, res[2].tokens, 3 * 4));
+  RG_CHECK(st.prefix_hit_tokens == 0);
+  rg_serve_results_free(res, 3);
+}
+
 RG_TEST(serve_percentiles_interpolate) {
   double v[] = {5, 1, 4, 2, 3};
   rg_percentiles_t p = rg_percentiles(v, 5);

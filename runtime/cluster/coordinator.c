@@ -113,6 +113,10 @@ struct rg_cluster_s {
   int max_seqs;
   rg_dtype_t kv_dtype;
   uint64_t epoch;  // of the last PeerTable sent
+  // Per pipeline: how many times a worker holding its KV (one with
+  // attention stages) was lost, and the latest why (rg_executor_t.kv_losses).
+  uint64_t kv_losses[2];
+  char kv_lost_why[2][640];
   // Prefill-decode: the outbox blocks free on every prefill worker, the
   // prompts stashed there, and transfer orders in flight.
   int64_t outbox_blocks;
@@ -266,9 +270,22 @@ static void on_joined(rg_cluster_t *c, const rg_control_event_t *ev) {
   snprintf(w->device_name, sizeof w->device_name, "%s", h->device_name ? h->device_name : "");
 }
 
+static int holds_kv(const rg_cluster_worker_t *w) {
+  for (int k = 0; k < w->n_stages; k++)
+    if (w->stages[k].kind == RG_STAGE_ATTENTION) return 1;
+  return 0;
+}
+
 static void on_lost(rg_cluster_t *c, const rg_control_event_t *ev) {
   int i = find_by_id(c, ev->worker_id);
   if (i < 0) return;
+  int p = c->w[i].pipe;
+  if (!c->w[i].lost && p >= 0 && p < 2 && holds_kv(&c->o.layout.workers[i])) {
+    char lb[160];
+    c->kv_losses[p]++;
+    snprintf(c->kv_lost_why[p], sizeof c->kv_lost_why[p],
+             "its KV was on worker %s, which was lost (%s)", wlabel(c, i, lb, sizeof lb), ev->text);
+  }
   c->w[i].lost = 1;
   snprintf(c->w[i].lost_why, sizeof c->w[i].lost_why, "%s", ev->text);
   if (c->tp && c->w[i].ready) rg_transport_peer_fail(c->tp, c->w[i].peer, ev->text);
@@ -865,8 +882,11 @@ static rg_status_t pipe_poll(rg_cluster_t *c, pipe_t *p, int *done) {
   for (int i = 0; i < n && !st; i++) {
     if (!in_pipe(c, p, i)) continue;
     char why[128] = "";
-    if (exited(&c->w[i], why, sizeof why))
-      on_lost(c, &(rg_control_event_t){.kind = RG_CONTROL_EVENT_LOST, .worker_id = c->w[i].id});
+    if (exited(&c->w[i], why, sizeof why)) {
+      rg_control_event_t ev = {.kind = RG_CONTROL_EVENT_LOST, .worker_id = c->w[i].id};
+      snprintf(ev.text, sizeof ev.text, "%s", why);
+      on_lost(c, &ev);
+    }
     if (c->w[i].lost)
       st = rg_status_make(RG_UNAVAILABLE, "worker %s was lost during step %llu: %s",
                           wlabel(c, i, lb, sizeof lb), (unsigned long long)p->step,
@@ -1399,6 +1419,13 @@ static void x_side_counters(void *impl, int side, rg_engine_counters_t *out) {
       }
 }
 
+static uint64_t x_kv_losses(void *impl, int side, char *why, size_t cap) {
+  rg_cluster_t *c = impl;
+  if (side < 0 || side >= c->n_pipes) return 0;
+  if (why && cap) snprintf(why, cap, "%s", c->kv_lost_why[side]);
+  return c->kv_losses[side];
+}
+
 rg_executor_t rg_cluster_executor(rg_cluster_t *c) {
   const pipe_t *d = &c->pipes[c->n_pipes - 1];
   rg_executor_t x = {.impl = c,
@@ -1410,7 +1437,8 @@ rg_executor_t rg_cluster_executor(rg_cluster_t *c) {
                      .kv_blocks = d->lim.n_blocks,
                      .max_context = d->lim.max_context,
                      .block_size = (int)d->lim.block_size,
-                     .max_seqs = c->max_seqs};
+                     .max_seqs = c->max_seqs,
+                     .kv_losses = x_kv_losses};
   if (c->tier_worker >= 0) {
     x.tier = x_tier;
     x.tier_blocks = c->tier_blocks;
