@@ -343,6 +343,21 @@ static rg_status_t prefill_until_back(rg_cluster_t *c, const int32_t *ids, int32
   return st;
 }
 
+// Options for a cluster whose workers are started by hand: a secret, a fixed
+// port (offset keeps tests apart), short deadlines.
+static rg_status_t hand_options(const char *dir, const char *secret_text, int offset,
+                                rg_control_secret_t *secret, rg_cluster_options_t *co) {
+  RG_RETURN_IF_ERROR(rg_control_secret_from_text(secret_text, strlen(secret_text), secret));
+  *co = (rg_cluster_options_t){.model_path = dir,
+                               .engine = exact_options(),
+                               .secret = secret,
+                               .quiet = 1,
+                               .join_timeout_s = 30,
+                               .step_timeout_s = 3,
+                               .port = 20000 + (int)((getpid() + offset) % 20000)};
+  return NULL;
+}
+
 RG_TEST(cluster_names_a_killed_worker_and_uses_it_again_after_it_rejoins) {
   if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
   const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
@@ -351,13 +366,8 @@ RG_TEST(cluster_names_a_killed_worker_and_uses_it_again_after_it_rejoins) {
   RG_REQUIRE_OK(arch_of(dense, &a));
   const char *secret_text = "test-secret-for-the-cluster";
   rg_control_secret_t secret;
-  RG_REQUIRE_OK(rg_control_secret_from_text(secret_text, strlen(secret_text), &secret));
-  rg_cluster_options_t co = {.model_path = dense,
-                             .engine = exact_options(),
-                             .secret = &secret,
-                             .quiet = 1,
-                             .join_timeout_s = 30,
-                             .step_timeout_s = 3};
+  rg_cluster_options_t co;
+  RG_REQUIRE_OK(hand_options(dense, secret_text, 0, &secret, &co));
   RG_REQUIRE_OK(rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &co.layout));
   // The workers are named by the layout; a stranger with the wrong secret is
   // refused and does not take a place.
@@ -365,7 +375,6 @@ RG_TEST(cluster_names_a_killed_worker_and_uses_it_again_after_it_rejoins) {
   pid_t w0 = 0, w1 = 0, rogue = 0;
   // rg_cluster_create waits for the workers: start them from a child that
   // first learns the port. The port is fixed here by asking for one.
-  co.port = 20000 + (int)(getpid() % 20000);
   char port[16];
   snprintf(port, sizeof port, "%d", co.port);
   rogue = start_worker(port, co.layout.workers[1].name, "not-the-secret");
@@ -485,15 +494,9 @@ RG_TEST(cluster_requests_on_live_workers_finish_when_the_prefill_worker_dies) {
 
   const char *secret_text = "test-secret-for-the-pd-cluster";
   rg_control_secret_t secret;
-  RG_REQUIRE_OK(rg_control_secret_from_text(secret_text, strlen(secret_text), &secret));
-  rg_cluster_options_t co = {.model_path = dense,
-                             .engine = exact_options(),
-                             .secret = &secret,
-                             .quiet = 1,
-                             .join_timeout_s = 30,
-                             .step_timeout_s = 3};
+  rg_cluster_options_t co;
+  RG_REQUIRE_OK(hand_options(dense, secret_text, 7919, &secret, &co));
   RG_REQUIRE_OK(rg_cluster_layout_pd(&a, "cpu:0", "cpu:0", 16, 16, &co.layout));
-  co.port = 20000 + (int)((getpid() + 7919) % 20000);
   char port[16];
   snprintf(port, sizeof port, "%d", co.port);
   pid_t wp = start_worker(port, co.layout.workers[0].name, secret_text);
