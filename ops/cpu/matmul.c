@@ -522,14 +522,26 @@ __attribute__((target(T_AVX512BF16))) static void gemv_dpbf16(const job_t *j, in
 
 typedef void (*gemv_fn)(const job_t *j, int64_t r0, int64_t r1);
 
+// Whether k-quant weights take the vpdpwssd kernel (x in int16): from the
+// avx512-bf16 level on (the levels below keep x in f32), where the CPU has
+// AVX512_VNNI; otherwise the vdpbf16ps one (kquants.c).
+static int kquant_vnni(rg_cpu_isa_t isa, rg_dtype_t t) {
+  return (t == RG_Q4_K || t == RG_Q6_K) && isa >= RG_CPU_ISA_AVX512_BF16 && rg__cpu_has_vnni();
+}
+
 // The GEMV kernel for a level and type; dp picks vdpbf16ps for bf16.
 static gemv_fn pick_gemv(rg_cpu_isa_t isa, rg_dtype_t t, int dp) {
 #if RG_X86
-  static const gemv_fn avx512[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx512_f32, [RG_BF16] = gemv_avx512_bf16,
-                                                 [RG_F16] = gemv_avx512_f16, [RG_Q8_0] = gemv_avx512_q8_0};
-  static const gemv_fn avx2[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx2_f32, [RG_BF16] = gemv_avx2_bf16,
-                                               [RG_F16] = gemv_avx2_f16, [RG_Q8_0] = gemv_avx2_q8_0};
+  static const gemv_fn avx512[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx512_f32,
+                                                 [RG_BF16] = gemv_avx512_bf16,
+                                                 [RG_F16] = gemv_avx512_f16,
+                                                 [RG_Q8_0] = gemv_avx512_q8_0};
+  static const gemv_fn avx2[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx2_f32,
+                                               [RG_BF16] = gemv_avx2_bf16,
+                                               [RG_F16] = gemv_avx2_f16,
+                                               [RG_Q8_0] = gemv_avx2_q8_0};
   if (t == RG_Q4_K || t == RG_Q6_K) {
+    if (kquant_vnni(isa, t)) return rg__gemv_kquant_vnni;
     if (isa >= RG_CPU_ISA_AVX512_BF16) return rg__gemv_kquant_dpbf16;
     if (isa >= RG_CPU_ISA_AVX512) return rg__gemv_kquant_avx512;
     return gemv_scalar;
@@ -756,8 +768,7 @@ static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmu
     else
       p.path = m >= gemm_min_m(isa, t) ? RG_MATMUL_GEMM : RG_MATMUL_GEMV;
   }
-  p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16 &&
-         m >= DP_MIN_M;
+  p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16 && m >= DP_MIN_M;
   return p;
 }
 
@@ -785,7 +796,9 @@ static void names_init(void) {
       const char *in = rg_cpu_isa_name((rg_cpu_isa_t)i), *tn = rg_dtype_name((rg_dtype_t)t);
       char *gemv = names[i][t][RG_MATMUL_GEMV], *gemm = names[i][t][RG_MATMUL_GEMM],
            *tiles = names[i][t][RG_MATMUL_TILES];
-      if (i == RG_CPU_ISA_AVX512_BF16 && (t == RG_Q4_K || t == RG_Q6_K))
+      if (kquant_vnni((rg_cpu_isa_t)i, (rg_dtype_t)t) && i == RG_CPU_ISA_AVX512_BF16)
+        snprintf(gemv, 64, "%s %s gemv (vpdpwssd, x in int16)", in, tn);
+      else if (i == RG_CPU_ISA_AVX512_BF16 && (t == RG_Q4_K || t == RG_Q6_K))
         snprintf(gemv, 64, "%s %s gemv (vdpbf16ps, x as bf16 hi+lo)", in, tn);
       else if (i == RG_CPU_ISA_AVX512_BF16)
         snprintf(gemv, 64, "%s %s gemv (vdpbf16ps, x in bf16)", in, tn);
@@ -851,7 +864,24 @@ const char *rg_matmul_kernel_name(const rg_wmat_t *w, int64_t m) {
 static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   uint16_t *xb = NULL;
   size_t x_row_bytes = (size_t)j->k * sizeof(float);
-  if ((j->type == RG_Q4_K || j->type == RG_Q6_K) && j->isa >= RG_CPU_ISA_AVX512_BF16) {
+  if (kquant_vnni(j->isa, j->type)) {
+    // x as int16 per super-block, its scales and its group sums (see
+    // gemv_kquant.c), in one allocation.
+    const size_t nb = (size_t)j->m * (size_t)(j->k / 256),
+                 qbytes = ((size_t)j->m * (size_t)j->k * sizeof(int16_t) + 63) / 64 * 64,
+                 dbytes = (nb * sizeof(float) + 63) / 64 * 64;
+    unsigned char *buf = aligned_alloc(64, qbytes + dbytes + nb * 16 * sizeof(float));
+    if (!buf)
+      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to quantize x (%lld x %lld)",
+                            (long long)j->m, (long long)j->k);
+    xb = (uint16_t *)buf;
+    j->xq = (const int16_t *)buf;
+    j->xd = (const float *)(buf + qbytes);
+    j->xsum = (const float *)(buf + qbytes + dbytes);
+    rg__kquant_prepare_x16(j->x, j->m, j->k, (int16_t *)buf, (float *)(buf + qbytes),
+                           (float *)(buf + qbytes + dbytes));
+    x_row_bytes = (size_t)j->k * 2;
+  } else if ((j->type == RG_Q4_K || j->type == RG_Q6_K) && j->isa >= RG_CPU_ISA_AVX512_BF16) {
     // x as two bf16 terms and its sums per 32 values (see kquants.c).
     j->kp = j->k;
     size_t n2 = (size_t)j->m * (size_t)j->k * 2;

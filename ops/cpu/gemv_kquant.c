@@ -1,0 +1,269 @@
+// The k-quant GEMV with AVX512_VNNI (vpdpwssd): x quantized to int16 per
+// super-block, the quants and their sub-block scales multiplied in 16-bit
+// lanes, whole super-blocks summed exactly in int32.
+//
+// Why: the avx512-bf16 kernel (kquants.c) streams q4_K at 0.4-0.5 of read
+// bandwidth on a Sapphire Rapids VM, and from L2 it is no faster (10
+// Gweights/s on one core): it is bound by its vector work, two vdpbf16ps
+// per 32 weights (x as bf16 hi + lo), two table lookups and a float scale
+// per sub-block. Here each 32 weights cost one vpdpwssd per row of x, one
+// vpmullw that applies the sub-block's scale to the quants (shared by all
+// rows of x), and the unpacking; the scales of x and of the super-block
+// are applied once per 256 weights, in float.
+//
+// x, per row and super-block of 256 values: dx = amax / 32767 and xq =
+// round(x / dx), int16. The error is at most dx / 2 per element, so the
+// matmul's NMSE against exact x is about (1/32767)^2 / 12 relative to
+// E[x^2] / amax^2: ~2e-10 for uniform x, ~1e-8 for a super-block whose
+// largest value is 20 times its RMS (an outlier channel). That is far inside
+// the 2e-5 the conformance suite allows narrow-weight matmuls; a single
+// int8 x (llama.cpp's q8_K) would be ~1.5e-5 for uniform x and worse with
+// outliers, so it is not used. The kernel's name says "x in int16".
+//
+// Exactness of the integer part (why no lane overflows):
+//   q4_K  w16 = q * sc, q <= 15, sc <= 63: |w16| <= 945.
+//   q6_K  w16 = (q - 32) * sc, q - 32 in [-32, 31], sc in [-128, 127]:
+//         |w16| <= 4096.
+//   A lane of the super-block's int32 sum takes 16 products (8 vpdpwssd of
+//   2 each): |sum| <= 16 * 4096 * 32767 = 2147418112 < 2^31.
+// q4_K's min term, dmin * m * Σx per sub-block, uses float sums of exact x.
+//
+// Decode batches: one weight row's super-block is unpacked into 8 registers
+// of scaled quants once and applied to up to 16 rows of x, so m = 16 costs
+// the unpacking once and 16 vpdpwssd per 32 weights, not 16 passes (the
+// AMX path for k-quants rebuilt bf16 panels for every call, and streamed
+// 0.15 of bandwidth at m = 16).
+#include <math.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "ops/cpu/cpu_impl.h"
+
+typedef rg__mm_job_t job_t;
+
+enum { XQ_MAX = 32767, MAX_MR = 16 };
+
+#if RG_X86
+
+int rg__cpu_has_vnni(void) {
+  static _Atomic int has = -1;  // computed once; racing threads store the same
+  int h = atomic_load_explicit(&has, memory_order_relaxed);
+  if (h < 0) {
+    __builtin_cpu_init();
+    h = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+    atomic_store_explicit(&has, h, memory_order_relaxed);
+  }
+  return h;
+}
+
+// One row of x, k values (a multiple of 256): xq (k int16), xd (k / 256
+// scales) and xs (16 floats per super-block: the sums of its 8 groups of 32,
+// then 8 zeros, so the kernel applies them with one 16-lane FMA).
+__attribute__((target(T_AVX512))) static void prepare_row(const float *x, int64_t k, int16_t *xq,
+                                                          float *xd, float *xs) {
+  const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < k / 256; b++) {
+    const float *p = x + 256 * b;
+    __m512 amax = _mm512_setzero_ps();
+    float sums[16] = {0};
+    for (int g = 0; g < 8; g++) {
+      __m512 a = _mm512_loadu_ps(p + 32 * g), c = _mm512_loadu_ps(p + 32 * g + 16);
+      amax = _mm512_max_ps(amax, _mm512_max_ps(_mm512_and_ps(a, sign), _mm512_and_ps(c, sign)));
+      sums[g] = _mm512_reduce_add_ps(_mm512_add_ps(a, c));
+    }
+    float am = _mm512_reduce_max_ps(amax);
+    float total = 0;
+    for (int g = 0; g < 8; g++) total += sums[g];
+    memcpy(xs + 16 * b, sums, sizeof sums);
+    int16_t *q = xq + 256 * b;
+    if (!isfinite(total) || !(am > 0)) {
+      // An inf or NaN in x (max ignores NaN) must reach y as it would with
+      // exact arithmetic, not vanish into an int16; an all-zero block
+      // contributes nothing.
+      xd[b] = isfinite(total) ? 0.0f : NAN;
+      memset(q, 0, 256 * sizeof *q);
+      continue;
+    }
+    // Tiny blocks are scaled up by a power of two first (exact), so that
+    // 32767 / amax stays finite.
+    const float e = am < 0x1p-60f ? 0x1p64f : 1.0f;
+    const float inv = (float)XQ_MAX / (am * e);
+    xd[b] = am * e / (float)XQ_MAX / e;
+    const __m512 ve = _mm512_set1_ps(e), vi = _mm512_set1_ps(inv);
+    for (int v = 0; v < 16; v++) {
+      // Rounded to nearest even (the default MXCSR mode), saturated to int16.
+      __m512i qi =
+          _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(p + 16 * v), ve), vi));
+      _mm256_storeu_si256((__m256i *)(q + 16 * v), _mm512_cvtsepi32_epi16(qi));
+    }
+  }
+}
+
+void rg__kquant_prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *xd,
+                            float *xs) {
+  const int64_t nb = k / 256;
+  for (int64_t i = 0; i < m; i++)
+    prepare_row(x + i * k, k, xq + i * k, xd + i * nb, xs + i * nb * 16);
+}
+
+// The 8 scales (bytes 0-7 of out) and 8 mins (bytes 8-15) of a q4_K block's
+// 12 packed bytes; the same values as rg_q4_K_scale_min (see kquants.c's
+// q4_K_unpack_scales, which this duplicates to stay inline).
+static inline void q4_K_scales(const uint8_t *p, uint32_t out[4]) {
+  uint32_t u0, u1, u2;
+  memcpy(&u0, p, 4);
+  memcpy(&u1, p + 4, 4);
+  memcpy(&u2, p + 8, 4);
+  out[0] = u0 & 0x3f3f3f3fu;
+  out[1] = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+  out[2] = u1 & 0x3f3f3f3fu;
+  out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+}
+
+// Σ of the 8 products W[s] · x (x at xq, 256 int16) into one int32 vector;
+// two chains, so that a single row of x does not wait on vpdpwssd's latency.
+INLINE __attribute__((target(T_VNNI))) __m512i dot8(const __m512i W[8], const int16_t *xq) {
+  __m512i a = _mm512_setzero_si512(), c = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; s += 2) {
+    a = _mm512_dpwssd_epi32(a, W[s], _mm512_loadu_si512(xq + 32 * s));
+    c = _mm512_dpwssd_epi32(c, W[s + 1], _mm512_loadu_si512(xq + 32 * s + 32));
+  }
+  return _mm512_add_epi32(a, c);
+}
+
+// One weight row against rows i0 .. i0 + mv - 1 of x, MR of them at a time
+// in registers (rows past mv repeat the last and are not stored).
+INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t type, int64_t r,
+                                                    int64_t i0, int mv, const int MR) {
+  const int64_t k = j->k, nb = k / 256;
+  const uint8_t *row = j->w + (size_t)r * j->row_bytes;
+  const int16_t *xq[MAX_MR];
+  const float *xd[MAX_MR], *xs[MAX_MR];
+  for (int i = 0; i < MR; i++) {
+    int64_t ii = i0 + (i < mv ? i : mv - 1);
+    xq[i] = j->xq + ii * k;
+    xd[i] = j->xd + ii * nb;
+    xs[i] = j->xsum + ii * nb * 16;
+  }
+  __m512 acc[MAX_MR];
+  for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+  // The next memory this thread reads: two rows on (at least 2 KiB), one
+  // prefetch per line, issued by the first pass over x only.
+  const size_t bb = type == RG_Q4_K ? 144 : 210;
+  const size_t pf = 2 * j->row_bytes < 2048 ? 2048 : 2 * j->row_bytes;
+  // Picks int16 lane pair (2s, 2s+1) of every 128-bit lane: the scale of
+  // sub-block s, broadcast by vpshufb from scales repeated per lane.
+  const __m512i low4 = _mm512_set1_epi16(0xF);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = row + (size_t)b * bb;
+    if (i0 == 0)
+      for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + pf + o, _MM_HINT_T0);
+    __m512i W[8];
+    float d;
+    __m512 dmn = _mm512_setzero_ps();  // q4_K: dmin * m per sub-block, lanes 0-7
+    uint16_t hd;
+    if (type == RG_Q4_K) {
+      uint16_t hm;
+      memcpy(&hd, blk, 2);
+      memcpy(&hm, blk + 2, 2);
+      d = _cvtsh_ss(hd);
+      uint32_t sm[4];
+      q4_K_scales(blk + 4, sm);
+      // Scales as int16 in each 128-bit lane; mins as floats.
+      const __m512i sc =
+          _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)));
+      dmn = _mm512_mul_ps(
+          _mm512_set1_ps(_cvtsh_ss(hm)),
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 2)))));
+      const uint8_t *q = blk + 16;
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; p++) {
+        __m512i raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * p)));
+        __m512i s0 = _mm512_shuffle_epi8(sc, _mm512_set1_epi16((short)(0x0100 + 0x0202 * 2 * p)));
+        __m512i s1 =
+            _mm512_shuffle_epi8(sc, _mm512_set1_epi16((short)(0x0100 + 0x0202 * (2 * p + 1))));
+        W[2 * p] = _mm512_mullo_epi16(_mm512_and_si512(raw, low4), s0);
+        W[2 * p + 1] = _mm512_mullo_epi16(_mm512_srli_epi16(raw, 4), s1);
+      }
+    } else {
+      memcpy(&hd, blk + 208, 2);
+      d = _cvtsh_ss(hd);
+      // The 16 scales as int16 in the low half; vector u of half h takes
+      // scale 8h + 2u in lanes 0-15 and 8h + 2u + 1 in lanes 16-31.
+      const __m512i sc = _mm512_castsi256_si512(
+          _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))));
+      const __m512i m30 = _mm512_set1_epi16(0x30), off = _mm512_set1_epi16(32);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+        __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)ql));
+        __m512i c = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(ql + 32)));
+        __m512i hh = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)qh));
+        __m512i v[4];
+        v[0] = _mm512_or_si512(_mm512_and_si512(a, low4),
+                               _mm512_and_si512(_mm512_slli_epi16(hh, 4), m30));
+        v[1] = _mm512_or_si512(_mm512_and_si512(c, low4),
+                               _mm512_and_si512(_mm512_slli_epi16(hh, 2), m30));
+        v[2] = _mm512_or_si512(_mm512_srli_epi16(a, 4), _mm512_and_si512(hh, m30));
+        v[3] = _mm512_or_si512(_mm512_srli_epi16(c, 4),
+                               _mm512_and_si512(_mm512_srli_epi16(hh, 2), m30));
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+          const short s = (short)(8 * h + 2 * u);
+          __m512i idx = _mm512_mask_blend_epi16((__mmask32)0xffff0000u, _mm512_set1_epi16(s),
+                                                _mm512_set1_epi16((short)(s + 1)));
+          W[4 * h + u] =
+              _mm512_mullo_epi16(_mm512_sub_epi16(v[u], off), _mm512_permutexvar_epi16(idx, sc));
+        }
+      }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+      __m512i s = dot8(W, xq[i] + 256 * b);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d * xd[i][b]), acc[i]);
+      if (type == RG_Q4_K) acc[i] = _mm512_fnmadd_ps(dmn, _mm512_loadu_ps(xs[i] + 16 * b), acc[i]);
+    }
+  }
+  for (int i = 0; i < mv; i++)
+    j->y[(i0 + i) * j->n + r] = _mm512_reduce_add_ps(acc[i]) + (j->bias ? j->bias[r] : 0.0f);
+}
+
+#define KQ_TYPE(NAME, TYPE)                                                               \
+  __attribute__((target(T_VNNI))) static void NAME(const job_t *j, int64_t r, int64_t i0, \
+                                                   int mv) {                              \
+    if (mv == 1)                                                                          \
+      kq_rows(j, TYPE, r, i0, 1, 1);                                                      \
+    else if (mv == 2)                                                                     \
+      kq_rows(j, TYPE, r, i0, 2, 2);                                                      \
+    else if (mv <= 4)                                                                     \
+      kq_rows(j, TYPE, r, i0, mv, 4);                                                     \
+    else if (mv <= 8)                                                                     \
+      kq_rows(j, TYPE, r, i0, mv, 8);                                                     \
+    else                                                                                  \
+      kq_rows(j, TYPE, r, i0, mv, 16);                                                    \
+  }
+KQ_TYPE(q4_K_rows, RG_Q4_K)
+KQ_TYPE(q6_K_rows, RG_Q6_K)
+
+void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
+  void (*rows)(const job_t *, int64_t, int64_t, int) = j->type == RG_Q4_K ? q4_K_rows : q6_K_rows;
+  for (int64_t r = r0; r < r1; r++)
+    for (int64_t i0 = 0; i0 < j->m; i0 += MAX_MR)
+      rows(j, r, i0, j->m - i0 < MAX_MR ? (int)(j->m - i0) : MAX_MR);
+}
+
+#else  // !RG_X86
+
+int rg__cpu_has_vnni(void) {
+  return 0;
+}
+void rg__kquant_prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *xd,
+                            float *xs) {
+  (void)x, (void)m, (void)k, (void)xq, (void)xd, (void)xs;
+}
+void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
+  (void)j, (void)r0, (void)r1;
+}
+
+#endif  // RG_X86
