@@ -358,11 +358,11 @@ static int int16_kernel_runs(rg_test_ctx_t *t, rg_dtype_t type, rg_matmul_opts_t
   return 1;
 }
 
-// Every m from 1 to 16 (the kernel keeps up to 16 rows of x in registers
-// per unpacked super-block, in register blocks of 1, 2, 4, 8 and 16 whose
-// unused rows repeat the last), odd n, several k, both k-quants, with the
-// tiles' threshold out of the way: against the reference on x quantized as
-// the kernel does, to 1e-7.
+// Every m from 1 to 18 (the kernel applies each unpacked super-block to
+// register blocks of 1, 2, 4 or 8 rows of x, the last block padded with
+// zero rows it must not store), odd n, several k, both k-quants, on the
+// GEMV path whatever the tiles' threshold: against the reference on x
+// quantized as the kernel does, to 1e-7.
 RG_TEST(matmul_kquant_int16_x_every_m_up_to_16) {
   rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16, .path = RG_MATMUL_GEMV};
   if (!int16_kernel_runs(t, RG_Q4_K, &o)) return;

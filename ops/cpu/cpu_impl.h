@@ -52,8 +52,9 @@ typedef struct rg__mm_job_s {
   const uint16_t *xhl;
   const float *xsum;
   // k-quant GEMV with vpdpwssd (gemv_kquant.c): x as int16 per super-block
-  // (m, k), its scales (m, k / 256), and xsum as (m, k / 256, 16): the 8
-  // group sums of each super-block, then 8 zeros.
+  // (k / 256, mp, 256), its scales (k / 256, mp), and xsum as (k / 256, mp,
+  // 16): the 8 group sums of each super-block, then 8 zeros; mp =
+  // rg__kquant_x16_rows(m), the rows past m zero. mp is also the AMX field.
   const int16_t *xq;
   const float *xd;
   // GEMM path: one f32 tile buffer of tile_rows × k per thread.
@@ -94,10 +95,12 @@ void rg__kquant_prepare_x(const float *x, int64_t m, int64_t k, int64_t kp, uint
 // Whether the CPU has AVX512_VNNI (cpuid), which every CPU with AVX512_BF16
 // that ridge knows has; the kernel runs from the avx512-bf16 level on.
 int rg__cpu_has_vnni(void);
+// Rows of x the layout holds: m and the padding of the last register block.
+int64_t rg__kquant_x16_rows(int64_t m);
 // Prepares x for rg__gemv_kquant_vnni: j->xq, j->xd and j->xsum's layouts.
 void rg__kquant_prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *xd,
                             float *xs);
-// GEMV over weight rows [r0, r1) for q4_K / q6_K, up to 16 rows of x per
+// GEMV over weight rows [r0, r1) for q4_K / q6_K, up to 8 rows of x per
 // unpacked super-block.
 void rg__gemv_kquant_vnni(const rg__mm_job_t *j, int64_t r0, int64_t r1);
 

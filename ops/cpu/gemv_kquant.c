@@ -29,10 +29,12 @@
 // q4_K's min term, dmin * m * Σx per sub-block, uses float sums of exact x.
 //
 // Decode batches: one weight row's super-block is unpacked into 8 registers
-// of scaled quants once and applied to up to 16 rows of x, so m = 16 costs
-// the unpacking once and 16 vpdpwssd per 32 weights, not 16 passes (the
-// AMX path for k-quants rebuilt bf16 panels for every call, and streamed
-// 0.15 of bandwidth at m = 16).
+// of scaled quants once and applied to up to 8 rows of x (more rows go in
+// blocks of 8, unpacking again from L1: a 16-row block spilled registers and
+// ran 13% slower than two of 8). Each row costs 8 vpdpwssd per super-block,
+// and Intel runs one a cycle, so past a few rows this is compute-bound; the
+// AMX path for k-quants (bf16 panels rebuilt for every call) takes over
+// where it is faster (tiles_min_m in matmul.c).
 #include <math.h>
 #include <string.h>
 
@@ -41,7 +43,7 @@
 
 typedef rg__mm_job_t job_t;
 
-enum { XQ_MAX = 32767, MAX_MR = 16 };
+enum { XQ_MAX = 32767, MAX_MR = 8 };
 
 #if RG_X86
 
@@ -56,14 +58,18 @@ int rg__cpu_has_vnni(void) {
   return h;
 }
 
-// One row of x, k values (a multiple of 256): xq (k int16), xd (k / 256
-// scales) and xs (16 floats per super-block: the sums of its 8 groups of 32,
-// then 8 zeros, so the kernel applies them with one 16-lane FMA).
-__attribute__((target(T_AVX512))) static void prepare_row(const float *x, int64_t k, int16_t *xq,
-                                                          float *xd, float *xs) {
+// Row i of x, k values (a multiple of 256), into the (k / 256, mp) layout
+// of rg__kquant_prepare_x16: super-block b of the row goes to xq + (b mp +
+// i) 256 (int16), its scale to xd[b mp + i] and its 8 group sums of 32, then
+// 8 zeros (so the kernel applies them with one 16-lane FMA), to xs + (b mp +
+// i) 16.
+__attribute__((target(T_AVX512))) static void prepare_row(const float *x, int64_t k, int64_t mp,
+                                                          int64_t i, int16_t *xq, float *xd,
+                                                          float *xs) {
   const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (int64_t b = 0; b < k / 256; b++) {
     const float *p = x + 256 * b;
+    const int64_t at = b * mp + i;
     __m512 amax = _mm512_setzero_ps();
     float sums[16] = {0};
     for (int g = 0; g < 8; g++) {
@@ -74,13 +80,13 @@ __attribute__((target(T_AVX512))) static void prepare_row(const float *x, int64_
     float am = _mm512_reduce_max_ps(amax);
     float total = 0;
     for (int g = 0; g < 8; g++) total += sums[g];
-    memcpy(xs + 16 * b, sums, sizeof sums);
-    int16_t *q = xq + 256 * b;
+    memcpy(xs + 16 * at, sums, sizeof sums);
+    int16_t *q = xq + 256 * at;
     if (!isfinite(total) || !(am > 0)) {
       // An inf or NaN in x (max ignores NaN) must reach y as it would with
       // exact arithmetic, not vanish into an int16; an all-zero block
       // contributes nothing.
-      xd[b] = isfinite(total) ? 0.0f : NAN;
+      xd[at] = isfinite(total) ? 0.0f : NAN;
       memset(q, 0, 256 * sizeof *q);
       continue;
     }
@@ -88,7 +94,7 @@ __attribute__((target(T_AVX512))) static void prepare_row(const float *x, int64_
     // 32767 / amax stays finite.
     const float e = am < 0x1p-60f ? 0x1p64f : 1.0f;
     const float inv = (float)XQ_MAX / (am * e);
-    xd[b] = am * e / (float)XQ_MAX / e;
+    xd[at] = am * e / (float)XQ_MAX / e;
     const __m512 ve = _mm512_set1_ps(e), vi = _mm512_set1_ps(inv);
     for (int v = 0; v < 16; v++) {
       // Rounded to nearest even (the default MXCSR mode), saturated to int16.
@@ -99,11 +105,26 @@ __attribute__((target(T_AVX512))) static void prepare_row(const float *x, int64_
   }
 }
 
+// Register blocks of rows of x: 1, 2, 4 or 8 (= MAX_MR).
+static int block_rows(int64_t mv) {
+  return mv <= 2 ? (int)mv : mv <= 4 ? 4 : MAX_MR;
+}
+
+int64_t rg__kquant_x16_rows(int64_t m) {
+  return m / MAX_MR * MAX_MR + (m % MAX_MR ? block_rows(m % MAX_MR) : 0);
+}
+
 void rg__kquant_prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *xd,
                             float *xs) {
-  const int64_t nb = k / 256;
-  for (int64_t i = 0; i < m; i++)
-    prepare_row(x + i * k, k, xq + i * k, xd + i * nb, xs + i * nb * 16);
+  const int64_t nb = k / 256, mp = rg__kquant_x16_rows(m);
+  for (int64_t i = 0; i < m; i++) prepare_row(x + i * k, k, mp, i, xq, xd, xs);
+  // The padding rows the last register block computes and drops: zeros.
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t i = m; i < mp; i++) {
+      memset(xq + 256 * (b * mp + i), 0, 256 * sizeof *xq);
+      xd[b * mp + i] = 0;
+      memset(xs + 16 * (b * mp + i), 0, 16 * sizeof *xs);
+    }
 }
 
 // The 8 scales (bytes 0-7 of out) and 8 mins (bytes 8-15) of a q4_K block's
@@ -121,31 +142,29 @@ static inline void q4_K_scales(const uint8_t *p, uint32_t out[4]) {
 }
 
 // Σ of the 8 products W[s] · x (x at xq, 256 int16) into one int32 vector;
-// two chains, so that a single row of x does not wait on vpdpwssd's latency.
-INLINE __attribute__((target(T_VNNI))) __m512i dot8(const __m512i W[8], const int16_t *xq) {
+// with few rows of x, two chains, so that they do not wait on vpdpwssd's
+// latency.
+INLINE __attribute__((target(T_VNNI))) __m512i dot8(const __m512i W[8], const int16_t *xq,
+                                                    const int chains) {
   __m512i a = _mm512_setzero_si512(), c = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int s = 0; s < 8; s += 2) {
     a = _mm512_dpwssd_epi32(a, W[s], _mm512_loadu_si512(xq + 32 * s));
-    c = _mm512_dpwssd_epi32(c, W[s + 1], _mm512_loadu_si512(xq + 32 * s + 32));
+    if (chains == 2)
+      c = _mm512_dpwssd_epi32(c, W[s + 1], _mm512_loadu_si512(xq + 32 * s + 32));
+    else
+      a = _mm512_dpwssd_epi32(a, W[s + 1], _mm512_loadu_si512(xq + 32 * s + 32));
   }
-  return _mm512_add_epi32(a, c);
+  return chains == 2 ? _mm512_add_epi32(a, c) : a;
 }
 
-// One weight row against rows i0 .. i0 + mv - 1 of x, MR of them at a time
-// in registers (rows past mv repeat the last and are not stored).
+// One weight row against MR rows of x from i0 (rows past m are the zero
+// padding of the layout and are not stored). Row i of super-block b is
+// 256 int16 on from row i0's: one pointer serves all MR rows.
 INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t type, int64_t r,
-                                                    int64_t i0, int mv, const int MR) {
-  const int64_t k = j->k, nb = k / 256;
+                                                    int64_t i0, const int MR) {
+  const int64_t k = j->k, nb = k / 256, mp = j->mp;
   const uint8_t *row = j->w + (size_t)r * j->row_bytes;
-  const int16_t *xq[MAX_MR];
-  const float *xd[MAX_MR], *xs[MAX_MR];
-  for (int i = 0; i < MR; i++) {
-    int64_t ii = i0 + (i < mv ? i : mv - 1);
-    xq[i] = j->xq + ii * k;
-    xd[i] = j->xd + ii * nb;
-    xs[i] = j->xsum + ii * nb * 16;
-  }
   __m512 acc[MAX_MR];
   for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
   // The next memory this thread reads: two rows on (at least 2 KiB), one
@@ -218,30 +237,36 @@ INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t t
         }
       }
     }
+    const int16_t *xq = j->xq + 256 * (b * mp + i0);
+    const float *xd = j->xd + b * mp + i0, *xs = j->xsum + 16 * (b * mp + i0);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
-      __m512i s = dot8(W, xq[i] + 256 * b);
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d * xd[i][b]), acc[i]);
-      if (type == RG_Q4_K) acc[i] = _mm512_fnmadd_ps(dmn, _mm512_loadu_ps(xs[i] + 16 * b), acc[i]);
+      __m512i s = dot8(W, xq + 256 * i, MR <= 2 ? 2 : 1);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d * xd[i]), acc[i]);
+      if (type == RG_Q4_K) acc[i] = _mm512_fnmadd_ps(dmn, _mm512_loadu_ps(xs + 16 * i), acc[i]);
     }
   }
+  const int mv = j->m - i0 < MR ? (int)(j->m - i0) : MR;
   for (int i = 0; i < mv; i++)
     j->y[(i0 + i) * j->n + r] = _mm512_reduce_add_ps(acc[i]) + (j->bias ? j->bias[r] : 0.0f);
 }
 
 #define KQ_TYPE(NAME, TYPE)                                                               \
   __attribute__((target(T_VNNI))) static void NAME(const job_t *j, int64_t r, int64_t i0, \
-                                                   int mv) {                              \
-    if (mv == 1)                                                                          \
-      kq_rows(j, TYPE, r, i0, 1, 1);                                                      \
-    else if (mv == 2)                                                                     \
-      kq_rows(j, TYPE, r, i0, 2, 2);                                                      \
-    else if (mv <= 4)                                                                     \
-      kq_rows(j, TYPE, r, i0, mv, 4);                                                     \
-    else if (mv <= 8)                                                                     \
-      kq_rows(j, TYPE, r, i0, mv, 8);                                                     \
-    else                                                                                  \
-      kq_rows(j, TYPE, r, i0, mv, 16);                                                    \
+                                                   int mr) {                              \
+    switch (mr) {                                                                         \
+      case 1:                                                                             \
+        kq_rows(j, TYPE, r, i0, 1);                                                       \
+        break;                                                                            \
+      case 2:                                                                             \
+        kq_rows(j, TYPE, r, i0, 2);                                                       \
+        break;                                                                            \
+      case 4:                                                                             \
+        kq_rows(j, TYPE, r, i0, 4);                                                       \
+        break;                                                                            \
+      default:                                                                            \
+        kq_rows(j, TYPE, r, i0, MAX_MR);                                                  \
+    }                                                                                     \
   }
 KQ_TYPE(q4_K_rows, RG_Q4_K)
 KQ_TYPE(q6_K_rows, RG_Q6_K)
@@ -250,13 +275,16 @@ void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
   void (*rows)(const job_t *, int64_t, int64_t, int) = j->type == RG_Q4_K ? q4_K_rows : q6_K_rows;
   for (int64_t r = r0; r < r1; r++)
     for (int64_t i0 = 0; i0 < j->m; i0 += MAX_MR)
-      rows(j, r, i0, j->m - i0 < MAX_MR ? (int)(j->m - i0) : MAX_MR);
+      rows(j, r, i0, block_rows(j->m - i0 < MAX_MR ? j->m - i0 : MAX_MR));
 }
 
 #else  // !RG_X86
 
 int rg__cpu_has_vnni(void) {
   return 0;
+}
+int64_t rg__kquant_x16_rows(int64_t m) {
+  return m;
 }
 void rg__kquant_prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *xd,
                             float *xs) {

@@ -747,11 +747,25 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
 // 1160-1270 us for n = k = 2048. That rounds x to bf16 at m = 1 too, as
 // vdpbf16ps does from m = 8; --isa avx512-bf16 or lower keeps the GEMV.
 // The other types go through per-thread panels, whose build costs more than
-// it saves below m = 4. f32 weights stay off the tiles: rounding them to
-// bf16 would lose what an f32 checkpoint is kept for.
+// it saves for a few rows of x (below). f32 weights stay off the tiles:
+// rounding them to bf16 would lose what an f32 checkpoint is kept for.
+//
+// The GEMV kernels take the other types' small batches: measured on one
+// core of a Sapphire Rapids VM (n = 512, k = 2048, weights in L2, so that
+// compute alone is compared; us per call, GEMV / tiles, best of 15 on a
+// machine shared with other jobs, so +-15%):
+//           m = 1      4        8        12       16
+//   f16     65/148   108/201  219/151  317/153  434/164
+//   q8_0    56/167   118/196  235/175  341/175  454/179
+//   q4_K    40/206    77/234  137/227  242/258  ~280/247
+//   q6_K    56/239    88/263  146/254  318/302  342/256
+// f16 and q8_0 run 4 rows of x per pass (4 x 4 tiles) and a 5th costs a
+// pass of its own, so the tiles win from m = 5; the k-quant GEMV
+// (gemv_kquant.c) costs a vpdpwssd per 32 weights and row of x, and meets
+// the tiles' panel build at m = 12.
 static int64_t tiles_min_m(rg_dtype_t t) {
   static const int64_t min_m[RG_DTYPE_COUNT] = {
-      [RG_F32] = NEVER, [RG_BF16] = 1, [RG_F16] = 4, [RG_Q8_0] = 4, [RG_Q4_K] = 4, [RG_Q6_K] = 4};
+      [RG_F32] = NEVER, [RG_BF16] = 1, [RG_F16] = 5, [RG_Q8_0] = 5, [RG_Q4_K] = 12, [RG_Q6_K] = 12};
   return (unsigned)t < RG_DTYPE_COUNT && min_m[t] ? min_m[t] : NEVER;
 }
 
@@ -867,8 +881,9 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   if (kquant_vnni(j->isa, j->type)) {
     // x as int16 per super-block, its scales and its group sums (see
     // gemv_kquant.c), in one allocation.
-    const size_t nb = (size_t)j->m * (size_t)(j->k / 256),
-                 qbytes = ((size_t)j->m * (size_t)j->k * sizeof(int16_t) + 63) / 64 * 64,
+    j->mp = rg__kquant_x16_rows(j->m);
+    const size_t nb = (size_t)j->mp * (size_t)(j->k / 256),
+                 qbytes = (nb * 256 * sizeof(int16_t) + 63) / 64 * 64,
                  dbytes = (nb * sizeof(float) + 63) / 64 * 64;
     unsigned char *buf = aligned_alloc(64, qbytes + dbytes + nb * 16 * sizeof(float));
     if (!buf)
