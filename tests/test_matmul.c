@@ -132,20 +132,22 @@ static const float *ref_for(const refs_t *r, const char *kernel) {
   return r->exact;
 }
 
-// x (m, k) as the vpdpwssd k-quant kernel sees it (ops/cpu/gemv_kquant.c):
-// per row and 256 values, dx = amax / 32767 and x = dx * round(x / dx),
-// with the kernel's float operations, so the reference on it differs from
-// the kernel only by the rounding of sums.
+// x (m, k) as the vpdpwssd kernels see it (ops/cpu/gemv_kquant.c): per
+// row and 256 values (fewer at a row's end), dx = amax / 32767 and x = dx *
+// round(x / dx), with the kernels' float operations, so the reference on it
+// differs from them only by the rounding of sums.
 static void x_as_int16(const float *x, int64_t m, int64_t k, float *out) {
-  for (int64_t b = 0; b < m * k / 256; b++) {
-    const float *p = x + 256 * b;
-    float am = 0;
-    for (int e = 0; e < 256; e++) am = fabsf(p[e]) > am ? fabsf(p[e]) : am;
-    const float sc = am < 0x1p-60f ? 0x1p64f : 1.0f, inv = 32767.0f / (am * sc),
-                dx = am * sc / 32767.0f / sc;
-    for (int e = 0; e < 256; e++)
-      out[256 * b + e] = am > 0 ? (float)((double)nearbyintf(p[e] * sc * inv) * dx) : 0.0f;
-  }
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t b0 = 0; b0 < k; b0 += 256) {
+      const int64_t len = k - b0 < 256 ? k - b0 : 256;
+      const float *p = x + i * k + b0;
+      float am = 0;
+      for (int64_t e = 0; e < len; e++) am = fabsf(p[e]) > am ? fabsf(p[e]) : am;
+      const float sc = am < 0x1p-60f ? 0x1p64f : 1.0f, inv = 32767.0f / (am * sc),
+                  dx = am * sc / 32767.0f / sc;
+      for (int64_t e = 0; e < len; e++)
+        out[i * k + b0 + e] = am > 0 ? (float)((double)nearbyintf(p[e] * sc * inv) * dx) : 0.0f;
+    }
 }
 
 // Paths a level runs: GEMV and GEMM everywhere, the tiles where AMX is.
@@ -218,7 +220,8 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
   const int need_r = isa >= RG_CPU_ISA_AVX512_BF16 && type == RG_BF16;
   const int need_rw = isa >= RG_CPU_ISA_AMX && type != RG_BF16 && type != RG_F32;
   const int rounds_x = need_r || need_rw;
-  const int need_q = isa >= RG_CPU_ISA_AVX512_BF16 && (type == RG_Q4_K || type == RG_Q6_K);
+  const int need_q =
+      isa >= RG_CPU_ISA_AVX512_BF16 && (type == RG_Q4_K || type == RG_Q6_K || type == RG_Q8_0);
   fixture_t f = {{NULL}, NULL, NULL};
   RG_REQUIRE_OK(rg_pool_create(1, &f.pools[1]));
   RG_REQUIRE_OK(rg_pool_create(2, &f.pools[2]));
@@ -299,9 +302,11 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
 PATH_TESTS(scalar, RG_CPU_ISA_SCALAR)
 PATH_TESTS(avx2, RG_CPU_ISA_AVX2)
 PATH_TESTS(avx512, RG_CPU_ISA_AVX512)
-// The avx512-bf16 level changes the bf16 kernel (vdpbf16ps) and the
-// k-quant GEMV; amx adds the tiles for every type but f32.
+// The avx512-bf16 level changes the bf16 kernel (vdpbf16ps), the k-quant
+// GEMV and q8_0's for m <= 2 (vpdpwssd, where the CPU has AVX512_VNNI); amx adds the tiles for
+// every type but f32.
 PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, bf16, RG_BF16)
+PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, q8_0, RG_Q8_0)
 PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, q4_K, RG_Q4_K)
 PATH_TEST(avx512bf16, RG_CPU_ISA_AVX512_BF16, q6_K, RG_Q6_K)
 PATH_TEST(amx, RG_CPU_ISA_AMX, bf16, RG_BF16)
@@ -366,8 +371,8 @@ static int int16_kernel_runs(rg_test_ctx_t *t, rg_dtype_t type, rg_matmul_opts_t
 RG_TEST(matmul_kquant_int16_x_every_m_up_to_16) {
   rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16, .path = RG_MATMUL_GEMV};
   if (!int16_kernel_runs(t, RG_Q4_K, &o)) return;
-  enum { MAXM = 18, MAXN = 37, MAXK = 1280 };
-  static const int64_t ks[] = {256, 1280}, ns[] = {1, 37};
+  enum { MAXM = 18, MAXN = 37, MAXK = 1312 };
+  static const int64_t ks[] = {256, 1312}, ns[] = {1, 37};
   rg_pool_t *pool;
   RG_REQUIRE_OK(rg_pool_create(2, &pool));
   float *x = malloc(MAXM * MAXK * sizeof(float)), *xq = malloc(MAXM * MAXK * sizeof(float)),
@@ -375,11 +380,12 @@ RG_TEST(matmul_kquant_int16_x_every_m_up_to_16) {
         *ref = malloc(MAXM * MAXN * sizeof(float));
   RG_REQUIRE(x && xq && y && ref);
   uint64_t seed = 16;
-  static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K};
+  static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K, RG_Q8_0};
   for (size_t ti = 0; ti < COUNT(types); ti++)
     for (size_t ki = 0; ki < COUNT(ks); ki++)
       for (size_t ni = 0; ni < COUNT(ns); ni++) {
-        const int64_t k = ks[ki], n = ns[ni];
+        // 1312 = 5 x 256 + 32: q8_0's rows end inside a block of 256 of x.
+        const int64_t k = ks[ki] == 1312 && types[ti] != RG_Q8_0 ? 1280 : ks[ki], n = ns[ni];
         void *wd = make_weight(types[ti], n, k, &seed);
         RG_REQUIRE(wd);
         rg_wmat_t w = {wd, types[ti], n, k};
@@ -389,8 +395,10 @@ RG_TEST(matmul_kquant_int16_x_every_m_up_to_16) {
           for (int64_t i = 0; i < m; i++)
             for (int64_t p = 0; p < k; p++)
               x[i * k + p] = i == 5 ? 0.0f : rng_uniform(&seed) * (float)(1 + 3 * i);
+          // q8_0 from m = 3 runs the f32 tiles, on exact x.
+          const int q = strstr(rg_matmul_kernel_name_ex(&w, m, &o), "x in int16") != NULL;
           x_as_int16(x, m, k, xq);
-          RG_REQUIRE_OK(rg_matmul_ref(xq, m, &w, NULL, ref));
+          RG_REQUIRE_OK(rg_matmul_ref(q ? xq : x, m, &w, NULL, ref));
           for (int64_t i = 0; i < m * n + GUARDS; i++) y[i] = -12345.0f;
           RG_REQUIRE_OK(rg_matmul_ex(pool, x, m, &w, NULL, y, &o));
           double e = nmse(y, ref, (size_t)(m * n));
@@ -424,22 +432,23 @@ RG_TEST(matmul_kquant_accuracy_of_int16_x) {
   float *x = malloc(M * K * sizeof(float)), *y = malloc(M * N * sizeof(float)),
         *ref = malloc(M * N * sizeof(float));
   RG_REQUIRE(x && y && ref);
-  static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K};
+  static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K, RG_Q8_0};
   for (size_t ti = 0; ti < COUNT(types); ti++) {
+    const int64_t m = types[ti] == RG_Q8_0 ? 2 : M;  // q8_0 takes it up to m = 2
     void *wd = make_weight(types[ti], N, K, &seed);
     RG_REQUIRE(wd);
     rg_wmat_t w = {wd, types[ti], N, K};
     for (int outlier = 0; outlier < 2; outlier++) {
       for (int i = 0; i < M * K; i++)
         x[i] = rng_uniform(&seed) * (outlier && i % 256 == 100 ? 20.0f : 1.0f);
-      RG_REQUIRE_OK(rg_matmul_ref(x, M, &w, NULL, ref));
-      RG_REQUIRE_OK(rg_matmul_ex(NULL, x, M, &w, NULL, y, &o));
-      double e = nmse(y, ref, M * N), lo = 1e-13, hi = outlier ? 1e-6 : 2e-9;
-      printf("    %s, %s x: nmse %.2g against exact x\n", rg_matmul_kernel_name_ex(&w, M, &o),
+      RG_REQUIRE_OK(rg_matmul_ref(x, m, &w, NULL, ref));
+      RG_REQUIRE_OK(rg_matmul_ex(NULL, x, m, &w, NULL, y, &o));
+      double e = nmse(y, ref, (size_t)(m * N)), lo = 1e-13, hi = outlier ? 1e-6 : 2e-9;
+      printf("    %s, %s x: nmse %.2g against exact x\n", rg_matmul_kernel_name_ex(&w, m, &o),
              outlier ? "outlier" : "uniform", e);
       if (!(e < hi && e > lo))
         rg_test_fail(t, __FILE__, __LINE__, "%s, %s x: nmse %.3g, expected in (%.0g, %.0g)",
-                     rg_matmul_kernel_name_ex(&w, M, &o), outlier ? "outlier" : "uniform", e, lo,
+                     rg_matmul_kernel_name_ex(&w, m, &o), outlier ? "outlier" : "uniform", e, lo,
                      hi);
     }
     free(wd);
@@ -459,7 +468,7 @@ RG_TEST(matmul_kquant_int16_x_keeps_nan_and_inf) {
   for (int i = 0; i < M * K; i++) x[i] = rng_uniform(&seed);
   x[0 * K + 300] = NAN;
   x[2 * K + 7] = INFINITY;
-  static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K};
+  static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K, RG_Q8_0};
   for (size_t ti = 0; ti < COUNT(types); ti++) {
     void *wd = make_weight(types[ti], N, K, &seed);
     RG_REQUIRE(wd);
