@@ -417,6 +417,35 @@ RG_TEST(matmul_kquant_int16_x_every_m_up_to_16) {
   rg_pool_destroy(pool);
 }
 
+// Enough rows of x at a long k that the kernel runs them in several passes
+// (about 384 KiB of int16 x each: 24 rows at k = 8192), the last pass
+// ending in a padded register block.
+RG_TEST(matmul_kquant_int16_x_in_passes_over_x) {
+  rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16, .path = RG_MATMUL_GEMV};
+  if (!int16_kernel_runs(t, RG_Q4_K, &o)) return;
+  enum { M = 43, N = 5, K = 8192 };
+  uint64_t seed = 43;
+  float *x = malloc(M * K * sizeof(float)), *xq = malloc(M * K * sizeof(float)),
+        *y = malloc(M * N * sizeof(float)), *ref = malloc(M * N * sizeof(float));
+  RG_REQUIRE(x && xq && y && ref);
+  for (int i = 0; i < M * K; i++) x[i] = rng_uniform(&seed);
+  x_as_int16(x, M, K, xq);
+  static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K};
+  for (size_t ti = 0; ti < COUNT(types); ti++) {
+    void *wd = make_weight(types[ti], N, K, &seed);
+    RG_REQUIRE(wd);
+    rg_wmat_t w = {wd, types[ti], N, K};
+    RG_REQUIRE_OK(rg_matmul_ref(xq, M, &w, NULL, ref));
+    RG_REQUIRE_OK(rg_matmul_ex(NULL, x, M, &w, NULL, y, &o));
+    double e = nmse(y, ref, M * N);
+    if (!(e <= 1e-7))
+      rg_test_fail(t, __FILE__, __LINE__, "%s: m=%d k=%d n=%d: nmse %.3g",
+                   rg_matmul_kernel_name_ex(&w, M, &o), M, K, N, e);
+    free(wd);
+  }
+  free(x), free(xq), free(y), free(ref);
+}
+
 // What quantizing x to int16 per 256 values costs against exact x, on
 // enough outputs for the NMSE to settle: the error is up to amax / 65534
 // per element, so for uniform x NMSE ~ (1/32767)^2 / 12 * 3 ≈ 2.3e-10, and

@@ -165,11 +165,12 @@ INLINE __attribute__((target(T_VNNI))) __m512i dot8(const __m512i W[8], const in
   return chains == 2 ? _mm512_add_epi32(a, c) : a;
 }
 
-// One weight row against MR rows of x from i0 (rows past m are the zero
+// One weight row against MR rows of x from i0, prefetching the weights
+// ahead when asked (rows past m are the zero
 // padding of the layout and are not stored). Row i of super-block b is
 // 256 int16 on from row i0's: one pointer serves all MR rows.
 INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t type, int64_t r,
-                                                    int64_t i0, const int MR) {
+                                                    int64_t i0, const int MR, int prefetch) {
   const int64_t k = j->k, nb = k / 256, mp = j->mp;
   const uint8_t *row = j->w + (size_t)r * j->row_bytes;
   __m512 acc[MAX_MR];
@@ -178,12 +179,10 @@ INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t t
   // prefetch per line, issued by the first pass over x only.
   const size_t bb = type == RG_Q4_K ? 144 : 210;
   const size_t pf = 2 * j->row_bytes < 2048 ? 2048 : 2 * j->row_bytes;
-  // Picks int16 lane pair (2s, 2s+1) of every 128-bit lane: the scale of
-  // sub-block s, broadcast by vpshufb from scales repeated per lane.
   const __m512i low4 = _mm512_set1_epi16(0xF);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = row + (size_t)b * bb;
-    if (i0 == 0)
+    if (prefetch)
       for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + pf + o, _MM_HINT_T0);
     __m512i W[8];
     float d;
@@ -196,7 +195,9 @@ INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t t
       d = _cvtsh_ss(hd);
       uint32_t sm[4];
       q4_K_scales(blk + 4, sm);
-      // Scales as int16 in each 128-bit lane; mins as floats.
+      // Scales as int16, all 8 in each 128-bit lane, so that vpshufb
+      // broadcasts sub-block s's (bytes 2s, 2s + 1) to all 32 lanes; mins as
+      // floats.
       const __m512i sc =
           _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)));
       dmn = _mm512_mul_ps(
@@ -258,31 +259,39 @@ INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t t
     j->y[(i0 + i) * j->n + r] = _mm512_reduce_add_ps(acc[i]) + (j->bias ? j->bias[r] : 0.0f);
 }
 
-#define KQ_TYPE(NAME, TYPE)                                                               \
-  __attribute__((target(T_VNNI))) static void NAME(const job_t *j, int64_t r, int64_t i0, \
-                                                   int mr) {                              \
-    switch (mr) {                                                                         \
-      case 1:                                                                             \
-        kq_rows(j, TYPE, r, i0, 1);                                                       \
-        break;                                                                            \
-      case 2:                                                                             \
-        kq_rows(j, TYPE, r, i0, 2);                                                       \
-        break;                                                                            \
-      case 4:                                                                             \
-        kq_rows(j, TYPE, r, i0, 4);                                                       \
-        break;                                                                            \
-      default:                                                                            \
-        kq_rows(j, TYPE, r, i0, MAX_MR);                                                  \
-    }                                                                                     \
+#define KQ_TYPE(NAME, TYPE)                                                                       \
+  __attribute__((target(T_VNNI))) static void NAME(const job_t *j, int64_t r, int64_t i0, int mr, \
+                                                   int pf) {                                      \
+    switch (mr) {                                                                                 \
+      case 1:                                                                                     \
+        kq_rows(j, TYPE, r, i0, 1, pf);                                                           \
+        break;                                                                                    \
+      case 2:                                                                                     \
+        kq_rows(j, TYPE, r, i0, 2, pf);                                                           \
+        break;                                                                                    \
+      case 4:                                                                                     \
+        kq_rows(j, TYPE, r, i0, 4, pf);                                                           \
+        break;                                                                                    \
+      default:                                                                                    \
+        kq_rows(j, TYPE, r, i0, MAX_MR, pf);                                                      \
+    }                                                                                             \
   }
 KQ_TYPE(q4_K_rows, RG_Q4_K)
 KQ_TYPE(q6_K_rows, RG_Q6_K)
 
+// Rows of x in j->m_chunk passes (whole register blocks), so that the x in
+// play stays in L2 however large m is; each pass streams the weight rows
+// again, and its first register block prefetches them.
 void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
-  void (*rows)(const job_t *, int64_t, int64_t, int) = j->type == RG_Q4_K ? q4_K_rows : q6_K_rows;
-  for (int64_t r = r0; r < r1; r++)
-    for (int64_t i0 = 0; i0 < j->m; i0 += MAX_MR)
-      rows(j, r, i0, block_rows(j->m - i0 < MAX_MR ? j->m - i0 : MAX_MR));
+  void (*rows)(const job_t *, int64_t, int64_t, int, int) =
+      j->type == RG_Q4_K ? q4_K_rows : q6_K_rows;
+  const int64_t chunk = j->m_chunk < MAX_MR ? MAX_MR : j->m_chunk / MAX_MR * MAX_MR;
+  for (int64_t c0 = 0; c0 < j->m; c0 += chunk) {
+    const int64_t c1 = j->m - c0 < chunk ? j->m : c0 + chunk;
+    for (int64_t r = r0; r < r1; r++)
+      for (int64_t i0 = c0; i0 < c1; i0 += MAX_MR)
+        rows(j, r, i0, block_rows(j->m - i0 < MAX_MR ? j->m - i0 : MAX_MR), i0 == c0);
+  }
 }
 
 // ---- q8_0 -----------------------------------------------------------------------
