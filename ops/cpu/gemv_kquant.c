@@ -1,6 +1,7 @@
-// The k-quant GEMV with AVX512_VNNI (vpdpwssd): x quantized to int16 per
-// super-block, the quants and their sub-block scales multiplied in 16-bit
-// lanes, whole super-blocks summed exactly in int32.
+// GEMV kernels with AVX512_VNNI (vpdpwssd) for the k-quants and q8_0: x
+// quantized to int16 per 256 values; for the k-quants the quants and their
+// sub-block scales multiplied in 16-bit lanes and whole super-blocks summed
+// exactly in int32 (q8_0, at the end of the file, sums each block of 32).
 //
 // Why: the avx512-bf16 kernel (kquants.c) streams q4_K at 0.4-0.5 of read
 // bandwidth on a Sapphire Rapids VM, and from L2 it is no faster (10
@@ -13,8 +14,8 @@
 //
 // x, per row and super-block of 256 values: dx = amax / 32767 and xq =
 // round(x / dx), int16. The error is at most dx / 2 per element, so the
-// matmul's NMSE against exact x is about (1/32767)^2 / 12 relative to
-// E[x^2] / amax^2: ~2e-10 for uniform x, ~1e-8 for a super-block whose
+// matmul's NMSE against exact x is about (amax / 32767)^2 / 12 / E[x^2]:
+// ~2e-10 for uniform x, ~1e-8 for a super-block whose
 // largest value is 20 times its RMS (an outlier channel). That is far inside
 // the 2e-5 the conformance suite allows narrow-weight matmuls; a single
 // int8 x (llama.cpp's q8_K) would be ~1.5e-5 for uniform x and worse with
@@ -165,10 +166,10 @@ INLINE __attribute__((target(T_VNNI))) __m512i dot8(const __m512i W[8], const in
   return chains == 2 ? _mm512_add_epi32(a, c) : a;
 }
 
-// One weight row against MR rows of x from i0, prefetching the weights
-// ahead when asked (rows past m are the zero
-// padding of the layout and are not stored). Row i of super-block b is
-// 256 int16 on from row i0's: one pointer serves all MR rows.
+// One weight row against MR rows of x from i0 (rows past m are the zero
+// padding of the layout and are not stored), prefetching the weights ahead
+// when asked. Row i of super-block b is 256 int16 on from row i0's: one
+// pointer serves all MR rows.
 INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t type, int64_t r,
                                                     int64_t i0, const int MR, int prefetch) {
   const int64_t k = j->k, nb = k / 256, mp = j->mp;
@@ -176,7 +177,7 @@ INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t t
   __m512 acc[MAX_MR];
   for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
   // The next memory this thread reads: two rows on (at least 2 KiB), one
-  // prefetch per line, issued by the first pass over x only.
+  // prefetch per line, issued by the first register block of a pass only.
   const size_t bb = type == RG_Q4_K ? 144 : 210;
   const size_t pf = 2 * j->row_bytes < 2048 ? 2048 : 2 * j->row_bytes;
   const __m512i low4 = _mm512_set1_epi16(0xF);
