@@ -6,7 +6,9 @@
 //   decode   m = 1, 4 and 16 for every weight type at n = k = 2048 and
 //            n = 8192, k = 2048, plus one Llama-3.2-1B-shaped bf16 layer at
 //            m = 1: GB/s of weights streamed and the ratio to the read
-//            bandwidth, and for m > 1 the share of the path's peak;
+//            bandwidth, and for m > 1 the share of the path's peak; where
+//            the default path is not the GEMV, the GEMV too, so the choice
+//            of tiles_min_m() can be checked (--decode-only stops here);
 //   prefill  m = 512, n = k = 2048 on each path the CPU has: GFLOP/s, the
 //            ratio to sgemm and to the matrix peak of the path it runs;
 //   accuracy of the kernels that round against the double reference;
