@@ -6,7 +6,9 @@
 //   decode   m = 1, 4 and 16 for every weight type at n = k = 2048 and
 //            n = 8192, k = 2048, plus one Llama-3.2-1B-shaped bf16 layer at
 //            m = 1: GB/s of weights streamed and the ratio to the read
-//            bandwidth, and for m > 1 the share of the path's peak;
+//            bandwidth, and for m > 1 the share of the path's peak; where
+//            the default path is not the GEMV, the GEMV too, so the choice
+//            of tiles_min_m() can be checked (--decode-only stops here);
 //   prefill  m = 512, n = k = 2048 on each path the CPU has: GFLOP/s, the
 //            ratio to sgemm and to the matrix peak of the path it runs;
 //   accuracy of the kernels that round against the double reference;
@@ -21,7 +23,7 @@
 // more lines in flight than the sum's hardware prefetchers do.
 //
 // Run it as `env -u OPENBLAS_CORETYPE build/bench_matmul [threads]
-// [--no-crossover]`: this environment pins OPENBLAS_CORETYPE=Haswell, which
+// [--no-crossover] [--decode-only]`: this environment pins OPENBLAS_CORETYPE=Haswell, which
 // holds OpenBLAS to its AVX2 kernels, and a process cannot reliably unset it
 // for itself before OpenBLAS reads it at load time. The value seen is
 // printed, and the matmul's choice of path follows the kernels OpenBLAS uses.
@@ -232,12 +234,18 @@ static void decode_table(rg_pool_t *pool, double bw) {
       die(rg_dtype_row_bytes(types[ti], k, &rb));
       int copies = copies_for(rb * (size_t)n);
       unsigned char *w = make_copies(types[ti], n, k, copies, &bytes);
-      for (int mi = 0; mi < 3; mi++) {
-        int64_t m = ms[mi];
-        double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, copies, y, NULL, 10);
+      for (int mi = 0; mi < 3 * 2; mi++) {
+        // Each m with the default path, then, where that is not the GEMV,
+        // with the GEMV forced, so the two can be compared.
+        int64_t m = ms[mi / 2];
         rg_wmat_t wm = {w, types[ti], n, k};
+        const rg_matmul_opts_t gemv = {.path = RG_MATMUL_GEMV};
+        const rg_matmul_opts_t *o = mi % 2 ? &gemv : NULL;
+        if (mi % 2 && !strcmp(rg_matmul_kernel_name(&wm, m), rg_matmul_kernel_name_ex(&wm, m, o)))
+          continue;
+        double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, copies, y, o, 10);
         double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
-        const char *kn = rg_matmul_kernel_name(&wm, m), *pp;
+        const char *kn = rg_matmul_kernel_name_ex(&wm, m, o), *pp;
         printf("%-6s %5lld x %-4lld %4lld %-50s %9.1f %7.1f %6.0f%% %8.1f",
                rg_dtype_name(types[ti]), (long long)n, (long long)k, (long long)m, kn, dt * 1e6,
                gbs / 1e9, 100 * gbs / bw, gf / 1e9);
@@ -344,8 +352,7 @@ static void crossover(rg_pool_t *pool) {
                 {"gemm", {.path = RG_MATMUL_GEMM}},
                 {"tiles", {.path = RG_MATMUL_TILES}}};
     for (size_t r = 0; r < 4; r++) {
-      if (r == 1 && (types[ti] != RG_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16))
-        continue;
+      if (r == 1 && (types[ti] != RG_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16)) continue;
       rg_wmat_t probe = {w, types[ti], n, k};
       if (!strcmp(rg_matmul_kernel_name_ex(&probe, 64, &rows[r].o), "invalid")) continue;
       printf("%-4s %-17s", rg_dtype_name(types[ti]), rows[r].label);
@@ -394,6 +401,12 @@ static void accuracy(rg_pool_t *pool) {
   free(w), free(x), free(y), free(ref);
 }
 
+static int has_flag(int argc, char **argv, const char *flag) {
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], flag)) return 1;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : rg_cpu_count();
   rg_pool_t *pool;
@@ -425,9 +438,11 @@ int main(int argc, char **argv) {
          threads, sg / 1e9, lim.fma_peak > 0 ? 100 * sg / lim.fma_peak : 0.0);
   decode_table(pool, bw);
   llama_layer(pool, bw);
-  prefill_table(pool, sg);
-  accuracy(pool);
-  if (!(argc > 2 && strcmp(argv[2], "--no-crossover") == 0)) crossover(pool);
+  if (!has_flag(argc, argv, "--decode-only")) {
+    prefill_table(pool, sg);
+    accuracy(pool);
+    if (!has_flag(argc, argv, "--no-crossover")) crossover(pool);
+  }
   rg_pool_destroy(pool);
   return 0;
 }

@@ -25,6 +25,7 @@
 #define T_AVX2 "avx2,fma,f16c"
 #define T_AVX512 "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
 #define T_AVX512BF16 T_AVX512 ",avx512bf16"
+#define T_VNNI T_AVX512BF16 ",avx512vnni"
 #define T_AMX T_AVX512BF16 ",amx-tile,amx-bf16,amx-int8"
 #define INLINE static inline __attribute__((always_inline))
 
@@ -50,6 +51,12 @@ typedef struct rg__mm_job_s {
   // interleaved (m, 2 * kp), and x summed per 32 values (m, kp / 32).
   const uint16_t *xhl;
   const float *xsum;
+  // k-quant and q8_0 GEMV with vpdpwssd (gemv_kquant.c): x as int16 per 256
+  // values (nb = ceil(k / 256), mp, 256), its scales (nb, mp), and xsum as (nb, mp,
+  // 16): the 8 group sums of each super-block, then 8 zeros; mp =
+  // rg__x16_rows(m), the rows past m zero. mp is also the AMX field.
+  const int16_t *xq;
+  const float *xd;
   // GEMM path: one f32 tile buffer of tile_rows × k per thread.
   float *tiles;
   int64_t tile_rows;
@@ -83,6 +90,21 @@ void rg__gemv_kquant_dpbf16(const rg__mm_job_t *j, int64_t r0, int64_t r1);
 // Prepares x for rg__gemv_kquant_dpbf16: xhl (m, 2 kp) and xsum (m, kp/32).
 void rg__kquant_prepare_x(const float *x, int64_t m, int64_t k, int64_t kp, uint16_t *xhl,
                           float *xsum);
+
+// ---- k-quants with AVX512_VNNI (gemv_kquant.c) ----------------------------
+// Whether the CPU has AVX512_VNNI (cpuid), which every CPU with AVX512_BF16
+// that ridge knows has; the kernel runs from the avx512-bf16 level on.
+int rg__cpu_has_vnni(void);
+// Rows of x the layout holds: m and the padding of the last register block.
+int64_t rg__x16_rows(int64_t m);
+// Prepares x (m, k), k a multiple of 32, for rg__gemv_kquant_vnni and
+// rg__gemv_q8_0_vnni: j->xq, j->xd and j->xsum's layouts.
+void rg__prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *xd, float *xs);
+// GEMV over weight rows [r0, r1) for q4_K / q6_K, up to 8 rows of x per
+// unpacked super-block.
+void rg__gemv_kquant_vnni(const rg__mm_job_t *j, int64_t r0, int64_t r1);
+// The same for q8_0, one row of x at a time (used for m <= 2).
+void rg__gemv_q8_0_vnni(const rg__mm_job_t *j, int64_t r0, int64_t r1);
 
 // ---- AMX (matmul_amx.c) --------------------------------------------------
 // Packs x (m, k) into bf16 tiles for the B operand; mp = m rounded up.

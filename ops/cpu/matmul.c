@@ -522,14 +522,26 @@ __attribute__((target(T_AVX512BF16))) static void gemv_dpbf16(const job_t *j, in
 
 typedef void (*gemv_fn)(const job_t *j, int64_t r0, int64_t r1);
 
+// Whether k-quant weights take the vpdpwssd kernel (x in int16): from the
+// avx512-bf16 level on (the levels below keep x in f32), where the CPU has
+// AVX512_VNNI; otherwise the vdpbf16ps one (kquants.c).
+static int kquant_vnni(rg_cpu_isa_t isa, rg_dtype_t t) {
+  return (t == RG_Q4_K || t == RG_Q6_K) && isa >= RG_CPU_ISA_AVX512_BF16 && rg__cpu_has_vnni();
+}
+
 // The GEMV kernel for a level and type; dp picks vdpbf16ps for bf16.
 static gemv_fn pick_gemv(rg_cpu_isa_t isa, rg_dtype_t t, int dp) {
 #if RG_X86
-  static const gemv_fn avx512[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx512_f32, [RG_BF16] = gemv_avx512_bf16,
-                                                 [RG_F16] = gemv_avx512_f16, [RG_Q8_0] = gemv_avx512_q8_0};
-  static const gemv_fn avx2[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx2_f32, [RG_BF16] = gemv_avx2_bf16,
-                                               [RG_F16] = gemv_avx2_f16, [RG_Q8_0] = gemv_avx2_q8_0};
+  static const gemv_fn avx512[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx512_f32,
+                                                 [RG_BF16] = gemv_avx512_bf16,
+                                                 [RG_F16] = gemv_avx512_f16,
+                                                 [RG_Q8_0] = gemv_avx512_q8_0};
+  static const gemv_fn avx2[RG_DTYPE_COUNT] = {[RG_F32] = gemv_avx2_f32,
+                                               [RG_BF16] = gemv_avx2_bf16,
+                                               [RG_F16] = gemv_avx2_f16,
+                                               [RG_Q8_0] = gemv_avx2_q8_0};
   if (t == RG_Q4_K || t == RG_Q6_K) {
+    if (kquant_vnni(isa, t)) return rg__gemv_kquant_vnni;
     if (isa >= RG_CPU_ISA_AVX512_BF16) return rg__gemv_kquant_dpbf16;
     if (isa >= RG_CPU_ISA_AVX512) return rg__gemv_kquant_avx512;
     return gemv_scalar;
@@ -695,7 +707,11 @@ static void run_shared(rg_pool_t *pool, job_t *j, size_t items, size_t threads, 
 // - The AVX2 GEMV kernels (16 registers, 2 rows of x at a time) lose to
 //   sgemm from m = 16 (f32), 32 (q8_0) or 64 (bf16, f16); the scalar ones
 //   from m = 8 (measured single-threaded against OpenBLAS's AVX2 kernels).
-enum { DP_MIN_M = 8 };
+// - q8_0 at m <= Q8V_MAX_M goes to the vpdpwssd kernel (gemv_kquant.c)
+//   from avx512-bf16 on, where the CPU has AVX512_VNNI: 1.37x less time
+//   than the FMA kernel at m = 1 from L2, 1.3x at m = 2, 0.9x at m = 3
+//   (where the 4 x 4 tiles share each block's widening among 3 rows).
+enum { DP_MIN_M = 8, Q8V_MAX_M = 2 };
 #define NEVER INT64_MAX
 
 // Whether OpenBLAS picked AVX-512 sgemm kernels (its core names as of 0.3.21).
@@ -735,29 +751,45 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
 // 1160-1270 us for n = k = 2048. That rounds x to bf16 at m = 1 too, as
 // vdpbf16ps does from m = 8; --isa avx512-bf16 or lower keeps the GEMV.
 // The other types go through per-thread panels, whose build costs more than
-// it saves below m = 4. f32 weights stay off the tiles: rounding them to
-// bf16 would lose what an f32 checkpoint is kept for.
+// it saves for a few rows of x (below). f32 weights stay off the tiles:
+// rounding them to bf16 would lose what an f32 checkpoint is kept for.
+//
+// The GEMV kernels take the other types' small batches: measured on one
+// core of a Sapphire Rapids VM (n = 512, k = 2048, weights in L2, so that
+// compute alone is compared; us per call, GEMV / tiles, best of 15 on a
+// machine shared with other jobs, so +-15%):
+//           m = 1      4        8        12       16
+//   f16     65/148   108/201  219/151  317/153  434/164
+//   q8_0    56/167   118/196  235/175  341/175  454/179
+//   q4_K    40/206    77/234  137/227  242/258  ~280/247
+//   q6_K    56/239    88/263  146/254  318/302  342/256
+// f16 and q8_0 run 4 rows of x per pass (4 x 4 tiles) and a 5th costs a
+// pass of its own, so the tiles win from m = 5; the k-quant GEMV
+// (gemv_kquant.c) costs a vpdpwssd per 32 weights and row of x, and meets
+// the tiles' panel build at m = 12.
 static int64_t tiles_min_m(rg_dtype_t t) {
   static const int64_t min_m[RG_DTYPE_COUNT] = {
-      [RG_F32] = NEVER, [RG_BF16] = 1, [RG_F16] = 4, [RG_Q8_0] = 4, [RG_Q4_K] = 4, [RG_Q6_K] = 4};
+      [RG_F32] = NEVER, [RG_BF16] = 1, [RG_F16] = 5, [RG_Q8_0] = 5, [RG_Q4_K] = 12, [RG_Q6_K] = 12};
   return (unsigned)t < RG_DTYPE_COUNT && min_m[t] ? min_m[t] : NEVER;
 }
 
 typedef struct {
   rg_matmul_path_t path;
-  int dp;  // GEMV with vdpbf16ps
+  int dp;   // GEMV with vdpbf16ps
+  int q8v;  // q8_0 GEMV with vpdpwssd
 } plan_t;
 
 static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmul_opts_t *o) {
-  plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0};
+  plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0, 0};
   if (p.path == RG_MATMUL_AUTO) {
     if (isa >= RG_CPU_ISA_AMX && m >= tiles_min_m(t))
       p.path = RG_MATMUL_TILES;
     else
       p.path = m >= gemm_min_m(isa, t) ? RG_MATMUL_GEMM : RG_MATMUL_GEMV;
   }
-  p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16 &&
-         m >= DP_MIN_M;
+  p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16 && m >= DP_MIN_M;
+  p.q8v = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_Q8_0 &&
+          m <= Q8V_MAX_M && rg__cpu_has_vnni();
   return p;
 }
 
@@ -785,7 +817,10 @@ static void names_init(void) {
       const char *in = rg_cpu_isa_name((rg_cpu_isa_t)i), *tn = rg_dtype_name((rg_dtype_t)t);
       char *gemv = names[i][t][RG_MATMUL_GEMV], *gemm = names[i][t][RG_MATMUL_GEMM],
            *tiles = names[i][t][RG_MATMUL_TILES];
-      if (i == RG_CPU_ISA_AVX512_BF16 && (t == RG_Q4_K || t == RG_Q6_K))
+      if (i == RG_CPU_ISA_AVX512_BF16 && rg__cpu_has_vnni() &&
+          (t == RG_Q4_K || t == RG_Q6_K || t == RG_Q8_0))
+        snprintf(gemv, 64, "%s %s gemv (vpdpwssd, x in int16)", in, tn);
+      else if (i == RG_CPU_ISA_AVX512_BF16 && (t == RG_Q4_K || t == RG_Q6_K))
         snprintf(gemv, 64, "%s %s gemv (vdpbf16ps, x as bf16 hi+lo)", in, tn);
       else if (i == RG_CPU_ISA_AVX512_BF16)
         snprintf(gemv, 64, "%s %s gemv (vdpbf16ps, x in bf16)", in, tn);
@@ -804,12 +839,12 @@ static void names_init(void) {
 
 static const char *name_of(rg_cpu_isa_t isa, rg_dtype_t t, plan_t p) {
   pthread_once(&names_once, names_init);
-  // Only the vdpbf16ps kernels need more than avx512, and only the tiles
-  // more than avx512-bf16.
+  // Only the vdpbf16ps and vpdpwssd kernels need more than avx512, and only
+  // the tiles more than avx512-bf16.
   int kq = t == RG_Q4_K || t == RG_Q6_K;
-  rg_cpu_isa_t top = p.path == RG_MATMUL_TILES                  ? RG_CPU_ISA_AMX
-                     : p.dp || (kq && p.path == RG_MATMUL_GEMV) ? RG_CPU_ISA_AVX512_BF16
-                                                                : RG_CPU_ISA_AVX512;
+  rg_cpu_isa_t top = p.path == RG_MATMUL_TILES                           ? RG_CPU_ISA_AMX
+                     : p.dp || p.q8v || (kq && p.path == RG_MATMUL_GEMV) ? RG_CPU_ISA_AVX512_BF16
+                                                                         : RG_CPU_ISA_AVX512;
   return names[isa > top ? top : isa][t][p.path];
 }
 
@@ -851,7 +886,25 @@ const char *rg_matmul_kernel_name(const rg_wmat_t *w, int64_t m) {
 static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   uint16_t *xb = NULL;
   size_t x_row_bytes = (size_t)j->k * sizeof(float);
-  if ((j->type == RG_Q4_K || j->type == RG_Q6_K) && j->isa >= RG_CPU_ISA_AVX512_BF16) {
+  if (kquant_vnni(j->isa, j->type) || p.q8v) {
+    // x as int16 per 256 values, its scales and its group sums (see
+    // gemv_kquant.c), in one allocation.
+    j->mp = rg__x16_rows(j->m);
+    const size_t nb = (size_t)j->mp * (size_t)((j->k + 255) / 256),
+                 qbytes = (nb * 256 * sizeof(int16_t) + 63) / 64 * 64,
+                 dbytes = (nb * sizeof(float) + 63) / 64 * 64;
+    unsigned char *buf = aligned_alloc(64, qbytes + dbytes + nb * 16 * sizeof(float));
+    if (!buf)
+      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to quantize x (%lld x %lld)",
+                            (long long)j->m, (long long)j->k);
+    xb = (uint16_t *)buf;
+    j->xq = (const int16_t *)buf;
+    j->xd = (const float *)(buf + qbytes);
+    j->xsum = (const float *)(buf + qbytes + dbytes);
+    rg__prepare_x16(j->x, j->m, j->k, (int16_t *)buf, (float *)(buf + qbytes),
+                    (float *)(buf + qbytes + dbytes));
+    x_row_bytes = (size_t)j->k * 2;
+  } else if ((j->type == RG_Q4_K || j->type == RG_Q6_K) && j->isa >= RG_CPU_ISA_AVX512_BF16) {
     // x as two bf16 terms and its sums per 32 values (see kquants.c).
     j->kp = j->k;
     size_t n2 = (size_t)j->m * (size_t)j->k * 2;
@@ -888,7 +941,7 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   size_t chunk = (262144 + per_group - 1) / per_group,
          eighth = groups / (8 * (size_t)rg_pool_threads(pool));
   if (chunk > eighth) chunk = eighth > grain ? eighth : grain;
-  gemv_ctx_t c = {j, pick_gemv(j->isa, j->type, p.dp)};
+  gemv_ctx_t c = {j, p.q8v ? rg__gemv_q8_0_vnni : pick_gemv(j->isa, j->type, p.dp)};
   run_shared(pool, j, groups, share_count(pool, groups, grain, MAX_SHARES), chunk, gemv_worker, &c);
   free(xb);
   return NULL;

@@ -1,0 +1,367 @@
+// GEMV kernels with AVX512_VNNI (vpdpwssd) for the k-quants and q8_0: x
+// quantized to int16 per 256 values; for the k-quants the quants and their
+// sub-block scales multiplied in 16-bit lanes and whole super-blocks summed
+// exactly in int32 (q8_0, at the end of the file, sums each block of 32).
+//
+// Why: the avx512-bf16 kernel (kquants.c) streams q4_K at 0.4-0.5 of read
+// bandwidth on a Sapphire Rapids VM, and from L2 it is no faster (10
+// Gweights/s on one core): it is bound by its vector work, two vdpbf16ps
+// per 32 weights (x as bf16 hi + lo), two table lookups and a float scale
+// per sub-block. Here each 32 weights cost one vpdpwssd per row of x, one
+// vpmullw that applies the sub-block's scale to the quants (shared by all
+// rows of x), and the unpacking; the scales of x and of the super-block
+// are applied once per 256 weights, in float.
+//
+// x, per row and super-block of 256 values: dx = amax / 32767 and xq =
+// round(x / dx), int16. The error is at most dx / 2 per element, so the
+// matmul's NMSE against exact x is about (amax / 32767)^2 / 12 / E[x^2]:
+// ~2e-10 for uniform x, ~1e-8 for a super-block whose
+// largest value is 20 times its RMS (an outlier channel). That is far inside
+// the 2e-5 the conformance suite allows narrow-weight matmuls; a single
+// int8 x (llama.cpp's q8_K) would be ~1.5e-5 for uniform x and worse with
+// outliers, so it is not used. The kernel's name says "x in int16".
+//
+// Exactness of the integer part (why no lane overflows):
+//   q4_K  w16 = q * sc, q <= 15, sc <= 63: |w16| <= 945.
+//   q6_K  w16 = (q - 32) * sc, q - 32 in [-32, 31], sc in [-128, 127]:
+//         |w16| <= 4096.
+//   A lane of the super-block's int32 sum takes 16 products (8 vpdpwssd of
+//   2 each): |sum| <= 16 * 4096 * 32767 = 2147418112 < 2^31.
+// q4_K's min term, dmin * m * Σx per sub-block, uses float sums of exact x.
+//
+// Decode batches: one weight row's super-block is unpacked into 8 registers
+// of scaled quants once and applied to up to 8 rows of x (more rows go in
+// blocks of 8, unpacking again from L1: a 16-row block spilled registers and
+// ran 13% slower than two of 8). Each row costs 8 vpdpwssd per super-block,
+// and Intel runs one a cycle, so past a few rows this is compute-bound; the
+// AMX path for k-quants (bf16 panels rebuilt for every call) takes over
+// where it is faster (tiles_min_m in matmul.c).
+#include <math.h>
+#include <string.h>
+
+#include "base/dtype.h"
+#include "ops/cpu/cpu_impl.h"
+
+typedef rg__mm_job_t job_t;
+
+enum { XQ_MAX = 32767, MAX_MR = 8 };
+
+#if RG_X86
+
+int rg__cpu_has_vnni(void) {
+  static _Atomic int has = -1;  // computed once; racing threads store the same
+  int h = atomic_load_explicit(&has, memory_order_relaxed);
+  if (h < 0) {
+    __builtin_cpu_init();
+    h = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+    atomic_store_explicit(&has, h, memory_order_relaxed);
+  }
+  return h;
+}
+
+// Row i of x, k values (a multiple of 32), into the (ceil(k / 256), mp)
+// layout of rg__prepare_x16: super-block b of the row goes to xq + (b mp +
+// i) 256 (int16), its scale to xd[b mp + i] and its 8 group sums of 32, then
+// 8 zeros (so the kernel applies them with one 16-lane FMA), to xs + (b mp +
+// i) 16.
+__attribute__((target(T_AVX512))) static void prepare_row(const float *x, int64_t k, int64_t mp,
+                                                          int64_t i, int16_t *xq, float *xd,
+                                                          float *xs) {
+  const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  float tail[256];
+  for (int64_t b = 0; b < (k + 255) / 256; b++) {
+    const float *p = x + 256 * b;
+    if (k - 256 * b < 256) {
+      // q8_0 rows end on any multiple of 32: the last block is padded with
+      // zeros, which no weight reads.
+      memset(tail, 0, sizeof tail);
+      memcpy(tail, p, (size_t)(k - 256 * b) * sizeof(float));
+      p = tail;
+    }
+    const int64_t at = b * mp + i;
+    __m512 amax = _mm512_setzero_ps();
+    float sums[16] = {0};
+    for (int g = 0; g < 8; g++) {
+      __m512 a = _mm512_loadu_ps(p + 32 * g), c = _mm512_loadu_ps(p + 32 * g + 16);
+      amax = _mm512_max_ps(amax, _mm512_max_ps(_mm512_and_ps(a, sign), _mm512_and_ps(c, sign)));
+      sums[g] = _mm512_reduce_add_ps(_mm512_add_ps(a, c));
+    }
+    float am = _mm512_reduce_max_ps(amax);
+    float total = 0;
+    for (int g = 0; g < 8; g++) total += sums[g];
+    memcpy(xs + 16 * at, sums, sizeof sums);
+    int16_t *q = xq + 256 * at;
+    if (!isfinite(total) || !(am > 0)) {
+      // An inf or NaN in x (max ignores NaN) must reach y as it would with
+      // exact arithmetic, not vanish into an int16; an all-zero block
+      // contributes nothing.
+      xd[at] = isfinite(total) ? 0.0f : NAN;
+      memset(q, 0, 256 * sizeof *q);
+      continue;
+    }
+    // Tiny blocks are scaled up by a power of two first (exact), so that
+    // 32767 / amax stays finite.
+    const float e = am < 0x1p-60f ? 0x1p64f : 1.0f;
+    const float inv = (float)XQ_MAX / (am * e);
+    xd[at] = am * e / (float)XQ_MAX / e;
+    const __m512 ve = _mm512_set1_ps(e), vi = _mm512_set1_ps(inv);
+    for (int v = 0; v < 16; v++) {
+      // Rounded to nearest even (the default MXCSR mode), saturated to int16.
+      __m512i qi =
+          _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(p + 16 * v), ve), vi));
+      _mm256_storeu_si256((__m256i *)(q + 16 * v), _mm512_cvtsepi32_epi16(qi));
+    }
+  }
+}
+
+// Register blocks of rows of x: 1, 2, 4 or 8 (= MAX_MR).
+static int block_rows(int64_t mv) {
+  return mv <= 2 ? (int)mv : mv <= 4 ? 4 : MAX_MR;
+}
+
+int64_t rg__x16_rows(int64_t m) {
+  return m / MAX_MR * MAX_MR + (m % MAX_MR ? block_rows(m % MAX_MR) : 0);
+}
+
+void rg__prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *xd, float *xs) {
+  const int64_t nb = (k + 255) / 256, mp = rg__x16_rows(m);
+  for (int64_t i = 0; i < m; i++) prepare_row(x + i * k, k, mp, i, xq, xd, xs);
+  // The padding rows the last register block computes and drops: zeros.
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t i = m; i < mp; i++) {
+      memset(xq + 256 * (b * mp + i), 0, 256 * sizeof *xq);
+      xd[b * mp + i] = 0;
+      memset(xs + 16 * (b * mp + i), 0, 16 * sizeof *xs);
+    }
+}
+
+// The 8 scales (bytes 0-7 of out) and 8 mins (bytes 8-15) of a q4_K block's
+// 12 packed bytes; the same values as rg_q4_K_scale_min (see kquants.c's
+// q4_K_unpack_scales, which this duplicates to stay inline).
+static inline void q4_K_scales(const uint8_t *p, uint32_t out[4]) {
+  uint32_t u0, u1, u2;
+  memcpy(&u0, p, 4);
+  memcpy(&u1, p + 4, 4);
+  memcpy(&u2, p + 8, 4);
+  out[0] = u0 & 0x3f3f3f3fu;
+  out[1] = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+  out[2] = u1 & 0x3f3f3f3fu;
+  out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+}
+
+// Σ of the 8 products W[s] · x (x at xq, 256 int16) into one int32 vector;
+// with few rows of x, two chains, so that they do not wait on vpdpwssd's
+// latency.
+INLINE __attribute__((target(T_VNNI))) __m512i dot8(const __m512i W[8], const int16_t *xq,
+                                                    const int chains) {
+  __m512i a = _mm512_setzero_si512(), c = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; s += 2) {
+    a = _mm512_dpwssd_epi32(a, W[s], _mm512_loadu_si512(xq + 32 * s));
+    if (chains == 2)
+      c = _mm512_dpwssd_epi32(c, W[s + 1], _mm512_loadu_si512(xq + 32 * s + 32));
+    else
+      a = _mm512_dpwssd_epi32(a, W[s + 1], _mm512_loadu_si512(xq + 32 * s + 32));
+  }
+  return chains == 2 ? _mm512_add_epi32(a, c) : a;
+}
+
+// One weight row against MR rows of x from i0 (rows past m are the zero
+// padding of the layout and are not stored), prefetching the weights ahead
+// when asked. Row i of super-block b is 256 int16 on from row i0's: one
+// pointer serves all MR rows.
+INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t type, int64_t r,
+                                                    int64_t i0, const int MR, int prefetch) {
+  const int64_t k = j->k, nb = k / 256, mp = j->mp;
+  const uint8_t *row = j->w + (size_t)r * j->row_bytes;
+  __m512 acc[MAX_MR];
+  for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+  // The next memory this thread reads: two rows on (at least 2 KiB), one
+  // prefetch per line, issued by the first register block of a pass only.
+  const size_t bb = type == RG_Q4_K ? 144 : 210;
+  const size_t pf = 2 * j->row_bytes < 2048 ? 2048 : 2 * j->row_bytes;
+  const __m512i low4 = _mm512_set1_epi16(0xF);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = row + (size_t)b * bb;
+    if (prefetch)
+      for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + pf + o, _MM_HINT_T0);
+    __m512i W[8];
+    float d;
+    __m512 dmn = _mm512_setzero_ps();  // q4_K: dmin * m per sub-block, lanes 0-7
+    uint16_t hd;
+    if (type == RG_Q4_K) {
+      uint16_t hm;
+      memcpy(&hd, blk, 2);
+      memcpy(&hm, blk + 2, 2);
+      d = _cvtsh_ss(hd);
+      uint32_t sm[4];
+      q4_K_scales(blk + 4, sm);
+      // Scales as int16, all 8 in each 128-bit lane, so that vpshufb
+      // broadcasts sub-block s's (bytes 2s, 2s + 1) to all 32 lanes; mins as
+      // floats.
+      const __m512i sc =
+          _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm)));
+      dmn = _mm512_mul_ps(
+          _mm512_set1_ps(_cvtsh_ss(hm)),
+          _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 2)))));
+      const uint8_t *q = blk + 16;
+#pragma GCC unroll 4
+      for (int p = 0; p < 4; p++) {
+        __m512i raw = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * p)));
+        __m512i s0 = _mm512_shuffle_epi8(sc, _mm512_set1_epi16((short)(0x0100 + 0x0202 * 2 * p)));
+        __m512i s1 =
+            _mm512_shuffle_epi8(sc, _mm512_set1_epi16((short)(0x0100 + 0x0202 * (2 * p + 1))));
+        W[2 * p] = _mm512_mullo_epi16(_mm512_and_si512(raw, low4), s0);
+        W[2 * p + 1] = _mm512_mullo_epi16(_mm512_srli_epi16(raw, 4), s1);
+      }
+    } else {
+      memcpy(&hd, blk + 208, 2);
+      d = _cvtsh_ss(hd);
+      // The 16 scales as int16 in the low half; vector u of half h takes
+      // scale 8h + 2u in lanes 0-15 and 8h + 2u + 1 in lanes 16-31.
+      const __m512i sc = _mm512_castsi256_si512(
+          _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))));
+      const __m512i m30 = _mm512_set1_epi16(0x30), off = _mm512_set1_epi16(32);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+        __m512i a = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)ql));
+        __m512i c = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(ql + 32)));
+        __m512i hh = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)qh));
+        __m512i v[4];
+        v[0] = _mm512_or_si512(_mm512_and_si512(a, low4),
+                               _mm512_and_si512(_mm512_slli_epi16(hh, 4), m30));
+        v[1] = _mm512_or_si512(_mm512_and_si512(c, low4),
+                               _mm512_and_si512(_mm512_slli_epi16(hh, 2), m30));
+        v[2] = _mm512_or_si512(_mm512_srli_epi16(a, 4), _mm512_and_si512(hh, m30));
+        v[3] = _mm512_or_si512(_mm512_srli_epi16(c, 4),
+                               _mm512_and_si512(_mm512_srli_epi16(hh, 2), m30));
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+          const short s = (short)(8 * h + 2 * u);
+          __m512i idx = _mm512_mask_blend_epi16((__mmask32)0xffff0000u, _mm512_set1_epi16(s),
+                                                _mm512_set1_epi16((short)(s + 1)));
+          W[4 * h + u] =
+              _mm512_mullo_epi16(_mm512_sub_epi16(v[u], off), _mm512_permutexvar_epi16(idx, sc));
+        }
+      }
+    }
+    const int16_t *xq = j->xq + 256 * (b * mp + i0);
+    const float *xd = j->xd + b * mp + i0, *xs = j->xsum + 16 * (b * mp + i0);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+      __m512i s = dot8(W, xq + 256 * i, MR <= 2 ? 2 : 1);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(d * xd[i]), acc[i]);
+      if (type == RG_Q4_K) acc[i] = _mm512_fnmadd_ps(dmn, _mm512_loadu_ps(xs + 16 * i), acc[i]);
+    }
+  }
+  const int mv = j->m - i0 < MR ? (int)(j->m - i0) : MR;
+  for (int i = 0; i < mv; i++)
+    j->y[(i0 + i) * j->n + r] = _mm512_reduce_add_ps(acc[i]) + (j->bias ? j->bias[r] : 0.0f);
+}
+
+#define KQ_TYPE(NAME, TYPE)                                                                       \
+  __attribute__((target(T_VNNI))) static void NAME(const job_t *j, int64_t r, int64_t i0, int mr, \
+                                                   int pf) {                                      \
+    switch (mr) {                                                                                 \
+      case 1:                                                                                     \
+        kq_rows(j, TYPE, r, i0, 1, pf);                                                           \
+        break;                                                                                    \
+      case 2:                                                                                     \
+        kq_rows(j, TYPE, r, i0, 2, pf);                                                           \
+        break;                                                                                    \
+      case 4:                                                                                     \
+        kq_rows(j, TYPE, r, i0, 4, pf);                                                           \
+        break;                                                                                    \
+      default:                                                                                    \
+        kq_rows(j, TYPE, r, i0, MAX_MR, pf);                                                      \
+    }                                                                                             \
+  }
+KQ_TYPE(q4_K_rows, RG_Q4_K)
+KQ_TYPE(q6_K_rows, RG_Q6_K)
+
+// Rows of x in j->m_chunk passes (whole register blocks), so that the x in
+// play stays in L2 however large m is; each pass streams the weight rows
+// again, and its first register block prefetches them.
+void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
+  void (*rows)(const job_t *, int64_t, int64_t, int, int) =
+      j->type == RG_Q4_K ? q4_K_rows : q6_K_rows;
+  const int64_t chunk = j->m_chunk < MAX_MR ? MAX_MR : j->m_chunk / MAX_MR * MAX_MR;
+  for (int64_t c0 = 0; c0 < j->m; c0 += chunk) {
+    const int64_t c1 = j->m - c0 < chunk ? j->m : c0 + chunk;
+    for (int64_t r = r0; r < r1; r++)
+      for (int64_t i0 = c0; i0 < c1; i0 += MAX_MR)
+        rows(j, r, i0, block_rows(j->m - i0 < MAX_MR ? j->m - i0 : MAX_MR), i0 == c0);
+  }
+}
+
+// ---- q8_0 -----------------------------------------------------------------------
+
+// q8_0 with x in the same int16 layout, for one or two rows of x (from 3
+// the 4 x 4 FMA tiles of matmul.c, which widen each block once for 4 rows,
+// are faster). Per 32 weights: one widening, one vpdpwssd, one conversion
+// and one FMA with the product of the block's and x's scales, against the
+// f32 kernel's two widenings, two conversions, a multiply, an FMA and a
+// vector scale. One core, n = 512, k = 2048 from L2: 43-44 against 59-60
+// us at m = 1 (the f32 kernel's 20 GB/s a core from L2 was too close to
+// the ~15 a core's share of DRAM bandwidth needs for it to keep up).
+__attribute__((target(T_VNNI))) void rg__gemv_q8_0_vnni(const job_t *j, int64_t r0, int64_t r1) {
+  const int64_t nb = j->k / 32, mp = j->mp;
+  // Two rows ahead, one line per 64 bytes (every other block).
+  const size_t pf = 2 * j->row_bytes < 2048 ? 2048 : 2 * j->row_bytes;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *row = j->w + (size_t)r * j->row_bytes;
+    for (int64_t i = 0; i < j->m; i++) {
+      // Four sums in turn, so that the FMAs do not wait on each other.
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                       _mm512_setzero_ps()};
+      for (int64_t s = 0; s < (nb + 7) / 8; s++) {
+        const int16_t *xq = j->xq + 256 * (s * mp + i);
+        const float dx = j->xd[s * mp + i];
+        const int64_t be = nb - 8 * s < 8 ? nb - 8 * s : 8;
+        const uint8_t *blk0 = row + (size_t)(8 * s) * 34;
+        // The 8 blocks' scales times dx, gathered and converted together and
+        // kept in memory, so that each FMA broadcasts its own from there: a
+        // conversion and broadcast per block had kept the shuffle port busy
+        // for 4 of the 5 cycles a block took.
+        const __m256i at = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
+        __m256i hw = _mm256_mmask_i32gather_epi32(
+            _mm256_setzero_si256(), (__mmask8)((1u << be) - 1), at, (const int *)blk0, 1);
+        float sc[8] __attribute__((aligned(32)));
+        _mm256_store_ps(
+            sc, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(hw)), _mm256_set1_ps(dx)));
+#pragma GCC unroll 8
+        for (int64_t u = 0; u < be; u++) {
+          const uint8_t *blk = blk0 + 34 * u;
+          if (i == 0 && !(u & 1)) _mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
+          __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 2)));
+          __m512i dot =
+              _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(xq + 32 * u));
+          acc[u & 3] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(sc[u]), acc[u & 3]);
+        }
+      }
+      __m512 t = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+      j->y[i * j->n + r] = _mm512_reduce_add_ps(t) + (j->bias ? j->bias[r] : 0.0f);
+    }
+  }
+}
+
+#else  // !RG_X86
+
+int rg__cpu_has_vnni(void) {
+  return 0;
+}
+int64_t rg__x16_rows(int64_t m) {
+  return m;
+}
+void rg__prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *xd, float *xs) {
+  (void)x, (void)m, (void)k, (void)xq, (void)xd, (void)xs;
+}
+void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
+  (void)j, (void)r0, (void)r1;
+}
+void rg__gemv_q8_0_vnni(const job_t *j, int64_t r0, int64_t r1) {
+  (void)j, (void)r0, (void)r1;
+}
+
+#endif  // RG_X86
