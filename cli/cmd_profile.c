@@ -525,11 +525,18 @@ static rg_status_t run(const args_t *a, const rg_cli_common_t *common) {
   rg_profile_class_t sheet;
   rg_profile_class_from(cls, &sheet);
   int chatty = !a->quiet && !a->json;
+  // The stage figures come from the tiny test model's stage instances:
+  // well under a second, and their fixed costs are what the runtime pays.
+  char stage_model[2048];
+  s = rg_cli_test_model(stage_model, sizeof stage_model, !chatty);
+  if (s) goto done;
   rg_profile_options_t po = {
       .quick = a->quick,
       .model = model,
       .cls = &sheet,
       .progress = chatty ? on_progress : NULL,
+      .stage_model = stage_model,
+      .threads = (int)a->threads,
   };
   if (chatty)
     fprintf(stderr, "ridge profile: %s (%s) as class %s, %s profile%s\n", a->device, info->name,

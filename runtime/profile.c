@@ -14,6 +14,7 @@
 #include "devices/cuda/cuda_bench.h"
 #include "devices/opencl/opencl_profile.h"
 #include "graphs/weights.h"
+#include "runtime/engine.h"
 #include "runtime/limits.h"
 
 static const rg_dtype_t profile_dtypes[] = {
@@ -801,6 +802,255 @@ static size_t host_cache_bytes(void) {
   return best;
 }
 
+// ----- Stages ---------------------------------------------------------------------------
+//
+// The runtime's own stage instances on the device: what each stage kind
+// costs beyond its kernels' roofline (thread-pool fork and join on the CPU,
+// kernel enqueue and wait on OpenCL, the small ops around the matmuls) is
+// only seen by running them.
+
+static const struct {
+  int seqs, tokens, context;
+} stage_shapes[RG_PROFILE_STAGE_SHAPES] = {{1, 1, 64}, {4, 1, 64}, {1, 16, 0}, {1, 64, 0}};
+
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// Times each shape on a fresh engine over opts.stage_model on the device;
+// leaves the engine in *out for the fit (its arch), or a skip reason.
+static void time_stages(prof_t *P, rg_engine_t **out) {
+  rg_profile_stages_t *S = &P->r->stages;
+  *out = NULL;
+  progress(P, "stages of %s (%d step shapes)", P->o->stage_model, RG_PROFILE_STAGE_SHAPES);
+  rg_engine_options_t eo = {.device = P->r->device,
+                            .threads = P->o->threads,
+                            .max_seqs = 8,
+                            .max_context = 1024,
+                            .kv_tokens = 8 * 256};
+  rg_engine_t *e = NULL;
+  float *logits = NULL;
+  rg_status_t st = rg_engine_create(P->o->stage_model, &eo, &e);
+  if (st) goto fail;
+  const rg_arch_t *a = rg_engine_arch(e);
+  snprintf(S->model, sizeof S->model, "%s", a->name);
+  one_line(S->model);
+  S->layers = a->n_layers;
+  S->reps = P->p->reps < 3 ? 5 : 9;
+  static int32_t toks[64], tables[8][16];
+  for (int i = 0; i < 64; i++) toks[i] = 1 + i % 100;
+  for (int q = 0; q < 8; q++)
+    for (int b = 0; b < 16; b++) tables[q][b] = q * 16 + b;
+  if (!(logits = malloc(8 * (size_t)rg_engine_vocab(e) * sizeof(float)))) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    goto fail;
+  }
+  // Every sequence's first 64 positions written once, so that decodes read
+  // a KV cache of real values.
+  rg_engine_entry_t fill[4];
+  for (int q = 0; q < 4; q++) fill[q] = (rg_engine_entry_t){0, 64, toks, tables[q], 4, 1};
+  if ((st = rg_engine_forward(e, fill, 4, logits))) goto fail;
+  for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
+    rg_profile_stage_shape_t *sh = &S->shape[k];
+    sh->seqs = stage_shapes[k].seqs, sh->tokens = stage_shapes[k].tokens;
+    sh->context = stage_shapes[k].context;
+    rg_engine_entry_t en[8];
+    int32_t nb = (int32_t)((sh->context + sh->tokens + 15) / 16);
+    for (int q = 0; q < sh->seqs; q++)
+      en[q] = (rg_engine_entry_t){sh->context, sh->tokens, toks, tables[q], nb, 1};
+    double t[RG_STAGE_SLOTS][16];
+    // One untimed step first: buffers, caches and (OpenCL) kernels warm.
+    st = rg_engine_forward(e, en, (size_t)sh->seqs, logits);
+    for (int rep = 0; rep < S->reps && !st; rep++) {
+      for (size_t i = 0; i < rg_engine_stage_count(e); i++)
+        rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
+      st = rg_engine_forward(e, en, (size_t)sh->seqs, logits);
+      for (int j = 0; j < RG_STAGE_SLOTS; j++) t[j][rep] = 0;
+      for (size_t i = 0; !st && i < rg_engine_stage_count(e); i++) {
+        const rg_stage_t *sg = rg_engine_stage_at(e, i);
+        int slot = rg_slot_of_stage(rg_stage_spec(sg)->kind);
+        rg_stage_counters_t c;
+        rg_stage_counters(sg, &c);
+        if (slot >= 0 && slot < RG_STAGE_SLOTS) t[slot][rep] += c.seconds;
+      }
+    }
+    if (st) goto fail;
+    // The median: a shared machine interrupts some repetitions.
+    for (int j = 0; j < RG_STAGE_SLOTS; j++) {
+      qsort(t[j], (size_t)S->reps, sizeof t[j][0], cmp_dbl);
+      sh->seconds[j] = t[j][S->reps / 2];
+    }
+    S->n = k + 1;
+  }
+  free(logits);
+  *out = e;
+  return;
+fail:
+  S->n = 0;
+  skip(S->reason, sizeof S->reason, st);
+  free(logits);
+  rg_engine_destroy(e);
+}
+
+// Weighted least squares of y on the columns `use` of x (at most 3), by
+// normal equations; 0 when singular.
+static int lsq(int n, const double y[], const double x[][3], const double w[], int use,
+               double coef[3]) {
+  int idx[3], m = 0;
+  for (int j = 0; j < 3; j++)
+    if (use >> j & 1) idx[m++] = j;
+  double A[3][4] = {{0}};
+  for (int i = 0; i < n; i++)
+    for (int r = 0; r < m; r++) {
+      for (int c = 0; c < m; c++) A[r][c] += w[i] * w[i] * x[i][idx[r]] * x[i][idx[c]];
+      A[r][3] += w[i] * w[i] * x[i][idx[r]] * y[i];
+    }
+  for (int c = 0; c < m; c++) {  // Gauss-Jordan with partial pivoting
+    int piv = c;
+    for (int r = c + 1; r < m; r++)
+      if (fabs(A[r][c]) > fabs(A[piv][c])) piv = r;
+    if (!(fabs(A[piv][c]) > 1e-300)) return 0;
+    for (int k = 0; k < 4; k++) {
+      double tmp = A[c][k];
+      A[c][k] = A[piv][k], A[piv][k] = tmp;
+    }
+    for (int r = 0; r < m; r++) {
+      if (r == c) continue;
+      double f = A[r][c] / A[c][c];
+      for (int k = 0; k < 4; k++) A[r][k] -= f * A[c][k];
+    }
+  }
+  coef[0] = coef[1] = coef[2] = 0;
+  for (int r = 0; r < m; r++) coef[idx[r]] = A[r][3] / A[r][r];
+  return 1;
+}
+
+// A stand-in of the class the profile derives, enough for the cost model:
+// the datasheet's peaks and first tier, then the derived figures.
+static void derived_class(const rg_profile_result_t *r, rg_device_class_t *c) {
+  memset(c, 0, sizeof(*c));
+  const rg_profile_class_t *sh = &r->cls.sheet;
+  snprintf(c->name, sizeof c->name, "%s", r->cls.have_class ? sh->name : "measured");
+  c->kind = RG_KIND_ACCELERATOR;
+  c->n_mem = 1;
+  snprintf(c->mem[0].name, sizeof c->mem[0].name, "%s", sh->tier[0] ? sh->tier : "memory");
+  c->mem[0].bandwidth = sh->bandwidth;
+  c->mem[0].capacity = 1e12;
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) c->peak[t] = sh->peak[t];
+  c->eff_compute_all.n = 1;
+  c->eff_compute_all.pt[0].m = 1;
+  c->eff_compute_all.pt[0].eff = 0.70;  // the loader's defaults
+  c->eff_memory = 0.85;
+  rg_profile_apply(r, c);
+}
+
+// Fits each stage kind's figures to the shapes timed (profile.h).
+static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
+  rg_profile_stages_t *S = &r->stages;
+  rg_profile_derived_t *d = &r->cls;
+  if (S->n < RG_PROFILE_STAGE_SHAPES) return NULL;
+  rg_device_class_t *c = calloc(1, sizeof *c);
+  rg_fleet_t *f = calloc(1, sizeof *f);
+  rg_status_t st = NULL;
+  if (!c || !f) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    goto done;
+  }
+  derived_class(r, c);
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++)
+    if (!(c->peak[t] > 0)) {
+      // No datasheet peak for a type: the measured one the curve divides by.
+      for (int i = 0; i < RG_PROFILE_DTYPES; i++)
+        if (d->curve[i].n > 0 && d->curve[i].compute == (rg_dtype_t)t)
+          c->peak[t] = d->curve[i].peak;
+    }
+  if (!(c->mem[0].bandwidth > 0)) goto done;  // no roofline to subtract
+  memset(c->stage, 0, sizeof c->stage);
+  f->n_nodes = 1;
+  f->nodes[0].count = 1;
+  f->nodes[0].n_devs = 1;
+  f->nodes[0].devs[0].cls = c;
+  f->nodes[0].devs[0].count = 1;
+  rg_plan_request_t req = {
+      .model = a, .fleet = f, .weight_dtype = a->weight_dtype, .kv_dtype = RG_BF16};
+  rg_group_t g = {"stage", c, 1, 1, 1, 1};
+  for (int k = 0; k < S->n; k++) {
+    rg_profile_stage_shape_t *sh = &S->shape[k];
+    rg_phase_t ph = sh->tokens > 1 ? RG_PHASE_PREFILL : RG_PHASE_DECODE;
+    for (int j = 0; j < RG_STAGE_SLOTS; j++)
+      if ((st = rg_slot_step_time(&req, &g, (rg_slot_t)j, ph, sh->seqs, sh->tokens, sh->context, 0,
+                                  &sh->roof[j])))
+        goto done;
+  }
+  for (int j = 0; j < RG_STAGE_SLOTS; j++) {
+    double y[RG_PROFILE_STAGE_SHAPES], x[RG_PROFILE_STAGE_SHAPES][3], w[RG_PROFILE_STAGE_SHAPES];
+    double share = 0;
+    int layered = j == RG_SLOT_ATTENTION || j == RG_SLOT_FFN;
+    for (int k = 0; k < S->n; k++) {
+      const rg_profile_stage_shape_t *sh = &S->shape[k];
+      double calls = layered ? (double)S->layers : 1;
+      double tokens = j == RG_SLOT_LM_HEAD && sh->tokens > 1 ? sh->seqs : sh->seqs * sh->tokens;
+      y[k] = sh->seconds[j] - sh->roof[j];
+      x[k][0] = calls, x[k][1] = calls * tokens, x[k][2] = sh->roof[j];
+      w[k] = sh->seconds[j] > 0 ? 1 / sh->seconds[j] : 0;
+      if (sh->seconds[j] > 0) share = fmax(share, sh->roof[j] / sh->seconds[j]);
+    }
+    // Every subset of the terms; the feasible one that fits best. The
+    // efficiency term only where the roofline is a real part of the time.
+    double best = INFINITY, bc[3] = {0, 0, 0};
+    for (int use = 0; use < 8; use++) {
+      if ((use & 4) && share < 0.2) continue;
+      double cf[3];
+      if (use && !lsq(S->n, y, x, w, use, cf)) continue;
+      if (!use) cf[0] = cf[1] = cf[2] = 0;
+      if (cf[0] < 0 || cf[1] < 0 || cf[2] <= -0.75 || cf[2] > 1e3) continue;
+      double res = 0;
+      for (int k = 0; k < S->n; k++) {
+        double e = (y[k] - cf[0] * x[k][0] - cf[1] * x[k][1] - cf[2] * x[k][2]) * w[k];
+        res += e * e;
+      }
+      if (res < best * (1 - 1e-9)) best = res, bc[0] = cf[0], bc[1] = cf[1], bc[2] = cf[2];
+    }
+    d->stage[j].call = bc[0];
+    d->stage[j].token = bc[1];
+    d->stage[j].eff = bc[2] != 0 ? 1 / (1 + bc[2]) : 0;
+  }
+  d->have_stages = 1;
+  // The ops a layer floor stood for run inside the stages now.
+  if (d->layer > 0) d->layer = 0;
+  memcpy(c->stage, d->stage, sizeof c->stage);
+  for (int k = 0; k < S->n; k++) {
+    rg_profile_stage_shape_t *sh = &S->shape[k];
+    rg_phase_t ph = sh->tokens > 1 ? RG_PHASE_PREFILL : RG_PHASE_DECODE;
+    for (int j = 0; j < RG_STAGE_SLOTS; j++)
+      if ((st = rg_slot_step_time(&req, &g, (rg_slot_t)j, ph, sh->seqs, sh->tokens, sh->context, 0,
+                                  &sh->fitted[j])))
+        goto done;
+  }
+done:
+  free(f);
+  free(c);
+  return st;
+}
+
+void rg_profile_apply(const rg_profile_result_t *r, rg_device_class_t *c) {
+  const rg_profile_derived_t *d = &r->cls;
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+    const rg_profile_curve_t *cv = &d->curve[i];
+    if (cv->n == 0) continue;
+    if (!cv->from_datasheet) c->peak[cv->compute] = cv->peak;
+    rg_eff_curve_t *e = &c->eff_compute[cv->compute];
+    e->n = cv->n;
+    for (int j = 0; j < cv->n; j++) e->pt[j].m = (double)cv->m[j], e->pt[j].eff = cv->eff[j];
+  }
+  if (d->bandwidth > 0 && c->n_mem > 0) c->mem[0].bandwidth = d->bandwidth;
+  if (d->eff_memory > 0) c->eff_memory = d->eff_memory;
+  if (d->eff_attention > 0) c->eff_attention = d->eff_attention;
+  if (d->layer >= 0) c->step_cost = d->step, c->layer_floor = d->layer;
+  if (d->have_stages) memcpy(c->stage, d->stage, sizeof c->stage);
+}
+
 // Whether a device's memory is the host's, so the host's caches hold what
 // it streams: the CPU, and OpenCL's CPU devices (PoCL).
 static int host_memory_device(const rg_device_info_t *info) {
@@ -866,7 +1116,8 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
     P.footprint = 2 * host_cache_bytes();
   if (info->memory && P.footprint > info->memory / 8) P.footprint = (size_t)(info->memory / 8);
   r->footprint = P.footprint;
-  P.total = 1 + 1 + 3 + 1 + !r->quick + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m);
+  P.total = 1 + 1 + 3 + 1 + !r->quick + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m) +
+            (opts->stage_model != NULL);
   for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
     r->matmul[i].dtype = profile_dtypes[i];
     r->matmul[i].compute = profile_compute[i];
@@ -890,9 +1141,16 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
     s = limits(&P, 1);
     if (s) return rg_status_wrap(s, "profiling %s", r->device);
   }
+  rg_engine_t *se = NULL;
+  if (opts->stage_model)
+    time_stages(&P, &se);
+  else
+    snprintf(r->stages.reason, sizeof r->stages.reason, "no stage model given");
   r->seconds = rg_clock_now() - t0;
   derive(r, opts->cls);
-  return NULL;
+  if (se) s = fit_stages(r, rg_engine_arch(se));
+  rg_engine_destroy(se);
+  return s;
 }
 
 // ----- The calibrated class file ------------------------------------------------------
@@ -997,11 +1255,42 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
   }
   if (d->eff_memory > 0) fprintf(f, "# efficiency.memory: %s.\n", d->eff_memory_why);
   if (d->eff_attention > 0) fprintf(f, "# efficiency.attention: %s.\n", d->eff_attention_why);
-  if (d->layer >= 0)
+  if (d->layer >= 0 && !d->have_stages)
     fprintf(f,
             "# overhead: the per-op cost times the ops the cost model prices by no roofline "
             "term,\n#   8 a layer (norms, rope, KV write, residual adds, swiglu) and 3 a step "
             "(embed, final norm, sample).\n");
+  static const char *const kinds[RG_STAGE_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
+  const rg_profile_stages_t *S = &r->stages;
+  if (d->have_stages) {
+    fprintf(f,
+            "# overhead: step is the per-op cost times 3 (embed, final norm, sample); layer is 0,\n"
+            "#   since the ops it stood for run inside the stages, priced by stages: below.\n");
+    fprintf(f,
+            "# stages: %s's stage instances on %s, median of %d steps per shape; each kind's time\n"
+            "#   less the cost model's roofline on the figures above, fitted as calls x (call +\n"
+            "#   token x tokens) (calls: %lld layers for attention and ffn, 1 for embed and "
+            "lm_head)\n"
+            "#   and, where the roofline is a fifth of the time or more, an efficiency factor.\n"
+            "#   measured / fitted:\n",
+            S->model, r->device, S->reps, (long long)S->layers);
+    for (int k = 0; k < S->n; k++) {
+      const rg_profile_stage_shape_t *sh = &S->shape[k];
+      char what[48];
+      if (sh->tokens > 1)
+        snprintf(what, sizeof what, "prefill of %d", sh->tokens);
+      else
+        snprintf(what, sizeof what, "decode x %d at %lld", sh->seqs, (long long)sh->context);
+      fprintf(f, "#   %-18s", what);
+      for (int j = 0; j < RG_STAGE_SLOTS; j++)
+        fprintf(f, "%s %s %s / %s", j ? "," : "", kinds[j],
+                rg_fmt_quantity(sh->seconds[j], RG_UNIT_TIME, q, sizeof q),
+                rg_fmt_quantity(sh->fitted[j], RG_UNIT_TIME, q2, sizeof q2));
+      fprintf(f, "\n");
+    }
+  } else if (S->reason[0]) {
+    fprintf(f, "# stages: not measured: %s\n", S->reason);
+  }
 
   fprintf(f, "name: %s\n", d->sheet.name);
   fprintf(f, "measured: { by: ridge profile, date: %s, device: ", r->date);
@@ -1041,6 +1330,16 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
     fprintf(f, "overhead: { step: %s, layer: %s }\n",
             rg_fmt_quantity(d->step, RG_UNIT_TIME, q, sizeof q),
             rg_fmt_quantity(d->layer, RG_UNIT_TIME, q2, sizeof q2));
+  if (d->have_stages) {
+    fprintf(f, "stages:\n");
+    for (int j = 0; j < RG_STAGE_SLOTS; j++) {
+      fprintf(f, "  %s: { call: %s, token: %s", kinds[j],
+              rg_fmt_quantity(d->stage[j].call, RG_UNIT_TIME, q, sizeof q),
+              rg_fmt_quantity(d->stage[j].token, RG_UNIT_TIME, q2, sizeof q2));
+      if (d->stage[j].eff > 0) fprintf(f, ", efficiency: %.3g", d->stage[j].eff);
+      fprintf(f, " }\n");
+    }
+  }
   if (fflush(f) || ferror(f))
     return rg_status_make(RG_IO, "writing the calibrated class: %s", strerror(errno ? errno : EIO));
   return NULL;
