@@ -3,7 +3,8 @@
 // profile of that device (runtime/profile.h, with the tiny test model's
 // stages), cached in the user's cache directory for a day.
 //
-// The cache holds one calibrated class file per device, as `ridge profile
+// The cache holds one calibrated class file per device
+// (<cache>/ridge/calibrated/<driver>-<index>/<class>.yaml), as `ridge profile
 // -o` writes it, so what is reused is exactly what was measured, and the
 // planner's own loader reads it back. A file that no longer loads is
 // replaced by a fresh profile, and a device that cannot be profiled falls
@@ -116,11 +117,14 @@ rg_status_t rg_cli_calibrate(const rg_catalog_t *cat, const char *device,
   char dir[1024], key[64];
   if ((st = o->cache_dir ? NULL : rg_cli_calibration_dir(dir, sizeof dir))) goto done;
   if (o->cache_dir) snprintf(dir, sizeof dir, "%s", o->cache_dir);
-  // One file per device: "opencl:0" becomes opencl-0.yaml.
+  // One folder per device ("opencl:0" becomes opencl-0), and in it the
+  // class file named after its class, as the loader wants.
   snprintf(key, sizeof key, "%s", device);
   for (char *q = key; *q; q++)
     if (*q == ':' || *q == '/') *q = '-';
-  snprintf(out->path, sizeof out->path, "%s/%s.yaml", dir, key);
+  size_t dl = strlen(dir);
+  snprintf(dir + dl, sizeof dir - dl, "/%s", key);
+  snprintf(out->path, sizeof out->path, "%s/%s.yaml", dir, out->cls.name);
   double max_age = o->max_age_s > 0 ? o->max_age_s : 86400;
   char why[400] = "";
   struct stat sb;

@@ -470,7 +470,7 @@ static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c)
 }
 
 // `stages:` maps a stage kind to its own figures (rg_stage_figures_t):
-//   stages: { attention: { call: 52 us, token: 1.2 us, efficiency: 0.9 }, ... }
+//   stages: { attention: { call: 52 us, token: 1.2 us, efficiency: 0.9, first: 3 ms }, ... }
 // Kinds left out keep none: the class-wide figures alone price them.
 static rg_status_t rg_read_stages(const rg_node_t *root, rg_device_class_t *c) {
   const rg_node_t *st;
@@ -478,7 +478,7 @@ static rg_status_t rg_read_stages(const rg_node_t *root, rg_device_class_t *c) {
   if (!st) return NULL;
   static const char *const keys[] = {"embed", "attention", "ffn", "lm_head", "source", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(st, keys, "stages"));
-  static const char *const fkeys[] = {"call", "token", "efficiency", NULL};
+  static const char *const fkeys[] = {"call", "token", "efficiency", "first", NULL};
   for (int k = 0; k < RG_STAGE_SLOTS; k++) {
     const rg_node_t *n = rg_node_get(st, keys[k]);
     if (!n) continue;
@@ -488,6 +488,7 @@ static rg_status_t rg_read_stages(const rg_node_t *root, rg_device_class_t *c) {
     rg_stage_figures_t f = {0};
     RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "call", RG_UNIT_TIME, 0, 1, &f.call));
     RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "token", RG_UNIT_TIME, 0, 1, &f.token));
+    RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "first", RG_UNIT_TIME, 0, 1, &f.first));
     const rg_node_t *e = rg_node_get(n, "efficiency");
     if (e) {
       // A stage's kernels may beat the class's curve (the FFN's wide GEMMs

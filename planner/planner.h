@@ -81,10 +81,16 @@ typedef struct {
 // such as norms and ropes); and its kernels reach `eff` times the class's
 // efficiencies (0: 1). Measured figures make one stage's prediction agree
 // with its time where one set of efficiencies for every kernel cannot.
+// `first` is what the first call of a stage in a fresh process pays once
+// more (kernel builds at first enqueue, first touches of its weights): a
+// run of a few dozen steps sees it, a steady state never does, so the cost
+// model's step times leave it out and `ridge run` adds it once per stage
+// instance.
 typedef struct {
   double call;   // seconds per call
   double token;  // seconds per token per call
   double eff;    // multiplies the class's efficiencies; 0: 1
+  double first;  // seconds, once per stage instance
 } rg_stage_figures_t;
 #define RG_STAGE_SLOTS 4  // embed, attention, ffn, lm_head: the slots a stage kind maps to
 

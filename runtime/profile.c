@@ -727,6 +727,15 @@ static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
     snprintf(d->eff_memory_why, sizeof d->eff_memory_why,
              "m = 1 matmuls' weight stream over the read bandwidth, median of %s%s", list,
              med > 1 ? " (above 1: the weights sat partly in cache; held at 1)" : "");
+    // A quick profile's weights fit a large cache, and a stream from cache
+    // says nothing of one from memory: the class keeps its own figure.
+    if (med > 1 && r->quick) {
+      d->eff_memory = 0;
+      snprintf(d->eff_memory_why, sizeof d->eff_memory_why,
+               "not written: the quick profile's m = 1 weight stream (median of %s) outran the "
+               "read bandwidth, so its weights sat in cache",
+               list);
+    }
   }
   if (r->n_ctx > 0 && d->bandwidth > 0) {
     double e = r->attn_rate[r->n_ctx - 1] / d->bandwidth;
@@ -831,13 +840,14 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
                             .kv_tokens = 8 * 256};
   rg_engine_t *e = NULL;
   float *logits = NULL;
+  enum { MAX_REPS = 256 };
+  double(*t)[RG_STAGE_SLOTS][MAX_REPS] = NULL;  // per shape, slot and repetition
   rg_status_t st = rg_engine_create(P->o->stage_model, &eo, &e);
   if (st) goto fail;
   const rg_arch_t *a = rg_engine_arch(e);
   snprintf(S->model, sizeof S->model, "%s", a->name);
   one_line(S->model);
   S->layers = a->n_layers;
-  S->reps = P->p->reps < 3 ? 5 : 9;
   static int32_t toks[64], tables[8][16];
   for (int i = 0; i < 64; i++) toks[i] = 1 + i % 100;
   for (int q = 0; q < 8; q++)
@@ -848,45 +858,82 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   }
   // Every sequence's first 64 positions written once, so that decodes read
   // a KV cache of real values.
+  // Done twice: the first step of a fresh engine pays what a worker's first
+  // step pays once (kernel builds at first enqueue, first touches), the
+  // second does not.
   rg_engine_entry_t fill[4];
   for (int q = 0; q < 4; q++) fill[q] = (rg_engine_entry_t){0, 64, toks, tables[q], 4, 1};
-  if ((st = rg_engine_forward(e, fill, 4, logits))) goto fail;
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < rg_engine_stage_count(e); i++)
+      rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
+    if ((st = rg_engine_forward(e, fill, 4, logits))) goto fail;
+    for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
+      const rg_stage_t *sg = rg_engine_stage_at(e, i);
+      int slot = rg_slot_of_stage(rg_stage_spec(sg)->kind);
+      rg_stage_counters_t c;
+      rg_stage_counters(sg, &c);
+      if (slot >= 0 && slot < RG_STAGE_SLOTS)
+        (pass ? S->second_step : S->first_step)[slot] += c.seconds;
+    }
+  }
+  // Round robin over the shapes, one step of each per repetition, so that
+  // a burst of another process's work lands on every shape alike rather
+  // than on one (which the fit would read as a cost per token).
+  rg_engine_entry_t en[RG_PROFILE_STAGE_SHAPES][8];
+  t = calloc(RG_PROFILE_STAGE_SHAPES, sizeof *t);
+  if (!t) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    goto fail;
+  }
   for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
     rg_profile_stage_shape_t *sh = &S->shape[k];
     sh->seqs = stage_shapes[k].seqs, sh->tokens = stage_shapes[k].tokens;
     sh->context = stage_shapes[k].context;
-    rg_engine_entry_t en[8];
     int32_t nb = (int32_t)((sh->context + sh->tokens + 15) / 16);
     for (int q = 0; q < sh->seqs; q++)
-      en[q] = (rg_engine_entry_t){sh->context, sh->tokens, toks, tables[q], nb, 1};
-    double t[RG_STAGE_SLOTS][16];
+      en[k][q] = (rg_engine_entry_t){sh->context, sh->tokens, toks, tables[q], nb, 1};
     // One untimed step first: buffers, caches and (OpenCL) kernels warm.
-    st = rg_engine_forward(e, en, (size_t)sh->seqs, logits);
-    for (int rep = 0; rep < S->reps && !st; rep++) {
+    if ((st = rg_engine_forward(e, en[k], (size_t)sh->seqs, logits))) goto fail;
+  }
+  // Rounds until the budget is spent: a run's stages are timed over its
+  // whole length, under whatever else the machine runs then, so the
+  // profile samples a stretch of time too rather than its quietest moment.
+  double t0 = rg_clock_now(), budget = P->o->quick ? 0.25 : 1.0;
+  int rep = 0;
+  for (; rep < MAX_REPS && (rep < 9 || rg_clock_now() - t0 < budget); rep++)
+    for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
       for (size_t i = 0; i < rg_engine_stage_count(e); i++)
         rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
-      st = rg_engine_forward(e, en, (size_t)sh->seqs, logits);
-      for (int j = 0; j < RG_STAGE_SLOTS; j++) t[j][rep] = 0;
-      for (size_t i = 0; !st && i < rg_engine_stage_count(e); i++) {
+      if ((st = rg_engine_forward(e, en[k], (size_t)S->shape[k].seqs, logits))) goto fail;
+      for (int j = 0; j < RG_STAGE_SLOTS; j++) t[k][j][rep] = 0;
+      for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
         const rg_stage_t *sg = rg_engine_stage_at(e, i);
         int slot = rg_slot_of_stage(rg_stage_spec(sg)->kind);
         rg_stage_counters_t c;
         rg_stage_counters(sg, &c);
-        if (slot >= 0 && slot < RG_STAGE_SLOTS) t[slot][rep] += c.seconds;
+        if (slot >= 0 && slot < RG_STAGE_SLOTS) t[k][slot][rep] += c.seconds;
       }
     }
-    if (st) goto fail;
-    // The median: a shared machine interrupts some repetitions.
+  S->reps = rep;
+  // The mean of all but the slowest tenth: what a run averages over its
+  // steps, without the few that a page fault or a preemption made ten
+  // times longer.
+  for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
     for (int j = 0; j < RG_STAGE_SLOTS; j++) {
-      qsort(t[j], (size_t)S->reps, sizeof t[j][0], cmp_dbl);
-      sh->seconds[j] = t[j][S->reps / 2];
+      qsort(t[k][j], (size_t)S->reps, sizeof t[k][j][0], cmp_dbl);
+      int keep = S->reps - S->reps / 10;
+      double sum = 0;
+      for (int q = 0; q < keep; q++) sum += t[k][j][q];
+      S->shape[k].seconds[j] = sum / keep;
     }
     S->n = k + 1;
   }
+  free(t);
   free(logits);
   *out = e;
   return;
 fail:
+  free(t);
   S->n = 0;
   skip(S->reason, sizeof S->reason, st);
   free(logits);
@@ -1015,6 +1062,7 @@ static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
     d->stage[j].call = bc[0];
     d->stage[j].token = bc[1];
     d->stage[j].eff = bc[2] != 0 ? 1 / (1 + bc[2]) : 0;
+    d->stage[j].first = fmax(0, S->first_step[j] - S->second_step[j]);
   }
   d->have_stages = 1;
   // The ops a layer floor stood for run inside the stages now.
@@ -1253,7 +1301,7 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
       fprintf(f, "#         weights, which the planner prices at their compute type, %s\n",
               rg_dtype_name(c->compute));
   }
-  if (d->eff_memory > 0) fprintf(f, "# efficiency.memory: %s.\n", d->eff_memory_why);
+  if (d->eff_memory_why[0]) fprintf(f, "# efficiency.memory: %s.\n", d->eff_memory_why);
   if (d->eff_attention > 0) fprintf(f, "# efficiency.attention: %s.\n", d->eff_attention_why);
   if (d->layer >= 0 && !d->have_stages)
     fprintf(f,
@@ -1267,11 +1315,13 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
             "# overhead: step is the per-op cost times 3 (embed, final norm, sample); layer is 0,\n"
             "#   since the ops it stood for run inside the stages, priced by stages: below.\n");
     fprintf(f,
-            "# stages: %s's stage instances on %s, median of %d steps per shape; each kind's time\n"
+            "# stages: %s's stage instances on %s, %d steps of each shape in turn (the slowest\n"
+            "#   tenth dropped, the rest averaged); each kind's time\n"
             "#   less the cost model's roofline on the figures above, fitted as calls x (call +\n"
             "#   token x tokens) (calls: %lld layers for attention and ffn, 1 for embed and "
             "lm_head)\n"
-            "#   and, where the roofline is a fifth of the time or more, an efficiency factor.\n"
+            "#   and, where the roofline is a fifth of the time or more, an efficiency factor;\n"
+            "#   first: the fresh engine's first step (4 prompts of 64) less the same step again.\n"
             "#   measured / fitted:\n",
             S->model, r->device, S->reps, (long long)S->layers);
     for (int k = 0; k < S->n; k++) {
@@ -1337,6 +1387,7 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
               rg_fmt_quantity(d->stage[j].call, RG_UNIT_TIME, q, sizeof q),
               rg_fmt_quantity(d->stage[j].token, RG_UNIT_TIME, q2, sizeof q2));
       if (d->stage[j].eff > 0) fprintf(f, ", efficiency: %.3g", d->stage[j].eff);
+      fprintf(f, ", first: %s", rg_fmt_quantity(d->stage[j].first, RG_UNIT_TIME, q, sizeof q));
       fprintf(f, " }\n");
     }
   }

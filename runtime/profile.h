@@ -60,7 +60,8 @@
 //   above, fitted as calls x (call + token x tokens) by least squares on
 //   relative error (a term that would go negative is left out); where the
 //   roofline is a fifth or more of a stage's time, its efficiency factor
-//   too.
+//   too. stages.KIND.first: the first step of the fresh engine less the
+//   same step again.
 // Every efficiency lies in (0, 1], as the loader requires.
 //
 // Ownership: the device is borrowed for the call; everything a measurement
@@ -140,6 +141,9 @@ typedef struct {
   char model[64];
   int64_t layers;
   int reps;
+  // The first step of a fresh engine and the same step again, per slot:
+  // the difference is each stage kind's first-call cost.
+  double first_step[RG_STAGE_SLOTS], second_step[RG_STAGE_SLOTS];
   rg_profile_stage_shape_t shape[RG_PROFILE_STAGE_SHAPES];
   char reason[200];
 } rg_profile_stages_t;
