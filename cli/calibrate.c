@@ -4,7 +4,8 @@
 // stages), cached in the user's cache directory for a day.
 //
 // The cache holds one calibrated class file per device
-// (<cache>/ridge/calibrated/<driver>-<index>/<class>.yaml), as `ridge profile
+// (<cache>/ridge/calibrated/<driver>-<index>[-t<threads>]/<class>.yaml, the
+// thread count when --threads set one), as `ridge profile
 // -o` writes it, so what is reused is exactly what was measured, and the
 // planner's own loader reads it back. A file that no longer loads is
 // replaced by a fresh profile, and a device that cannot be profiled falls
@@ -119,7 +120,12 @@ rg_status_t rg_cli_calibrate(const rg_catalog_t *cat, const char *device,
   if (o->cache_dir) snprintf(dir, sizeof dir, "%s", o->cache_dir);
   // One folder per device ("opencl:0" becomes opencl-0), and in it the
   // class file named after its class, as the loader wants.
-  snprintf(key, sizeof key, "%s", device);
+  // CPU threads change what each op's fork and join costs: a profile on
+  // other than one thread per core is cached apart ("cpu-0-t1").
+  if (o->threads > 0)
+    snprintf(key, sizeof key, "%s-t%d", device, o->threads);
+  else
+    snprintf(key, sizeof key, "%s", device);
   for (char *q = key; *q; q++)
     if (*q == ':' || *q == '/') *q = '-';
   size_t dl = strlen(dir);

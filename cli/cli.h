@@ -52,6 +52,7 @@ RG_MUST_USE rg_status_t rg_cli_test_model(char *out, size_t len, int quiet);
 // model's stages (runtime/profile.h), so that `ridge run` can put the cost
 // model's figure for each stage beside its measured time. The calibrated
 // class file is cached as <cache>/ridge/calibrated/<driver>-<index>/<class>.yaml
+// (<driver>-<index>-t<N> when threads is N)
 // (XDG_CACHE_HOME, else ~/.cache) and reused while younger than max_age_s.
 // A cached file that does not load is profiled again; a device that cannot
 // be profiled keeps its datasheet class. Either way `note` says what the

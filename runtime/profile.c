@@ -900,7 +900,11 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   // profile samples a stretch of time too rather than its quietest moment.
   double t0 = rg_clock_now(), budget = P->o->quick ? 0.25 : 1.0;
   int rep = 0;
-  for (; rep < MAX_REPS && (rep < 9 || rg_clock_now() - t0 < budget); rep++)
+  // At least 3 rounds (a large model's steps outlast the budget), 9 where
+  // they fit in twice the budget, more while the budget lasts.
+  for (; rep < MAX_REPS;) {
+    double el = rg_clock_now() - t0;
+    if (rep >= 3 && el >= budget && (rep >= 9 || el * 9 / rep > 2 * budget)) break;
     for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
       for (size_t i = 0; i < rg_engine_stage_count(e); i++)
         rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
@@ -914,6 +918,8 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
         if (slot >= 0 && slot < RG_STAGE_SLOTS) t[k][slot][rep] += c.seconds;
       }
     }
+    rep++;
+  }
   S->reps = rep;
   // The mean of all but the slowest tenth: what a run averages over its
   // steps, without the few that a page fault or a preemption made ten
@@ -1043,11 +1049,13 @@ static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
       w[k] = sh->seconds[j] > 0 ? 1 / sh->seconds[j] : 0;
       if (sh->seconds[j] > 0) share = fmax(share, sh->roof[j] / sh->seconds[j]);
     }
-    // Every subset of the terms; the feasible one that fits best. The
-    // efficiency term only where the roofline is a real part of the time.
+    // Every subset of the terms; the feasible one that fits best.
     double best = INFINITY, bc[3] = {0, 0, 0};
     for (int use = 0; use < 8; use++) {
-      if ((use & 4) && share < 0.2) continue;
+      // Beside a small, nearly constant roofline the factor only trades
+      // against the call cost (the columns are all but collinear): fitted
+      // where the roofline is most of the time.
+      if ((use & 4) && share < 0.5) continue;
       double cf[3];
       if (use && !lsq(S->n, y, x, w, use, cf)) continue;
       if (!use) cf[0] = cf[1] = cf[2] = 0;
@@ -1320,7 +1328,7 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
             "#   less the cost model's roofline on the figures above, fitted as calls x (call +\n"
             "#   token x tokens) (calls: %lld layers for attention and ffn, 1 for embed and "
             "lm_head)\n"
-            "#   and, where the roofline is a fifth of the time or more, an efficiency factor;\n"
+            "#   and, where the roofline is half the time or more, an efficiency factor;\n"
             "#   first: the fresh engine's first step (4 prompts of 64) less the same step again.\n"
             "#   measured / fitted:\n",
             S->model, r->device, S->reps, (long long)S->layers);

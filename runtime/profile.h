@@ -59,8 +59,7 @@
 //   shape less the cost model's roofline for it on the class derived
 //   above, fitted as calls x (call + token x tokens) by least squares on
 //   relative error (a term that would go negative is left out); where the
-//   roofline is a fifth or more of a stage's time, its efficiency factor
-//   too. stages.KIND.first: the first step of the fresh engine less the
+//   roofline is half or more of a stage's time, its efficiency factor too. stages.KIND.first: the first step of the fresh engine less the
 //   same step again.
 // Every efficiency lies in (0, 1], as the loader requires.
 //
