@@ -22,6 +22,9 @@
 //                the first time, ~4.4 GB, ~40 s), whose decode is bound by
 //                memory bandwidth rather than by fixed costs
 //   --recalibrate  profile cpu:0 again even if the cached calibration is young
+//   --stages-of-run  fit the stage figures on this model's own stages rather
+//                than the tiny test model's (not cached: they are this
+//                model's figures, not the device's)
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,7 +348,7 @@ static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, rg_
                                         const rg_arch_t *arch, rg_engine_t *e,
                                         const rg_serve_stats_t *ssp, const double meas[N_SLOTS]);
 
-static int bench_fidelity(const char *dir, const char *model_dir, int refresh) {
+static int bench_fidelity(const char *dir, const char *model_dir, int refresh, int own_stages) {
   enum { N = 16, LEN = 96, OUT = 48, SEQS = 8, BUDGET = 256 };
   rg_catalog_t *cat;
   rg_fleet_t *fleet;
@@ -355,17 +358,14 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh) {
   char cfg[2100];
   snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
   TRY(rg_model_load(cfg, dir, &arch));
-  // Calibrated before the engine exists, as `ridge run` does: the figures
-  // `ridge run` uses (the tiny test model's stages), and, for another
-  // model, figures from that model's own stages.
-  rg_device_class_t classes[2];
-  char how[2][1400];
+  // Calibrated before the engine exists, as `ridge run` does, with the
+  // figures `ridge run` uses (the tiny test model's stages); --stages-of-run
+  // profiles this model's own stages instead (not cached).
+  rg_device_class_t classes[1];
+  char how[1][1400];
   int n_cls = 1;
-  TRY(calibrated_cpu(cat, refresh, NULL, &classes[0], how[0], sizeof how[0]));
-  if (arch->n_layers > 2) {
-    TRY(calibrated_cpu(cat, 1, model_dir, &classes[1], how[1], sizeof how[1]));
-    n_cls = 2;
-  }
+  TRY(calibrated_cpu(cat, refresh || own_stages, own_stages ? model_dir : NULL, &classes[0], how[0],
+                     sizeof how[0]));
   rg_engine_options_t eo = {.max_seqs = SEQS, .max_context = 1024, .kv_tokens = SEQS * 256};
   rg_engine_t *e;
   TRY(rg_engine_create(model_dir, &eo, &e));
@@ -499,7 +499,7 @@ static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, rg_
 int main(int argc, char **argv) {
   const char *dir =
       getenv("RIDGE_CONFIG_DIR") ? getenv("RIDGE_CONFIG_DIR") : RIDGE_SOURCE_DIR "/configs";
-  int scale = 1, fidelity = 1, one_b = 0, refresh = 0;
+  int scale = 1, fidelity = 1, one_b = 0, refresh = 0, own_stages = 0;
   double hours = 1;
   const char *model = NULL;
   for (int i = 1; i < argc; i++) {
@@ -511,6 +511,8 @@ int main(int argc, char **argv) {
       one_b = 1;
     else if (!strcmp(argv[i], "--recalibrate"))
       refresh = 1;
+    else if (!strcmp(argv[i], "--stages-of-run"))
+      own_stages = 1;
     else if (!strcmp(argv[i], "--hours") && i + 1 < argc)
       hours = atof(argv[++i]);
     else if (!strcmp(argv[i], "--model") && i + 1 < argc)
@@ -518,7 +520,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: bench_simulate [--scale-only | --fidelity-only] [--hours H] [--model DIR | "
-              "--1b] [--recalibrate]\n");
+              "--1b] [--recalibrate] [--stages-of-run]\n");
       return 2;
     }
   }
@@ -539,5 +541,5 @@ int main(int argc, char **argv) {
     rg_status_t s = rg_testmodel_cached(&o, mdir, sizeof mdir, NULL);
     if (s) return fail(s);
   }
-  return bench_fidelity(dir, mdir, refresh);
+  return bench_fidelity(dir, mdir, refresh, own_stages);
 }

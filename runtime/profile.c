@@ -1172,7 +1172,7 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
     P.footprint = 2 * host_cache_bytes();
   if (info->memory && P.footprint > info->memory / 8) P.footprint = (size_t)(info->memory / 8);
   r->footprint = P.footprint;
-  P.total = 1 + 1 + 3 + 1 + !r->quick + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m) +
+  P.total = 1 + 1 + 3 + 1 + 1 + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m) +
             (opts->stage_model != NULL);
   for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
     r->matmul[i].dtype = profile_dtypes[i];
@@ -1192,7 +1192,7 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
   measure_attention(&P);
   for (int i = 0; i < RG_PROFILE_DTYPES && !s; i++) s = sweep_dtype(&P, &r->matmul[i]);
   if (s) return s;
-  if (!r->quick) {
+  {  // quick too: on a busy machine one reading can be half the next
     progress(&P, "read bandwidth again (a busy machine reads low)");
     s = limits(&P, 1);
     if (s) return rg_status_wrap(s, "profiling %s", r->device);

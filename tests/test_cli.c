@@ -327,8 +327,8 @@ static const char *write_known(rg_test_ctx_t *t, const char *text) {
 }
 
 static const cJSON *device0(const cJSON *j) {
-  return cJSON_GetArrayItem(
-      cJSON_GetObjectItem(cJSON_GetObjectItem(j, "prediction"), "devices"), 0);
+  return cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "prediction"), "devices"),
+                            0);
 }
 
 static const char *str(const cJSON *o, const char *key) {

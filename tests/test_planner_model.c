@@ -670,10 +670,10 @@ RG_TEST(planner_stage_figures_add_per_call_and_token_costs) {
   rg_group_t g = {"main", c, 1, 1, 1, 1}, g0 = {"main", &z, 1, 1, 1, 1};
   const double L = (double)f->model->n_layers;
   double t1, t0;
-  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 4, 1, 1024, 0,
-                                  &t1));
-  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g0, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 4, 1, 1024, 0,
-                                  &t0));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 4, 1, 1024, 0, &t1));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g0, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 4, 1, 1024, 0, &t0));
   RG_CHECK(t0 > 0);
   RG_CHECK_NEAR(t1, t0 / 0.5 + L * (10e-6 + 4 * 1e-6), 1e-9 * t1);
   RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_FFN, RG_PHASE_PREFILL, 1, 512, 0, 0, &t1));
@@ -716,12 +716,12 @@ RG_TEST(planner_stage_figures_add_per_call_and_token_costs) {
                        .prefill_context = 0};
   double m, td, tp, tb;
   RG_REQUIRE_OK(rg_slot_mixed_time(&f->req, &g, RG_SLOT_ATTENTION, &mix, 0, &m));
-  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 3, 1, 100, 0,
-                                  &td));
-  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_PREFILL, 1, 200, 0, 0,
-                                  &tp));
-  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 1, 1, 0, 0,
-                                  &tb));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 3, 1, 100, 0, &td));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_PREFILL, 1, 200, 0, 0, &tp));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 1, 1, 0, 0, &tb));
   RG_CHECK_NEAR(m, fmax(td + tp - tb, fmax(td, tp)), 1e-12);
   rg_step_mix_t none = {0};
   RG_REQUIRE_OK(rg_slot_mixed_time(&f->req, &g, RG_SLOT_FFN, &none, 0, &m));
@@ -747,8 +747,8 @@ RG_TEST(planner_stage_figures_bad_files) {
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char text[600];
-    snprintf(text, sizeof text,
-             "name: h100-sxm\nmeasured: { by: x, date: 2025-06-01 }\n%s", bad[i].stages);
+    snprintf(text, sizeof text, "name: h100-sxm\nmeasured: { by: x, date: 2025-06-01 }\n%s",
+             bad[i].stages);
     const char *dir = calibrated_config(t, text);
     rg_catalog_t *cat = NULL;
     RG_CHECK_ERR(rg_catalog_load(dir, &cat), bad[i].error);
