@@ -55,10 +55,6 @@ static rg_status_t make_dirs(const char *dir) {
   return NULL;
 }
 
-static void on_progress(void *ctx, int step, int total, const char *what) {
-  (void)ctx, (void)step, (void)total, (void)what;
-}
-
 // Profiles dev (quick, with the tiny test model's stages) as class sheet
 // and writes the calibrated class to path.
 static rg_status_t profile_to(rg_device_t *dev, const rg_device_class_t *sheet, const char *path,
@@ -67,8 +63,7 @@ static rg_status_t profile_to(rg_device_t *dev, const rg_device_class_t *sheet, 
   RG_RETURN_IF_ERROR(rg_cli_test_model(model, sizeof model, quiet));
   rg_profile_class_t pc;
   rg_profile_class_from(sheet, &pc);
-  rg_profile_options_t po = {
-      .quick = 1, .cls = &pc, .progress = on_progress, .stage_model = model, .threads = threads};
+  rg_profile_options_t po = {.quick = 1, .cls = &pc, .stage_model = model, .threads = threads};
   rg_profile_result_t *r = calloc(1, sizeof *r);
   if (!r) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
   rg_status_t st = rg_profile_run(dev, &po, r);
@@ -155,6 +150,9 @@ rg_status_t rg_cli_calibrate(const rg_catalog_t *cat, const char *device,
       snprintf(why, sizeof why, "the cached calibration %s does not load (%s); profiled again",
                out->path, rg_status_message(ls));
       rg_status_free(ls);
+    } else if (age < 0) {
+      snprintf(why, sizeof why,
+               "the cached calibration is dated in the future (a clock changed); profiled again");
     } else {
       char ab[32];
       snprintf(why, sizeof why, "the cached calibration is %s old; profiled again",

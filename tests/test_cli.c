@@ -415,8 +415,8 @@ RG_TEST(cli_run_predicted_column_is_the_cost_model_on_the_calibrated_class) {
 }
 
 // A calibration older than a day, or one that does not load, is profiled
-// again (and says why); a fresh one is reused; --no-calibrate predicts on
-// the datasheet; a cache that cannot be written falls back, saying so.
+// again (and says why; the test above shows a young one reused); a failed profile, a cache
+// that cannot be written and --no-calibrate leave the datasheet, saying so.
 RG_TEST(cli_run_calibration_cache_is_reused_refreshed_and_replaced) {
   char model[2048];
   if (!cache_env(t, model, sizeof model)) return;
@@ -443,20 +443,25 @@ RG_TEST(cli_run_calibration_cache_is_reused_refreshed_and_replaced) {
   RG_CHECK_CONTAINS(text, "\nstages:\n  embed: { call: ");
   RG_CHECK(strstr(text, "known figures") == NULL);
 
-  // Young now: reused.
-  j = run_json(t, args, &rc);
-  RG_REQUIRE(j && rc == 0);
-  RG_CHECK(num(device0(j), "profiled_now") == 0);
-  RG_CHECK_CONTAINS(str(device0(j), "note"), "(cached ");
-  cJSON_Delete(j);
-
-  // One that does not load is replaced.
+  // One that does not load is profiled again. With the stage model made
+  // unusable (a file where its folder goes) that profile fails at once, so
+  // the note shows both steps and the datasheet is what remains.
   write_known(t, "name: local-cpu\nmeasured: { by: x, date: 2026-01-02 }\nstages: { ffn: 3 }\n");
+  const char *base = strrchr(model, '/');
+  char link[1400];
+  snprintf(link, sizeof link, "cache/ridge%s", base ? base : "/tiny");
+  char full[1500];
+  snprintf(full, sizeof full, "%s/%s", rg_test_tmpdir(t), link);
+  RG_CHECK(unlink(full) == 0);
+  rg_test_write(t, link, "not a model folder");
   j = run_json(t, args, &rc);
   RG_REQUIRE(j && rc == 0);
-  RG_CHECK(num(device0(j), "profiled_now") == 1);
+  RG_CHECK(num(device0(j), "calibrated") == 0 && num(device0(j), "profiled_now") == 0);
+  RG_CHECK_CONTAINS(str(device0(j), "note"),
+                    "cpu:0 as local-cpu's datasheet: calibration failed (");
   RG_CHECK_CONTAINS(str(device0(j), "note"), "local-cpu.yaml does not load (");
   RG_CHECK_CONTAINS(str(device0(j), "note"), "); profiled again");
+  RG_CHECK(num(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), 0), "predicted_s") > 0);
   cJSON_Delete(j);
 
   // --no-calibrate: the datasheet, said so.
