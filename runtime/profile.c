@@ -38,7 +38,7 @@ _Static_assert(RG_PROFILE_MAX_M <= RG_EFF_POINTS, "a curve the loader can read")
 typedef struct {
   int n_m;
   int64_t m[RG_PROFILE_MAX_M];
-  int n_shapes;         // the layer's matrices measured: 7 (all) or 4 (attention's)
+  int n_shapes;         // the layer's matrices measured: 7 (all), or 4 (attention's)
   size_t footprint;     // weights cycled through at least this many bytes
   double point_s;       // seconds of matmuls per (type, M) point
   double limits_s;      // runtime/limits.h's budget
@@ -72,7 +72,7 @@ static const plan_t full_plan = {
 static const plan_t quick_plan = {
     .n_m = 3,
     .m = {1, 16, 256},
-    .n_shapes = 4,
+    .n_shapes = 7,
     .footprint = (size_t)64 << 20,
     .point_s = 0.02,
     .limits_s = 0.1,
@@ -1052,10 +1052,12 @@ static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
     // Every subset of the terms; the feasible one that fits best.
     double best = INFINITY, bc[3] = {0, 0, 0};
     for (int use = 0; use < 8; use++) {
-      // Beside a small, nearly constant roofline the factor only trades
-      // against the call cost (the columns are all but collinear): fitted
-      // where the roofline is most of the time.
-      if ((use & 4) && share < 0.5) continue;
+      // The efficiency factor is left out: beside the small model's small,
+      // nearly constant roofline it only trades against the call cost (the
+      // columns are all but collinear), and fitted where its roofline is
+      // most of the time (lm_head, embed) it did not carry over to a larger
+      // model's shapes (the 1b's lm_head read 1.3x slow with it).
+      if (use & 4) continue;
       double cf[3];
       if (use && !lsq(S->n, y, x, w, use, cf)) continue;
       if (!use) cf[0] = cf[1] = cf[2] = 0;
@@ -1328,7 +1330,7 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
             "#   less the cost model's roofline on the figures above, fitted as calls x (call +\n"
             "#   token x tokens) (calls: %lld layers for attention and ffn, 1 for embed and "
             "lm_head)\n"
-            "#   and, where the roofline is half the time or more, an efficiency factor;\n"
+            "#   (the efficiency factor is not fitted: see runtime/profile.h);\n"
             "#   first: the fresh engine's first step (4 prompts of 64) less the same step again.\n"
             "#   measured / fitted:\n",
             S->model, r->device, S->reps, (long long)S->layers);

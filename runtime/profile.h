@@ -58,9 +58,11 @@
 // - stages.KIND (with opts.stage_model): each stage kind's time at each
 //   shape less the cost model's roofline for it on the class derived
 //   above, fitted as calls x (call + token x tokens) by least squares on
-//   relative error (a term that would go negative is left out); where the
-//   roofline is half or more of a stage's time, its efficiency factor too. stages.KIND.first: the first step of the fresh engine less the
-//   same step again.
+//   relative error (a term that would go negative is left out). The
+//   efficiency factor stays 1: fitted on the tiny model's stages it traded
+//   against the call cost and did not carry over to larger shapes; the
+//   loader and cost model take one written by hand or measured otherwise. stages.KIND.first: the
+//   first step of the fresh engine less the same step again.
 // Every efficiency lies in (0, 1], as the loader requires.
 //
 // Ownership: the device is borrowed for the call; everything a measurement

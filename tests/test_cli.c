@@ -417,7 +417,7 @@ RG_TEST(cli_run_predicted_column_is_the_cost_model_on_the_calibrated_class) {
 // A calibration older than a day, or one that does not load, is profiled
 // again (and says why; the test above shows a young one reused); a failed profile, a cache
 // that cannot be written and --no-calibrate leave the datasheet, saying so.
-RG_TEST(cli_run_calibration_cache_is_reused_refreshed_and_replaced) {
+RG_TEST(cli_run_calibration_cache_is_refreshed_replaced_and_falls_back) {
   char model[2048];
   if (!cache_env(t, model, sizeof model)) return;
   const char *path = write_known(t, known_cpu);
