@@ -144,7 +144,7 @@ static const char usage[] =
     "  --dump-logits F    the logits behind every generated token of request 0, a float32 .npy of\n"
     "                     shape (N, vocab)\n"
     "  --no-measure       skip measuring the machine's limits and predicting each stage (saves\n"
-    "                     ~0.3 s, and the calibration below)\n"
+    "                     ~0.3 s, and the profiles the predictions need)\n"
     "  --no-calibrate     predict each stage on its device's datasheet class, not profiled\n"
     "  --recalibrate      profile each device again even if its cached calibration is young\n"
     "  --json             every figure as JSON (text is not streamed)\n"

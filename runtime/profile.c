@@ -38,7 +38,7 @@ _Static_assert(RG_PROFILE_MAX_M <= RG_EFF_POINTS, "a curve the loader can read")
 typedef struct {
   int n_m;
   int64_t m[RG_PROFILE_MAX_M];
-  int n_shapes;         // the layer's matrices measured: 7 (all), or 4 (attention's)
+  int n_shapes;         // the layer's matrices measured: 7 (all) or 4 (attention's)
   size_t footprint;     // weights cycled through at least this many bytes
   double point_s;       // seconds of matmuls per (type, M) point
   double limits_s;      // runtime/limits.h's budget
@@ -1164,6 +1164,17 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
           : !strcmp(info->driver, "cuda")   ? DRV_CUDA
                                             : DRV_OTHER;
   if (P.drv == DRV_CPU) r->threads = rg_pool_threads(rg_device_cpu_pool(dev));
+  // A quick profile sweeps the whole layer on the CPU, whose matmuls are
+  // fast enough (the attention four alone, with the narrow k and v, read a
+  // third of the FFN's rate at M = 256 there); elsewhere uploading and
+  // sweeping the FFN's matrices in every type took PoCL 12 s more, so the
+  // attention four stand for the layer.
+  plan_t quick_here;
+  if (opts->quick && P.drv != DRV_CPU) {
+    quick_here = quick_plan;
+    quick_here.n_shapes = 4;
+    P.p = &quick_here;
+  }
   // The full profile cycles the weights through twice the host's largest
   // cache where that holds them (some virtual machines report hundreds of
   // MiB of L3, and decode read 2x the read bandwidth with the weights in
