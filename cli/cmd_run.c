@@ -985,9 +985,10 @@ typedef struct {
   int on;  // predictions were asked for (not --no-measure)
   rg_cli_calibration_t cal[MAX_CALIBRATED];
   int n_cal;
-  double *pred;   // per row; < 0: none (see why)
-  int *cal_of;    // per row: index into cal, -1: none
-  char why[512];  // when a row has none
+  double *pred;    // per row; < 0: none (see why)
+  int *cal_of;     // per row: index into cal, -1: none
+  char why[512];   // when a row has none
+  char note[256];  // about what the calibrations stand for ("" when nothing to add)
 } predict_t;
 
 // "attention[0,2) on cpu:0": the device after " on ", and the layers of the
@@ -1022,6 +1023,10 @@ static void calibrate_devices(const run_args_t *a, const rg_cli_common_t *common
   }
   for (int i = 0; i < b->n_roles; i++)
     if (b->roles[i].role != RG_CLUSTER_ROLE_TIER) devs[n++] = b->roles[i].device;
+  if (a->listen)
+    snprintf(P->note, sizeof P->note,
+             "workers joined by hand may run on other hosts: each is predicted on this host's "
+             "device of the same name");
   rg_catalog_t *cat = NULL;
   rg_status_t cs = rg_catalog_load(common->config_dir, &cat);
   if (cs) {
@@ -1205,6 +1210,7 @@ static void predict_json(const predict_t *P, cJSON *root, int *bad) {
                        "the run took, on each device's class calibrated by a quick profile",
               bad);
   if (P->why[0]) rg_json_str(o, "missing", P->why, bad);
+  if (P->note[0]) rg_json_str(o, "note", P->note, bad);
   cJSON *arr = rg_json_arr(o, "devices", bad);
   for (int k = 0; k < P->n_cal; k++) {
     const rg_cli_calibration_t *c = &P->cal[k];
@@ -1243,6 +1249,7 @@ static rg_status_t print_stages(const backend_t *b, const predict_t *P) {
             c->calibrated ? c->cls.calibration_source : "");
   }
   if (P->on && P->why[0]) fprintf(stderr, "  no prediction for some stages: %s\n", P->why);
+  if (P->on && P->note[0]) fprintf(stderr, "  note: %s\n", P->note);
   rg_status_t s = rg_table_print(&tb, stderr, 2);
   rg_table_deinit(&tb);
   if (s || !b->c || !rg_cluster_link_count(b->c)) return s;
