@@ -9,11 +9,11 @@
 //   2. fidelity: the real single-process runtime (runtime/serve.h) on a
 //      random-weight test model on this machine's CPU, against the
 //      simulator running the same requests on the same placement, the CPU
-//      class calibrated from this machine's limits measured in the same run
-//      (runtime/limits.h) and its fixed costs from a separate calibration
-//      run of single-token steps. Prints the error per stage and end to end
-//      (throughput, TTFT p50, TBT p50). Goal: median per-stage error <= 5%,
-//      throughput and TTFT/TBT p50 within 10%.
+//      class calibrated by the quick profile `ridge run` uses (the same
+//      cached file when a young one exists: runtime/profile.h, per-stage
+//      figures from the tiny test model's stages). Prints the error per
+//      stage and end to end (throughput, TTFT p50, TBT p50). Goal: median
+//      per-stage error <= 5%, throughput and TTFT/TBT p50 within 10%.
 //
 // usage: bench_simulate [--scale-only | --fidelity-only] [--hours H] [--model DIR | --1b]
 //   --model DIR  a model directory for the fidelity run (default: the tiny
@@ -21,11 +21,16 @@
 //   --1b         the ~1B-parameter test model from the user cache (written
 //                the first time, ~4.4 GB, ~40 s), whose decode is bound by
 //                memory bandwidth rather than by fixed costs
+//   --recalibrate  profile cpu:0 again even if the cached calibration is young
+//   --stages-of-run  fit the stage figures on this model's own stages rather
+//                than the tiny test model's (not cached: they are this
+//                model's figures, not the device's)
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,6 +39,7 @@
 #include "planner/simulate.h"
 #include "runtime/engine.h"
 #include "runtime/limits.h"
+#include "runtime/profile.h"
 #include "runtime/serve.h"
 #include "runtime/stage.h"
 
@@ -184,7 +190,7 @@ static int bench_scale(const char *dir, double hours) {
   return 0;
 }
 
-// ----- Calibration -----------------------------------------------------------------
+// ----- Stages --------------------------------------------------------------------------
 
 // Stage slots the engine's stage instances report against.
 static const int slots[] = {RG_SLOT_EMBED, RG_SLOT_ATTENTION, RG_SLOT_FFN, RG_SLOT_LM_HEAD};
@@ -224,201 +230,112 @@ static int cmp_d(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-#define MAX_CAL 8
+// ----- The calibrated class -------------------------------------------------------------
+//
+// The same figures `ridge run` predicts its stages with: the CPU's class
+// calibrated by a quick profile of cpu:0 with the tiny test model's stages
+// (runtime/profile.h), read from the file `ridge run` caches for a day when
+// there is a young one, else profiled now and cached there the same way.
 
-typedef struct {
-  int n;
-  char name[MAX_CAL][32];
-  rg_sched_entry_t entries[MAX_CAL][8];
-  rg_sched_batch_t batch[MAX_CAL];
-  double seconds[MAX_CAL];         // per step, measured
-  double stage[MAX_CAL][N_SLOTS];  // per step and stage, measured
-} calib_t;
-
-// The median of `reps` timings of one step (after one to warm up): this
-// machine is shared, and a median shrugs off the steps another process
-// interrupted.
-static rg_status_t time_steps(rg_engine_t *e, const rg_engine_entry_t *en, size_t n, int reps,
-                              double *out) {
-  float *logits = malloc(n * (size_t)rg_engine_vocab(e) * sizeof(float));
-  double t[16];
-  if (!logits || reps > 16) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
-  rg_status_t st = rg_engine_forward(e, en, n, logits);
-  for (int i = 0; i < reps && !st; i++) {
-    rg_engine_counters_t c0, c1;
-    rg_engine_counters(e, &c0);
-    st = rg_engine_forward(e, en, n, logits);
-    rg_engine_counters(e, &c1);
-    t[i] = c1.seconds - c0.seconds;
+// With stage_model (a model of its own, whose stages the profile times
+// instead of the tiny test model's), nothing is cached: those figures are
+// that model's, not the device's.
+static rg_status_t calibrated_cpu(const rg_catalog_t *cat, int refresh, const char *stage_model,
+                                  rg_device_class_t *out, char *how, size_t how_len) {
+  const rg_device_class_t *c = rg_catalog_find(cat, "local-cpu");
+  if (!c) return rg_status_make(RG_NOT_FOUND, "no local-cpu class in the catalog");
+  *out = *(c->calibrated && c->datasheet ? c->datasheet : c);
+  out->datasheet = NULL;
+  const char *x = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  char dir[1024], path[1100];
+  if (x && *x)
+    snprintf(dir, sizeof dir, "%s/ridge/calibrated/cpu-0", x);
+  else
+    snprintf(dir, sizeof dir, "%s/.cache/ridge/calibrated/cpu-0", home && *home ? home : "/tmp");
+  snprintf(path, sizeof path, "%s/local-cpu.yaml", dir);
+  struct stat sb;
+  if (!stage_model && !refresh && stat(path, &sb) == 0 &&
+      difftime(time(NULL), sb.st_mtime) < 86400) {
+    rg_device_class_t tmp = *out;
+    rg_status_t st = rg_device_class_calibrate(&tmp, path);
+    if (!st) {
+      *out = tmp;
+      snprintf(how, how_len, "%s (cached %.0f s ago, as `ridge run` uses it)", path,
+               difftime(time(NULL), sb.st_mtime));
+      return NULL;
+    }
+    rg_status_free(st);
   }
-  free(logits);
-  qsort(t, (size_t)reps, sizeof t[0], cmp_d);
-  *out = t[reps / 2];
+  char model[2048];
+  rg_testmodel_opts_t to = {.arch = RG_TESTMODEL_LLAMA,
+                            .size = RG_TESTMODEL_TINY,
+                            .dtype = RG_BF16,
+                            .gguf_type = RG_DTYPE_COUNT};
+  RG_RETURN_IF_ERROR(rg_testmodel_cached(&to, model, sizeof model, NULL));
+  rg_device_t *dev;
+  RG_RETURN_IF_ERROR(rg_device_open("cpu", 0, NULL, &dev));
+  rg_profile_class_t pc;
+  rg_profile_class_from(out, &pc);
+  rg_profile_options_t po = {
+      .quick = 1, .cls = &pc, .stage_model = stage_model ? stage_model : model};
+  rg_profile_result_t *r = calloc(1, sizeof *r);
+  rg_status_t st = r ? rg_profile_run(dev, &po, r) : rg_status_make(RG_OUT_OF_MEMORY, "oom");
+  rg_device_close(dev);
+  // Cached where `ridge run` looks, so both use one set of figures.
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+  if (!st && !stage_model && system(cmd) == 0) {
+    FILE *f = fopen(path, "w");
+    if (f) {
+      rg_status_free(rg_profile_write_class(r, f));
+      fclose(f);
+    }
+  }
+  if (!st) {
+    rg_profile_apply(r, out);
+    if (stage_model)
+      snprintf(how, how_len, "profiled now (quick, %.1f s) with this model's own stages",
+               r->seconds);
+    else
+      snprintf(how, how_len, "profiled now (quick, %.1f s), cached at %s", r->seconds, path);
+  }
+  free(r);
   return st;
-}
-
-static rg_status_t calibrate(rg_engine_t *e, calib_t *c) {
-  static int32_t toks[256], tables[8][16];
-  for (int i = 0; i < 256; i++) toks[i] = 5 + i % 200;
-  for (int s = 0; s < 8; s++)
-    for (int b = 0; b < 16; b++) tables[s][b] = s * 16 + b;
-  const int decodes[] = {1, 2, 4, 8}, prefills[] = {16, 64, 256};
-  for (size_t k = 0; k < 4; k++) {
-    int B = decodes[k];
-    rg_engine_entry_t en[8];
-    for (int s = 0; s < B; s++) {
-      en[s] = (rg_engine_entry_t){64, 1, toks + 64, tables[s], 5, 1};
-      c->entries[c->n][s] = (rg_sched_entry_t){s, 0, 64, 1, toks + 64, 1, 0, tables[s], 5};
-    }
-    double fwd;
-    reset(e);
-    RG_RETURN_IF_ERROR(time_steps(e, en, (size_t)B, 9, &c->seconds[c->n]));
-    measured(e, c->stage[c->n], &fwd);
-    for (int k2 = 0; k2 < N_SLOTS; k2++) c->stage[c->n][k2] /= 10;
-    c->batch[c->n] = (rg_sched_batch_t){.entries = c->entries[c->n], .n_entries = (size_t)B};
-    snprintf(c->name[c->n++], 32, "decode x %d", B);
-  }
-  for (size_t k = 0; k < 3; k++) {
-    int n = prefills[k];
-    rg_engine_entry_t en = {0, n, toks, tables[7], (n + 15) / 16, 1};
-    c->entries[c->n][0] = (rg_sched_entry_t){0, 0, 0, n, toks, 1, 1, tables[7], (n + 15) / 16};
-    double fwd;
-    reset(e);
-    RG_RETURN_IF_ERROR(time_steps(e, &en, 1, 5, &c->seconds[c->n]));
-    measured(e, c->stage[c->n], &fwd);
-    for (int k2 = 0; k2 < N_SLOTS; k2++) c->stage[c->n][k2] /= 6;
-    c->batch[c->n] = (rg_sched_batch_t){.entries = c->entries[c->n], .n_entries = 1};
-    snprintf(c->name[c->n++], 32, "prefill of %d", n);
-  }
-  return NULL;
-}
-
-static double loss(const rg_plan_request_t *req, const rg_placement_t *p, const calib_t *c) {
-  double l = 0;
-  for (int i = 0; i < c->n; i++) {
-    double t;
-    rg_status_t st = rg_sim_batch_seconds(req, p, 0, RG_PHASE_PREFILL, &c->batch[i], &t);
-    if (st) {
-      rg_status_free(st);
-      return INFINITY;
-    }
-    double r = log(t / c->seconds[i]);
-    l += r * r;
-  }
-  return l;
-}
-
-// Coordinate descent over the class's memory and attention efficiencies,
-// its compute efficiency at M = 1, 8, 64 and 512, its layer floor and its
-// step cost,
-// multiplicative steps shrinking from 2x to 1.01x.
-// Coordinate descent over the class's memory and attention efficiencies,
-// its compute efficiency at M = 1, 8, 64 and 512, its layer floor and its
-// step cost, multiplicative steps shrinking from 2x to 1.01x. Returns the
-// loss it ends at.
-static double descend(const rg_plan_request_t *req, const rg_placement_t *p, rg_device_class_t *c,
-                      const calib_t *cal) {
-  double *par[8] = {&c->eff_memory,
-                    &c->eff_attention,
-                    &c->eff_compute_all.pt[0].eff,
-                    &c->eff_compute_all.pt[1].eff,
-                    &c->eff_compute_all.pt[2].eff,
-                    &c->eff_compute_all.pt[3].eff,
-                    &c->layer_floor,
-                    &c->step_cost};
-  double best = loss(req, p, cal);
-  for (double f = 2; f > 1.005; f = sqrt(f))
-    for (int round = 0; round < 40; round++) {
-      int moved = 0;
-      for (int k = 0; k < 8; k++)
-        for (int dir = 0; dir < 2; dir++) {
-          double old = *par[k], v = dir ? old * f : old / f;
-          if (k < 6 && v > 1) v = 1;  // efficiencies are fractions of the limits
-          if (v == old) continue;
-          *par[k] = v;
-          double l = loss(req, p, cal);
-          if (l < best) {
-            best = l;
-            moved = 1;
-          } else {
-            *par[k] = old;
-          }
-        }
-      if (!moved) break;
-    }
-  return best;
-}
-
-// Two starts, the better kept: the roofline (full efficiency, small fixed
-// costs), and the fixed costs (the quickest step is all fixed cost, and
-// the largest prefill's FLOPs run at whatever rate is left), so that
-// neither a bandwidth-bound model nor one bound by its fixed costs ends in
-// the other's local minimum.
-static void fit(const rg_plan_request_t *req, const rg_placement_t *p, rg_device_class_t *c,
-                const calib_t *cal) {
-  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) c->eff_compute[d].n = 0;
-  c->eff_compute_all.n = 4;
-  const double ms[4] = {1, 8, 64, 512};
-  double quickest = INFINITY, slowest = 0;
-  for (int i = 0; i < cal->n; i++) {
-    quickest = fmin(quickest, cal->seconds[i]);
-    slowest = fmax(slowest, cal->seconds[i]);
-  }
-  rg_device_class_t a = *c, b = *c;
-  for (int i = 0; i < 4; i++) a.eff_compute_all.pt[i].m = ms[i], a.eff_compute_all.pt[i].eff = 1;
-  a.eff_memory = a.eff_attention = 1;
-  a.step_cost = quickest / 20;
-  a.layer_floor = quickest / 20 / (double)req->model->n_layers;
-  b = a;
-  // The largest prefill (the last shape): its FLOPs over what is left of its time.
-  rg_shape_t sh = {RG_PHASE_PREFILL, 1,      cal->batch[cal->n - 1].entries[0].n, 0, RG_BF16,
-                   RG_BF16,          RG_BF16};
-  rg_stage_cost_t sc[RG_MAX_STAGE_COSTS];
-  size_t n = 0;
-  double flops = 0;
-  rg_status_t st = rg_stage_costs(req->model, &sh, sc, RG_MAX_STAGE_COSTS, &n);
-  rg_status_free(st);
-  for (size_t i = 0; !st && i < n; i++)
-    if (!sc[i].is_part) flops += sc[i].flops;
-  double rate = flops / fmax(slowest - quickest, 1e-9);
-  double eff = fmin(1, rate / rg_class_peak(c, RG_BF16));
-  for (int i = 0; i < 4; i++) b.eff_compute_all.pt[i].eff = eff > 0 ? eff : 1;
-  b.step_cost = quickest;
-  b.layer_floor = 0;
-  rg_placement_t pa = *p, pb = *p;
-  for (int g = 0; g < p->n_groups; g++) pa.groups[g].cls = &a, pb.groups[g].cls = &b;
-  double la = descend(req, &pa, &a, cal), lb = descend(req, &pb, &b, cal);
-  const rg_device_class_t *w = la <= lb ? &a : &b;
-  c->eff_compute_all = w->eff_compute_all;
-  c->eff_memory = w->eff_memory;
-  c->eff_attention = w->eff_attention;
-  c->step_cost = w->step_cost;
-  c->layer_floor = w->layer_floor;
 }
 
 // ----- 2. Fidelity ---------------------------------------------------------------------
 
 typedef struct {
   const rg_plan_request_t *req;
-  rg_placement_t alone[N_SLOTS];  // slot i on group 1 by itself, roofline only
+  const rg_group_t *g;
   double pred[N_SLOTS];
-  // Each stage's share of the class's fixed costs (step cost and layer
-  // floors, which the cost model does not attribute), as the calibration
-  // run measured what each stage took beyond its roofline: seconds a step.
-  double fixed[N_SLOTS];
   int steps;
   rg_status_t st;
 } stage_pred_t;
 
-// Per stage, what the cost model says for every batch the simulator ran.
+// Per stage, what the cost model says for every batch the simulator ran:
+// the same call `ridge run` makes for each step it ran.
 static void on_step(void *ctx, const rg_sim_step_t *s) {
   stage_pred_t *sp = ctx;
   if (sp->st) return;
+  rg_step_mix_t m = {0};
+  for (size_t i = 0; i < s->batch->n_entries; i++) {
+    const rg_sched_entry_t *e = &s->batch->entries[i];
+    if (e->is_prefill) {
+      m.prefill_context = (m.prefill_context * m.prefill_tokens + (double)e->n * (double)e->pos) /
+                          (m.prefill_tokens + e->n);
+      m.prefills++;
+      m.prefill_tokens += e->n;
+    } else {
+      m.decode_context = (m.decode_context * m.decodes + (double)e->pos) / (m.decodes + 1);
+      m.decodes++;
+    }
+  }
   for (int i = 0; i < N_SLOTS; i++) {
     double t;
-    sp->st = rg_sim_batch_seconds(sp->req, &sp->alone[i], 1, RG_PHASE_PREFILL, s->batch, &t);
+    sp->st = rg_slot_mixed_time(sp->req, sp->g, (rg_slot_t)slots[i], &m, 0, &t);
     if (sp->st) return;
-    sp->pred[i] += t + sp->fixed[i];
+    sp->pred[i] += t;
   }
   sp->steps++;
 }
@@ -427,106 +344,49 @@ static double err(double pred, double meas) {
   return meas > 0 ? pred / meas - 1 : 0;
 }
 
-static int bench_fidelity(const char *dir, const char *model_dir) {
-  enum { N = 16, LEN = 96, OUT = 48, SEQS = 8, BUDGET = 256 };
-  rg_engine_options_t eo = {.max_seqs = SEQS, .max_context = 1024, .kv_tokens = SEQS * 256};
-  rg_engine_t *e;
-  TRY(rg_engine_create(model_dir, &eo, &e));
-  rg_limits_t lim;
-  TRY(rg_limits_measure(rg_engine_pool(e), 0.3, &lim));
-  const char *path;
-  double peak = rg_limits_matrix_peak(&lim, RG_BF16, RG_CPU_ISA_AUTO, &path);
-  printf("fidelity: %s on %s; this machine now: %.3g GB/s read, %.3g GFLOP/s (%s)\n",
-         rg_engine_describe(e), rg_engine_device_label(e), lim.read_bandwidth / 1e9, peak / 1e9,
-         path);
+static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, rg_fleet_t *fleet,
+                                        const rg_arch_t *arch, rg_engine_t *e,
+                                        const rg_serve_stats_t *ssp, const double meas[N_SLOTS]);
 
-  // The model and the class: this machine's limits in place of the
-  // datasheet figures, the local-cpu class's efficiencies, and fixed costs
-  // fitted on a calibration run of single-token steps (not on the run
-  // predicted below).
+static int bench_fidelity(const char *dir, const char *model_dir, int refresh, int own_stages) {
+  enum { N = 16, LEN = 96, OUT = 48, SEQS = 8, BUDGET = 256 };
   rg_catalog_t *cat;
   rg_fleet_t *fleet;
   rg_arch_t *arch;
   TRY(rg_catalog_load(dir, &cat));
   TRY(rg_fleet_load("local", dir, cat, &fleet));
-  char cfg[1100];
+  char cfg[2100];
   snprintf(cfg, sizeof cfg, "%s/config.json", model_dir);
   TRY(rg_model_load(cfg, dir, &arch));
-  rg_device_class_t cls = *rg_catalog_find(cat, "local-cpu"), roof;
-  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) cls.peak[d] = cls.peak[d] > 0 ? peak : 0;
-  cls.mem[0].bandwidth = lim.read_bandwidth;
-  cls.step_cost = cls.layer_floor = 0;
-  roof = cls;
-  fleet->nodes[0].devs[0].cls = &cls;
-  rg_workload_t wl;
-  rg_workload_default(&wl);
-  rg_plan_request_t req = {
-      .model = arch, .fleet = fleet, .workload = &wl, .weight_dtype = RG_BF16, .kv_dtype = RG_BF16};
-  rg_plan_option_t *opt = calloc(1, sizeof *opt);
-  stage_pred_t *sp = calloc(1, sizeof *sp);
-  if (!opt || !sp) return 1;
-  rg_placement_t *p = &opt->pools[0];
-  opt->n_pools = 1;
-  p->mode = RG_MODE_COLOCATED;
-  p->n_groups = 1;
-  p->groups[0] = (rg_group_t){"cpu", &cls, 1, 1, 1, 1};
-  p->replicas = 1;
-  p->batch = SEQS;
-  p->micro_batches = 1;
-  p->prefill_chunk = BUDGET - SEQS;  // sched's budget = chunk + sequences = serve's
-  p->weight_dtype = RG_BF16;
-  p->kv_dtype = RG_BF16;
-  sp->req = &req;
-  for (int i = 0; i < N_SLOTS; i++) {
-    rg_placement_t *a = &sp->alone[i];
-    *a = *p;
-    a->n_groups = 2;
-    a->groups[1] = a->groups[0];
-    snprintf(a->groups[1].name, sizeof a->groups[1].name, "alone");
-    a->groups[0].cls = a->groups[1].cls = &roof;
-    for (int s = 0; s < RG_SLOT_COUNT; s++) a->slot_group[s] = 0;
-    a->slot_group[slots[i]] = 1;
-  }
-
-  // Calibration, on steps of their own (not the run predicted below):
-  // decodes of 1 to 8 sequences and prefills of 16 to 256 tokens, timed in
-  // the engine. The class's bandwidth efficiency, its compute efficiency
-  // at four GEMM sizes and its fixed costs are fitted to them (least
-  // squares on log time ratios, coordinate descent), as a profiler would.
-  calib_t cal = {0};
-  TRY(calibrate(e, &cal));
-  fit(&req, p, &cls, &cal);
-  roof = cls;
-  roof.step_cost = roof.layer_floor = 0;
-  double L = (double)arch->n_layers, beyond[N_SLOTS], sum_beyond = 0;
-  for (int j = 0; j < N_SLOTS; j++) {
-    beyond[j] = 0;
-    for (int i = 0; i < cal.n; i++) {
-      double t;
-      TRY(rg_sim_batch_seconds(&req, &sp->alone[j], 1, RG_PHASE_PREFILL, &cal.batch[i], &t));
-      beyond[j] += cal.stage[i][j] - t;
+  // Calibrated before the engine exists, as `ridge run` does, with the
+  // figures `ridge run` uses (the tiny test model's stages); --stages-of-run
+  // profiles this model's own stages instead (not cached).
+  rg_device_class_t classes[1];
+  char how[1][1400];
+  int n_cls = 1;
+  TRY(calibrated_cpu(cat, refresh || own_stages, own_stages ? model_dir : NULL, &classes[0], how[0],
+                     sizeof how[0]));
+  rg_engine_options_t eo = {.max_seqs = SEQS, .max_context = 1024, .kv_tokens = SEQS * 256};
+  rg_engine_t *e;
+  TRY(rg_engine_create(model_dir, &eo, &e));
+  printf("fidelity: %s on %s\n", rg_engine_describe(e), rg_engine_device_label(e));
+  const char *names[N_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
+  for (int k = 0; k < n_cls; k++) {
+    const rg_device_class_t *cls = &classes[k];
+    printf("  class %c: local-cpu calibrated by ridge profile: %s\n", 'A' + k, how[k]);
+    printf(
+        "    %.3g GB/s read, memory efficiency %.3g, attention %.3g, bf16 compute %.3g / %.3g at "
+        "M = 1 / 256; per stage (call, token, efficiency, first):\n",
+        cls->mem[0].bandwidth / 1e9, cls->eff_memory, cls->eff_attention,
+        rg_class_eff_compute(cls, RG_BF16, 1), rg_class_eff_compute(cls, RG_BF16, 256));
+    for (int i = 0; i < N_SLOTS; i++) {
+      const rg_stage_figures_t *f = &cls->stage[slots[i]];
+      printf("      %-10s %8.2f us %8.3f us %6.3g %9.1f us\n", names[i], f->call * 1e6,
+             f->token * 1e6, f->eff > 0 ? f->eff : 1, f->first * 1e6);
     }
-    if (beyond[j] < 0) beyond[j] = 0;
-    sum_beyond += beyond[j];
   }
-  for (int j = 0; j < N_SLOTS; j++)
-    sp->fixed[j] =
-        sum_beyond > 0 ? beyond[j] / sum_beyond * (cls.step_cost + cls.layer_floor * L) : 0;
-  printf(
-      "  calibration (%d shapes): fitted memory efficiency %.3f, compute efficiency %.3f / %.3f / "
-      "%.3f / %.3f at M = 1 / 8 / 64 / 512, layer floor %.1f us, step cost %.1f us\n",
-      cal.n, cls.eff_memory, cls.eff_compute_all.pt[0].eff, cls.eff_compute_all.pt[1].eff,
-      cls.eff_compute_all.pt[2].eff, cls.eff_compute_all.pt[3].eff, cls.layer_floor * 1e6,
-      cls.step_cost * 1e6);
-  for (int i = 0; i < cal.n; i++) {
-    double t;
-    TRY(rg_sim_batch_seconds(&req, p, 0, RG_PHASE_PREFILL, &cal.batch[i], &t));
-    printf("    %-22s measured %9.3f ms, fitted class %9.3f ms (%+.1f%%)\n", cal.name[i],
-           cal.seconds[i] * 1e3, t * 1e3, 100 * err(t, cal.seconds[i]));
-  }
-  TRY(rg_placement_predict(&req, p, &opt->pred[0]));
-
-  // The measured run: N requests at once through continuous batching.
+  // The measured run: N requests at once through continuous batching, on a
+  // fresh engine (its stages' first calls are in it, as in `ridge run`).
   int32_t *ids = malloc(N * LEN * sizeof *ids);
   rg_serve_request_t sr[N];
   for (int i = 0; i < N; i++) {
@@ -541,6 +401,50 @@ static int bench_fidelity(const char *dir, const char *model_dir) {
   rg_serve_results_free(res, N);
   double meas[N_SLOTS], fwd;
   measured(e, meas, &fwd);
+  printf(
+      "  %d requests of %d prompt + %d output tokens, up to %d at once: runtime %lld iterations\n",
+      N, LEN, OUT, SEQS, (long long)ss.iterations);
+  for (int k = 0; k < n_cls; k++)
+    TRY(simulate_and_compare(&classes[k], 'A' + k, fleet, arch, e, &ss, meas));
+  free(ids);
+  rg_arch_destroy(arch);
+  rg_fleet_destroy(fleet);
+  rg_catalog_destroy(cat);
+  rg_engine_destroy(e);
+  return 0;
+}
+
+// The simulator on class cls, the same requests, placement and scheduler
+// settings as the measured run; the error per stage and end to end.
+static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, rg_fleet_t *fleet,
+                                        const rg_arch_t *arch, rg_engine_t *e,
+                                        const rg_serve_stats_t *ssp, const double meas[N_SLOTS]) {
+  enum { N = 16, LEN = 96, OUT = 48, SEQS = 8, BUDGET = 256 };
+  const char *names[N_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
+  rg_device_class_t cls = *clsp;
+  const rg_serve_stats_t ss = *ssp;
+  fleet->nodes[0].devs[0].cls = &cls;
+  rg_workload_t wl;
+  rg_workload_default(&wl);
+  rg_plan_request_t req = {
+      .model = arch, .fleet = fleet, .workload = &wl, .weight_dtype = RG_BF16, .kv_dtype = RG_BF16};
+  rg_plan_option_t *opt = calloc(1, sizeof *opt);
+  stage_pred_t *sp = calloc(1, sizeof *sp);
+  if (!opt || !sp) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  rg_placement_t *p = &opt->pools[0];
+  opt->n_pools = 1;
+  p->mode = RG_MODE_COLOCATED;
+  p->n_groups = 1;
+  p->groups[0] = (rg_group_t){"cpu", &cls, 1, 1, 1, 1};
+  p->replicas = 1;
+  p->batch = SEQS;
+  p->micro_batches = 1;
+  p->prefill_chunk = BUDGET - SEQS;  // sched's budget = chunk + sequences = serve's
+  p->weight_dtype = RG_BF16;
+  p->kv_dtype = RG_BF16;
+  sp->req = &req;
+  sp->g = &p->groups[0];
+  RG_RETURN_IF_ERROR(rg_placement_predict(&req, p, &opt->pred[0]));
 
   // The simulated run: the same requests, placement and scheduler settings.
   rg_sim_trace_t tr = {0};
@@ -558,16 +462,14 @@ static int bench_fidelity(const char *dir, const char *model_dir) {
                         .on_step = on_step,
                         .step_ctx = sp};
   rg_sim_report_t *r;
-  TRY(rg_simulate(&req, opt, &o, &r));
-  if (sp->st) return fail(sp->st);
+  RG_RETURN_IF_ERROR(rg_simulate(&req, opt, &o, &r));
+  if (sp->st) return sp->st;
+  // Each stage's first call, once, as `ridge run` adds it.
+  for (int i = 0; i < N_SLOTS; i++) sp->pred[i] += cls.stage[slots[i]].first;
 
-  printf(
-      "  %d requests of %d prompt + %d output tokens, up to %d at once: runtime %lld iterations, "
-      "simulator %lld\n",
-      N, LEN, OUT, SEQS, (long long)ss.iterations, (long long)r->iterations);
+  printf("  class %c: simulator %lld iterations\n", label, (long long)r->iterations);
   printf("  %-10s %12s %12s %8s\n", "stage", "measured", "predicted", "error");
   double errs[N_SLOTS];
-  const char *names[N_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
   for (int i = 0; i < N_SLOTS; i++) {
     errs[i] = fabs(err(sp->pred[i], meas[i]));
     printf("  %-10s %9.3f ms %9.3f ms %+7.1f%%\n", names[i], meas[i] * 1e3, sp->pred[i] * 1e3,
@@ -589,20 +491,15 @@ static int bench_fidelity(const char *dir, const char *model_dir) {
            e2e[i].sim, 100 * err(e2e[i].sim, e2e[i].meas), i < 3 ? " (goal within 10%)" : "");
   rg_sim_report_destroy(r);
   rg_sim_trace_free(&tr);
-  free(ids);
   free(sp);
   free(opt);
-  rg_arch_destroy(arch);
-  rg_fleet_destroy(fleet);
-  rg_catalog_destroy(cat);
-  rg_engine_destroy(e);
-  return 0;
+  return NULL;
 }
 
 int main(int argc, char **argv) {
   const char *dir =
       getenv("RIDGE_CONFIG_DIR") ? getenv("RIDGE_CONFIG_DIR") : RIDGE_SOURCE_DIR "/configs";
-  int scale = 1, fidelity = 1, one_b = 0;
+  int scale = 1, fidelity = 1, one_b = 0, refresh = 0, own_stages = 0;
   double hours = 1;
   const char *model = NULL;
   for (int i = 1; i < argc; i++) {
@@ -612,6 +509,10 @@ int main(int argc, char **argv) {
       scale = 0;
     else if (!strcmp(argv[i], "--1b"))
       one_b = 1;
+    else if (!strcmp(argv[i], "--recalibrate"))
+      refresh = 1;
+    else if (!strcmp(argv[i], "--stages-of-run"))
+      own_stages = 1;
     else if (!strcmp(argv[i], "--hours") && i + 1 < argc)
       hours = atof(argv[++i]);
     else if (!strcmp(argv[i], "--model") && i + 1 < argc)
@@ -619,7 +520,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: bench_simulate [--scale-only | --fidelity-only] [--hours H] [--model DIR | "
-              "--1b]\n");
+              "--1b] [--recalibrate] [--stages-of-run]\n");
       return 2;
     }
   }
@@ -640,5 +541,5 @@ int main(int argc, char **argv) {
     rg_status_t s = rg_testmodel_cached(&o, mdir, sizeof mdir, NULL);
     if (s) return fail(s);
   }
-  return bench_fidelity(dir, mdir);
+  return bench_fidelity(dir, mdir, refresh, own_stages);
 }

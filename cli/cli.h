@@ -45,6 +45,45 @@ RG_MUST_USE rg_status_t rg_cli_plan_simulate(const rg_plan_request_t *req, rg_pl
 // its directory into out. What `ridge run` runs without --model.
 RG_MUST_USE rg_status_t rg_cli_test_model(char *out, size_t len, int quiet);
 
+// ----- Calibration for measured vs predicted (cli/calibrate.c) -----------------------
+//
+// The class a device of this machine stands for (its class in `ridge
+// devices`), calibrated by a quick profile of the device with the tiny test
+// model's stages (runtime/profile.h), so that `ridge run` can put the cost
+// model's figure for each stage beside its measured time. The calibrated
+// class file is cached as <cache>/ridge/calibrated/<driver>-<index>/<class>.yaml
+// (<driver>-<index>-t<N> when threads is N)
+// (XDG_CACHE_HOME, else ~/.cache) and reused while younger than max_age_s.
+// A cached file that does not load is profiled again; a device that cannot
+// be profiled keeps its datasheet class. Either way `note` says what the
+// class is, from when, and why.
+typedef struct {
+  int skip;               // --no-calibrate: the datasheet class, not profiled
+  int refresh;            // profile even if the cache is young
+  double max_age_s;       // 0: one day
+  const char *cache_dir;  // NULL: rg_cli_calibration_dir
+  int threads;            // CPU threads for the profile; 0: one per core
+  int quiet;
+} rg_cli_calibrate_options_t;
+
+typedef struct {
+  rg_device_class_t cls;  // the class to predict with (datasheet = NULL)
+  char device[32];        // "cpu:0"
+  char class_name[64];    // "local-cpu"
+  char path[1100];        // the cached file ("" with skip)
+  int calibrated;         // cls carries measured figures
+  int fresh;              // profiled by this call
+  double age_s;           // of the cached file reused
+  char note[1024];        // "cpu:0 as local-cpu calibrated 2 h ago (cached ...)"
+} rg_cli_calibration_t;
+
+// Fails only when the device does not open or has no computing class.
+RG_MUST_USE rg_status_t rg_cli_calibrate(const rg_catalog_t *cat, const char *device,
+                                         const rg_cli_calibrate_options_t *o,
+                                         rg_cli_calibration_t *out);
+// <cache>/ridge/calibrated, as above.
+RG_MUST_USE rg_status_t rg_cli_calibration_dir(char *out, size_t len);
+
 // Defaults of the main job (`ridge` with no arguments): the test model
 // planned on a mixed fleet this machine plays (configs/fleets/local-hetero),
 // under the constraints of configs/placements/local-hetero.yaml, then run.

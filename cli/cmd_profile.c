@@ -362,6 +362,20 @@ static rg_status_t print_text(FILE *f, const rg_profile_result_t *r, const char 
     fprintf(f, "  %-10s %s a step, %s a layer\n", "overhead",
             rg_fmt_quantity(d->step, RG_UNIT_TIME, b, sizeof b),
             rg_fmt_quantity(d->layer, RG_UNIT_TIME, b2, sizeof b2));
+  static const char *const kinds[RG_STAGE_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
+  if (d->have_stages) {
+    for (int j = 0; j < RG_STAGE_SLOTS; j++) {
+      char b3[32];
+      fprintf(f, "  %-10s %s a call, %s a token, first call %s", kinds[j],
+              rg_fmt_quantity(d->stage[j].call, RG_UNIT_TIME, b, sizeof b),
+              rg_fmt_quantity(d->stage[j].token, RG_UNIT_TIME, b2, sizeof b2),
+              rg_fmt_quantity(d->stage[j].first, RG_UNIT_TIME, b3, sizeof b3));
+      if (d->stage[j].eff > 0) fprintf(f, ", efficiency x %.2f", d->stage[j].eff);
+      fputc('\n', f);
+    }
+  } else if (r->stages.reason[0]) {
+    fprintf(f, "  %-10s not measured: %s\n", "stages", r->stages.reason);
+  }
   if (would) fprintf(f, "\n%s\n", would);
   return NULL;
 }
@@ -436,6 +450,34 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
     if (d->layer >= 0) {
       rg_json_num(c, "overhead_step_seconds", d->step, &bad);
       rg_json_num(c, "overhead_layer_seconds", d->layer, &bad);
+    }
+    static const char *const kinds[RG_STAGE_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
+    const rg_profile_stages_t *S = &r->stages;
+    if (d->have_stages) {
+      cJSON *so = rg_json_obj(c, "stages", &bad);
+      rg_json_str(so, "model", S->model, &bad);
+      rg_json_num(so, "layers", (double)S->layers, &bad);
+      rg_json_num(so, "steps_per_shape", S->reps, &bad);
+      for (int j = 0; j < RG_STAGE_SLOTS; j++) {
+        cJSON *k = rg_json_obj(so, kinds[j], &bad);
+        rg_json_num(k, "call_s", d->stage[j].call, &bad);
+        rg_json_num(k, "token_s", d->stage[j].token, &bad);
+        rg_json_num(k, "efficiency", d->stage[j].eff > 0 ? d->stage[j].eff : 1, &bad);
+        rg_json_num(k, "first_s", d->stage[j].first, &bad);
+        cJSON *shapes = rg_json_arr(k, "shapes", &bad);
+        for (int q = 0; q < S->n; q++) {
+          const rg_profile_stage_shape_t *sh = &S->shape[q];
+          cJSON *o = rg_json_push_obj(shapes, &bad);
+          rg_json_num(o, "sequences", sh->seqs, &bad);
+          rg_json_num(o, "tokens", sh->tokens, &bad);
+          rg_json_num(o, "context", (double)sh->context, &bad);
+          rg_json_num(o, "measured_s", sh->seconds[j], &bad);
+          rg_json_num(o, "roofline_s", sh->roof[j], &bad);
+          rg_json_num(o, "fitted_s", sh->fitted[j], &bad);
+        }
+      }
+    } else {
+      rg_json_str(c, "stages_not_measured", S->reason, &bad);
     }
     cJSON *cv = rg_json_obj(c, "compute", &bad);
     for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
@@ -525,11 +567,18 @@ static rg_status_t run(const args_t *a, const rg_cli_common_t *common) {
   rg_profile_class_t sheet;
   rg_profile_class_from(cls, &sheet);
   int chatty = !a->quiet && !a->json;
+  // The stage figures come from the tiny test model's stage instances:
+  // well under a second, and their fixed costs are what the runtime pays.
+  char stage_model[2048];
+  s = rg_cli_test_model(stage_model, sizeof stage_model, !chatty);
+  if (s) goto done;
   rg_profile_options_t po = {
       .quick = a->quick,
       .model = model,
       .cls = &sheet,
       .progress = chatty ? on_progress : NULL,
+      .stage_model = stage_model,
+      .threads = (int)a->threads,
   };
   if (chatty)
     fprintf(stderr, "ridge profile: %s (%s) as class %s, %s profile%s\n", a->device, info->name,

@@ -3,8 +3,9 @@
 // workload, all through continuous batching (runtime/serve.h over sched/).
 // Reports per-request TTFT and TBT, their percentiles, throughput, KV
 // occupancy, the prefix-cache hit rate, and per stage the measured time
-// beside the roofline prediction from this machine's limits measured in the
-// same run.
+// beside the planner's cost model for that stage over the steps the run
+// took, on the class of the device it ran on calibrated by a quick profile
+// of that device (cli/calibrate.c).
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
@@ -51,8 +52,11 @@ static const char usage[] =
     "time between tokens (TBT) and end-to-end latency per request and as p50/p90/p99, throughput, "
     "KV\n"
     "occupancy, the prefix-cache hit rate, and for each stage the measured time beside the "
-    "roofline\n"
-    "prediction from this machine's read bandwidth and FMA peak, measured in the same run.\n"
+    "planner's\n"
+    "cost model for that stage over the same steps, on the class of the device it ran on "
+    "calibrated\n"
+    "by a quick profile of that device (a few seconds the first time; cached for a day in\n"
+    "~/.cache/ridge/calibrated, one file per device).\n"
     "\n"
     "What to run (one of):\n"
     "  --prompt TEXT      default \"The quick brown fox\", streamed; --chat wraps it in the "
@@ -139,7 +143,10 @@ static const char usage[] =
     "\n"
     "  --dump-logits F    the logits behind every generated token of request 0, a float32 .npy of\n"
     "                     shape (N, vocab)\n"
-    "  --no-measure       skip measuring the machine's limits (saves ~0.3 s; no predictions then)\n"
+    "  --no-measure       skip measuring the machine's limits and predicting each stage (saves\n"
+    "                     ~0.3 s, and the profiles the predictions need)\n"
+    "  --no-calibrate     predict each stage on its device's datasheet class, not profiled\n"
+    "  --recalibrate      profile each device again even if its cached calibration is young\n"
     "  --json             every figure as JSON (text is not streamed)\n"
     "\n"
     "examples:\n"
@@ -165,7 +172,7 @@ typedef struct {
   long long swap_tokens, num_requests, decode_block_size, tier_tokens;
   double retention;
   double temperature, top_p, rate;
-  int chat, json, no_measure, prefix_cache;
+  int chat, json, no_measure, prefix_cache, no_calibrate, recalibrate;
 } run_args_t;
 
 static rg_status_t parse_num(const char *flag, const char *s, long long lo, long long hi,
@@ -218,7 +225,9 @@ enum {
   O_TIER,
   O_RETENTION,
   O_PLAN,
-  O_POOL
+  O_POOL,
+  O_NO_CALIBRATE,
+  O_RECALIBRATE
 };
 
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a,
@@ -266,6 +275,8 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                                         {"retention", required_argument, 0, O_RETENTION},
                                         {"plan", required_argument, 0, O_PLAN},
                                         {"pool", required_argument, 0, O_POOL},
+                                        {"no-calibrate", no_argument, 0, O_NO_CALIBRATE},
+                                        {"recalibrate", no_argument, 0, O_RECALIBRATE},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
@@ -419,6 +430,12 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
       case O_POOL:
         RG_RETURN_IF_ERROR(parse_num("--pool", optarg, 1, RG_MAX_POOLS, &a->pool));
         break;
+      case O_NO_CALIBRATE:
+        a->no_calibrate = 1;
+        break;
+      case O_RECALIBRATE:
+        a->recalibrate = 1;
+        break;
       case 'h':
         *help = 1;
         return NULL;
@@ -455,6 +472,14 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                           "class's fleet entry says in run_on:, so --workers, --micro-batches, "
                           "--device and --ffn-device do not go with it");
   if (a->pool && !a->plan) return rg_status_make(RG_INVALID_ARGUMENT, "--pool goes with --plan");
+  if (a->no_calibrate && a->recalibrate)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "give --no-calibrate or --recalibrate, not both: one skips the profile, "
+                          "the other forces it");
+  if (a->no_measure && (a->no_calibrate || a->recalibrate))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--no-measure skips the predictions, so %s has nothing to do",
+                          a->no_calibrate ? "--no-calibrate" : "--recalibrate");
   if (!a->layout && a->workers)
     return rg_status_make(RG_INVALID_ARGUMENT, "--workers goes with --layout");
   if (!a->layout && !a->plan &&
@@ -793,11 +818,132 @@ typedef struct {
   const char *plan_mode;                 // --plan: the pool's mode, reported as the layout
   double plan_tps, plan_ttft, plan_tbt;  // --plan: what the plan predicts for its classes
   int plan_mb;                           // --plan: the micro-batches that run
+  int micro_batches;                     // of the cluster's steps (1 in one process)
+  // The cluster's workers' roles, by name: a prefill-decode run's stages run
+  // only their side's steps.
+  struct {
+    char name[48];
+    char device[32];
+    rg_cluster_role_t role;
+  } roles[RG_CLUSTER_MAX_WORKERS];
+  int n_roles;
 } backend_t;
+
+// ----- Steps, for the predictions ------------------------------------------------
+//
+// The cost model prices a step from its shape, so every step the executor
+// runs is recorded (its decodes and prefill chunks, and the two halves a
+// step of two micro-batches splits into); each stage's prediction is the
+// sum over the steps it ran.
+
+typedef struct {
+  int side;  // -1: both (a plain forward); 0 prefill, 1 decode (prefill-decode)
+  rg_step_mix_t full, half[2];
+} step_rec_t;
+
+typedef struct {
+  rg_executor_t inner;
+  step_rec_t *v;
+  size_t n, cap;
+} recorder_t;
+
+static void mix_add(rg_step_mix_t *m, const rg_step_entry_t *e) {
+  // A decode carries one token after its prompt; a chunk starts a prompt or
+  // carries more than one token.
+  if (e->n > 1 || e->pos == 0) {
+    m->prefill_context = (m->prefill_context * m->prefill_tokens + (double)e->n * (double)e->pos) /
+                         (m->prefill_tokens + e->n);
+    m->prefills++;
+    m->prefill_tokens += e->n;
+  } else {
+    m->decode_context = (m->decode_context * m->decodes + (double)e->pos) / (m->decodes + 1);
+    m->decodes++;
+  }
+}
+
+static rg_status_t record(recorder_t *r, int side, const rg_step_entry_t *en, size_t n) {
+  if (r->n == r->cap) {
+    size_t cap = r->cap ? 2 * r->cap : 256;
+    step_rec_t *v = realloc(r->v, cap * sizeof *v);
+    if (!v) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory recording steps");
+    r->v = v, r->cap = cap;
+  }
+  step_rec_t *q = &r->v[r->n++];
+  memset(q, 0, sizeof *q);
+  q->side = side;
+  // Two micro-batches take the first half of the entries and the rest.
+  size_t h = (n + 1) / 2;
+  for (size_t i = 0; i < n; i++) {
+    mix_add(&q->full, &en[i]);
+    mix_add(&q->half[i < h ? 0 : 1], &en[i]);
+  }
+  return NULL;
+}
+
+static rg_status_t rec_forward(void *impl, const rg_step_entry_t *en, size_t n, float *logits) {
+  recorder_t *r = impl;
+  RG_RETURN_IF_ERROR(record(r, -1, en, n));
+  return r->inner.forward(r->inner.impl, en, n, logits);
+}
+static rg_status_t rec_swap(void *impl, const rg_engine_copy_t *out, size_t n_out,
+                            const rg_engine_copy_t *in, size_t n_in) {
+  recorder_t *r = impl;
+  return r->inner.swap(r->inner.impl, out, n_out, in, n_in);
+}
+static rg_status_t rec_tier(void *impl, const rg_engine_copy_t *off, size_t n_off,
+                            const rg_engine_copy_t *rel, size_t n_rel) {
+  recorder_t *r = impl;
+  return r->inner.tier(r->inner.impl, off, n_off, rel, n_rel);
+}
+static void rec_counters(void *impl, rg_engine_counters_t *out) {
+  recorder_t *r = impl;
+  r->inner.counters(r->inner.impl, out);
+}
+static rg_status_t rec_begin(void *impl, int side, const rg_step_entry_t *en, const uint64_t *keys,
+                             size_t n, const rg_pd_import_t *imports, size_t n_imports,
+                             float *logits) {
+  recorder_t *r = impl;
+  RG_RETURN_IF_ERROR(record(r, side, en, n));
+  return r->inner.begin(r->inner.impl, side, en, keys, n, imports, n_imports, logits);
+}
+static rg_status_t rec_poll(void *impl, int side, int *done, uint64_t *bad, size_t cap,
+                            size_t *n_bad) {
+  recorder_t *r = impl;
+  return r->inner.poll(r->inner.impl, side, done, bad, cap, n_bad);
+}
+static void rec_forget(void *impl, uint64_t key) {
+  recorder_t *r = impl;
+  r->inner.forget(r->inner.impl, key);
+}
+static void rec_side_counters(void *impl, int side, rg_engine_counters_t *out) {
+  recorder_t *r = impl;
+  r->inner.side_counters(r->inner.impl, side, out);
+}
+
+// The executor x, recording every step into r (which must outlive it).
+static rg_executor_t recording(const rg_executor_t *x, recorder_t *r) {
+  r->inner = *x;
+  rg_executor_t w = *x;
+  w.impl = r;
+#define WRAP_(f) w.f = x->f ? rec_##f : NULL
+  WRAP_(forward);
+  WRAP_(swap);
+  WRAP_(tier);
+  WRAP_(counters);
+  WRAP_(begin);
+  WRAP_(poll);
+  WRAP_(forget);
+  WRAP_(side_counters);
+#undef WRAP_
+  return w;
+}
 
 typedef struct {
   char name[192];
+  char stage[96];   // the instance's own name: "ffn[0,2) on opencl:0"
+  char worker[48];  // "" in one process
   const char *kind;
+  rg_stage_kind_t k;
   rg_stage_counters_t c;
 } stage_row_t;
 
@@ -809,7 +955,10 @@ static void stage_row(const backend_t *b, size_t i, stage_row_t *r) {
   if (b->e) {
     const rg_stage_t *s = rg_engine_stage_at(b->e, i);
     snprintf(r->name, sizeof r->name, "%s", rg_stage_name(s));
-    r->kind = rg_stage_kind_name(rg_stage_spec(s)->kind);
+    snprintf(r->stage, sizeof r->stage, "%s", rg_stage_name(s));
+    r->worker[0] = 0;
+    r->k = rg_stage_spec(s)->kind;
+    r->kind = rg_stage_kind_name(r->k);
     rg_stage_counters(s, &r->c);
     return;
   }
@@ -819,20 +968,175 @@ static void stage_row(const backend_t *b, size_t i, stage_row_t *r) {
     snprintf(r->name, sizeof r->name, "%s [%s, standing in for %s]", ci.stage, ci.worker, ci.plays);
   else
     snprintf(r->name, sizeof r->name, "%s [%s]", ci.stage, ci.worker);
+  snprintf(r->stage, sizeof r->stage, "%s", ci.stage);
+  snprintf(r->worker, sizeof r->worker, "%s", ci.worker);
+  r->k = ci.kind;
   r->kind = rg_stage_kind_name(ci.kind);
   r->c = ci.c;
 }
 
-// Per stage: graphs' FLOPs and bytes, measured seconds, and the roofline
-// time from this machine's measured limits.
-static void stage_rows(const backend_t *b, const rg_limits_t *lim, int measured, cJSON *arr,
-                       int *bad, rg_table_t *tb) {
+// ----- Predictions -----------------------------------------------------------------
+
+#define MAX_CALIBRATED 4
+
+// Per stage row: the cost model's time over the steps it ran, on the
+// calibrated class of the device it ran on.
+typedef struct {
+  int on;  // predictions were asked for (not --no-measure)
+  rg_cli_calibration_t cal[MAX_CALIBRATED];
+  int n_cal;
+  double *pred;    // per row; < 0: none (see why)
+  int *cal_of;     // per row: index into cal, -1: none
+  char why[512];   // when a row has none
+  char note[256];  // about what the calibrations stand for ("" when nothing to add)
+} predict_t;
+
+// "attention[0,2) on cpu:0": the device after " on ", and the layers of the
+// range (0 when it has none).
+static void stage_place(const char *stage, char *dev, size_t len, double *layers) {
+  const char *on = strstr(stage, " on ");
+  snprintf(dev, len, "%s", on ? on + 4 : "");
+  long long a0, b0;
+  const char *br = strchr(stage, '[');
+  *layers = br && sscanf(br, "[%lld,%lld)", &a0, &b0) == 2 && b0 > a0 ? (double)(b0 - a0) : 0;
+}
+
+// The side of a prefill-decode run whose steps a worker runs (-1: all).
+static int worker_side(const backend_t *b, const char *worker) {
+  for (int i = 0; i < b->n_roles; i++)
+    if (!strcmp(b->roles[i].name, worker))
+      return b->roles[i].role == RG_CLUSTER_ROLE_PREFILL  ? 0
+             : b->roles[i].role == RG_CLUSTER_ROLE_DECODE ? 1
+                                                          : -1;
+  return -1;
+}
+
+// The calibrated class of every device that runs stages, before the run
+// (profiling one during it, or beside busy workers, would measure the run).
+static void calibrate_devices(const run_args_t *a, const rg_cli_common_t *common,
+                              const backend_t *b, const rg_engine_options_t *eo, predict_t *P) {
+  const char *devs[RG_CLUSTER_MAX_WORKERS + 2];
+  int n = 0;
+  if (b->e) {
+    devs[n++] = eo->device ? eo->device : "cpu:0";
+    if (eo->ffn_device) devs[n++] = eo->ffn_device;
+  }
+  for (int i = 0; i < b->n_roles; i++)
+    if (b->roles[i].role != RG_CLUSTER_ROLE_TIER) devs[n++] = b->roles[i].device;
+  if (a->listen)
+    snprintf(P->note, sizeof P->note,
+             "workers joined by hand may run on other hosts: each is predicted on this host's "
+             "device of the same name");
+  rg_catalog_t *cat = NULL;
+  rg_status_t cs = rg_catalog_load(common->config_dir, &cat);
+  if (cs) {
+    snprintf(P->why, sizeof P->why, "the device catalog does not load: %s", rg_status_message(cs));
+    rg_status_free(cs);
+    return;
+  }
+  rg_cli_calibrate_options_t co = {
+      .skip = a->no_calibrate, .refresh = a->recalibrate, .threads = eo->threads, .quiet = 1};
+  for (int i = 0; i < n && P->n_cal < MAX_CALIBRATED; i++) {
+    int k = 0;
+    while (k < P->n_cal && strcmp(P->cal[k].device, devs[i])) k++;
+    if (k < P->n_cal) continue;
+    cs = rg_cli_calibrate(cat, devs[i], &co, &P->cal[k]);
+    if (cs) {
+      snprintf(P->why, sizeof P->why, "%s: %s", devs[i], rg_status_message(cs));
+      rg_status_free(cs);
+      continue;
+    }
+    P->n_cal++;
+  }
+  rg_catalog_destroy(cat);
+}
+
+static rg_status_t predict_stages(const backend_t *b, const recorder_t *rec, rg_dtype_t kv,
+                                  predict_t *P) {
+  size_t n = stage_count(b);
+  P->pred = malloc((n + 1) * sizeof *P->pred);
+  P->cal_of = malloc((n + 1) * sizeof *P->cal_of);
+  rg_fleet_t *f = calloc(1, sizeof *f);
+  rg_status_t st = NULL;
+  if (!P->pred || !P->cal_of || !f) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    goto done;
+  }
+  for (size_t i = 0; i < n; i++) P->pred[i] = -1, P->cal_of[i] = -1;
+  f->n_nodes = 1;
+  f->nodes[0].count = 1;
+  f->nodes[0].n_devs = 1;
+  f->nodes[0].devs[0].count = 1;
+  const rg_arch_t *arch = b->arch;
+  rg_plan_request_t req = {
+      .model = arch, .fleet = f, .weight_dtype = arch->weight_dtype, .kv_dtype = kv};
+  for (size_t i = 0; i < n; i++) {
+    stage_row_t r;
+    stage_row(b, i, &r);
+    char dev[64];
+    double layers;
+    stage_place(r.stage, dev, sizeof dev, &layers);
+    int slot = rg_slot_of_stage(r.k);
+    if (!dev[0] || slot < RG_SLOT_EMBED || slot > RG_SLOT_LM_HEAD) continue;
+    int k = 0;
+    while (k < P->n_cal && strcmp(P->cal[k].device, dev)) k++;
+    if (k == P->n_cal) continue;  // not calibrated: P->why says why
+    const rg_device_class_t *c = &P->cal[k].cls;
+    f->nodes[0].devs[0].cls = c;
+    rg_group_t g = {"stage", c, 1, 1, 1, 1};
+    int side = r.worker[0] ? worker_side(b, r.worker) : -1;
+    // The first call's one-off cost (planner.h), once. A process pays the
+    // kernel builds of the kinds it does not run too, in whichever of its
+    // stages enqueues a kernel first: its first stage.
+    double t = r.c.steps > 0 ? c->stage[slot].first : 0;
+    int first_of_worker = 1, present = 0;
+    for (size_t j = 0; j < n; j++) {
+      stage_row_t o;
+      stage_row(b, j, &o);
+      if (strcmp(o.worker, r.worker)) continue;
+      if (j < i) first_of_worker = 0;
+      int os = rg_slot_of_stage(o.k);
+      if (os >= 0 && os < RG_STAGE_SLOTS) present |= 1 << os;
+    }
+    for (int k2 = 0; first_of_worker && r.c.steps > 0 && k2 < RG_STAGE_SLOTS; k2++)
+      if (!(present >> k2 & 1)) t += c->stage[k2].first;
+    for (size_t q = 0; q < rec->n; q++) {
+      const step_rec_t *sr = &rec->v[q];
+      if (side >= 0 && sr->side >= 0 && sr->side != side) continue;
+      int halves = b->micro_batches > 1 && sr->half[1].decodes + sr->half[1].prefills > 0;
+      for (int h = 0; h < (halves ? 2 : 1); h++) {
+        double x;
+        if ((st = rg_slot_mixed_time(&req, &g, (rg_slot_t)slot, halves ? &sr->half[h] : &sr->full,
+                                     layers, &x)))
+          goto done;
+        t += x;
+      }
+    }
+    P->pred[i] = t;
+    P->cal_of[i] = k;
+  }
+done:
+  free(f);
+  return st;
+}
+
+static void predict_free(predict_t *P) {
+  free(P->pred);
+  free(P->cal_of);
+}
+
+// Per stage: graphs' FLOPs and bytes, measured seconds, and the cost
+// model's time on its device's calibrated class.
+static void stage_rows(const backend_t *b, const predict_t *P, cJSON *arr, int *bad,
+                       rg_table_t *tb) {
   for (size_t i = 0; i < stage_count(b); i++) {
     stage_row_t r;
     stage_row(b, i, &r);
     const rg_stage_counters_t c = r.c;
     double bytes = c.weight_bytes + c.kv_bytes + c.act_bytes;
-    double pred = measured ? fmax(c.flops / lim->fma_peak, bytes / lim->read_bandwidth) : 0;
+    int measured = P->on && P->pred && P->pred[i] >= 0;
+    double pred = measured ? P->pred[i] : 0;
+    const rg_cli_calibration_t *cal = measured ? &P->cal[P->cal_of[i]] : NULL;
     if (arr) {
       cJSON *o = rg_json_push_obj(arr, bad);
       rg_json_str(o, "stage", r.name, bad);
@@ -844,6 +1148,8 @@ static void stage_rows(const backend_t *b, const rg_limits_t *lim, int measured,
       rg_json_num(o, "act_bytes", c.act_bytes, bad);
       rg_json_num(o, "measured_s", c.seconds, bad);
       if (measured) {
+        rg_json_str(o, "device", cal->device, bad);
+        rg_json_str(o, "class", cal->class_name, bad);
         rg_json_num(o, "predicted_s", pred, bad);
         rg_json_num(o, "measured_over_predicted", pred > 0 ? c.seconds / pred : 0, bad);
       }
@@ -895,17 +1201,55 @@ static void link_rows(const backend_t *b, cJSON *arr, int *bad, rg_table_t *tb) 
   }
 }
 
-static rg_status_t print_stages(const backend_t *b, const rg_limits_t *lim, int measured) {
+// What the predicted column is, in the text and in --json.
+static void predict_json(const predict_t *P, cJSON *root, int *bad) {
+  cJSON *o = rg_json_obj(root, "prediction", bad);
+  rg_json_str(o, "what",
+              !P->on ? "none (--no-measure)"
+                     : "the planner's cost model per stage (rg_slot_mixed_time) over the steps "
+                       "the run took, on each device's class calibrated by a quick profile",
+              bad);
+  if (P->why[0]) rg_json_str(o, "missing", P->why, bad);
+  if (P->note[0]) rg_json_str(o, "note", P->note, bad);
+  cJSON *arr = rg_json_arr(o, "devices", bad);
+  for (int k = 0; k < P->n_cal; k++) {
+    const rg_cli_calibration_t *c = &P->cal[k];
+    cJSON *d = rg_json_push_obj(arr, bad);
+    rg_json_str(d, "device", c->device, bad);
+    rg_json_str(d, "class", c->class_name, bad);
+    rg_json_num(d, "calibrated", c->calibrated, bad);
+    rg_json_num(d, "profiled_now", c->fresh, bad);
+    if (c->calibrated && !c->fresh) rg_json_num(d, "age_s", c->age_s, bad);
+    if (c->path[0]) rg_json_str(d, "cache", c->path, bad);
+    rg_json_str(d, "source", c->calibrated ? c->cls.calibration_source : "datasheet", bad);
+    rg_json_str(d, "note", c->note, bad);
+  }
+}
+
+static rg_status_t print_stages(const backend_t *b, const predict_t *P) {
   static const char *const heads[] = {"stage",     "GFLOP",     "MB",   "measured",
                                       "predicted", "meas/pred", "GB/s", "GFLOP/s"};
   rg_table_t tb;
   rg_table_init(&tb, 8, heads, "lrrrrrrr");
-  stage_rows(b, lim, measured, NULL, NULL, &tb);
-  fprintf(stderr,
-          "\nper stage (FLOPs and bytes from the planner's formulas; predicted = roofline with "
-          "this machine's "
-          "measured %s):\n",
-          measured ? "bandwidth and FMA peak" : "limits, skipped by --no-measure");
+  stage_rows(b, P, NULL, NULL, &tb);
+  if (!P->on)
+    fprintf(stderr,
+            "\nper stage (FLOPs and bytes from the planner's formulas; no predictions: "
+            "--no-measure):\n");
+  else
+    fprintf(
+        stderr,
+        "\nper stage (FLOPs and bytes from the planner's formulas; predicted = the planner's "
+        "cost model for\nthat stage over the steps this run took, plus its first call's "
+        "one-off cost, on the class of\nthe device it ran on%s):\n",
+        P->n_cal && P->cal[0].calibrated ? ", calibrated by a quick profile of the device" : "");
+  for (int k = 0; k < P->n_cal; k++) {
+    const rg_cli_calibration_t *c = &P->cal[k];
+    fprintf(stderr, "  %s%s%s\n", c->note, c->calibrated ? "; " : "",
+            c->calibrated ? c->cls.calibration_source : "");
+  }
+  if (P->on && P->why[0]) fprintf(stderr, "  no prediction for some stages: %s\n", P->why);
+  if (P->on && P->note[0]) fprintf(stderr, "  note: %s\n", P->note);
   rg_status_t s = rg_table_print(&tb, stderr, 2);
   rg_table_deinit(&tb);
   if (s || !b->c || !rg_cluster_link_count(b->c)) return s;
@@ -1081,6 +1425,13 @@ static rg_status_t start_cluster(const run_args_t *a, const char *model_path,
                            : make_layout(a, rg_model_arch(m), &co.layout);
   rg_model_close(m);
   RG_RETURN_IF_ERROR(st);
+  for (int i = 0; i < co.layout.n_workers && i < RG_CLUSTER_MAX_WORKERS; i++) {
+    snprintf(be->roles[i].name, sizeof be->roles[i].name, "%s", co.layout.workers[i].name);
+    snprintf(be->roles[i].device, sizeof be->roles[i].device, "%s", co.layout.workers[i].device);
+    be->roles[i].role = co.layout.workers[i].role;
+    be->n_roles = i + 1;
+  }
+  be->micro_batches = co.layout.micro_batches > 1 ? co.layout.micro_batches : 1;
   if (eo->swap_tokens)
     return rg_status_make(RG_UNIMPLEMENTED,
                           "--swap-tokens: the swap tier is not run across workers yet; preempted "
@@ -1120,6 +1471,9 @@ static void on_signal(int sig) {
 static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *exit_status) {
   char model_path[4096];
   backend_t be = {0};
+  be.micro_batches = 1;
+  recorder_t rec = {0};
+  predict_t pr = {.on = !a->no_measure};
   reqs_t rs = {0};
   rg_serve_request_t *sr = NULL;
   rg_serve_result_t *res = NULL;
@@ -1234,6 +1588,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory for %lld rows of logits", a->n);
     goto done;
   }
+  if (pr.on) calibrate_devices(a, common, &be, &eo, &pr);
   rg_limits_t lim = {0};
   if (!a->no_measure && (st = rg_limits_measure(be.e ? rg_engine_pool(be.e) : be.pool, 0.3, &lim)))
     goto done;
@@ -1267,6 +1622,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   if (sc.stream && tok && !a->prompt_ids)
     fputs(a->chat ? "" : (a->prompt ? a->prompt : "The quick brown fox"), stdout);
   rg_serve_stats_t ss;
+  rg_executor_t xr = recording(&be.x, &rec);
   rg_serve_result_t *sres = calloc(n_served + 1, sizeof(*sres));
   if (!sres) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
@@ -1280,7 +1636,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   so.stop = &g_stop;
-  st = rg_serve_on(&be.x, sr, n_served, &so, sres, &ss);
+  st = rg_serve_on(&xr, sr, n_served, &so, sres, &ss);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
   for (size_t k = 0; k < n_served; k++) res[served_of[k]] = sres[k];
@@ -1288,6 +1644,8 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   if (st) goto done;
   if (sc.stream) printf("\n");
   if (a->dump && (st = rg_npy_write_f32(a->dump, dump, a->n, vocab))) goto done;
+  if (pr.on && (st = predict_stages(&be, &rec, eo.kv_dtype_set ? eo.kv_dtype : RG_BF16, &pr)))
+    goto done;
 
   int n_bad = 0, n_failed = 0;
   for (size_t i = 0; i < n; i++) {
@@ -1369,7 +1727,8 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
       rg_json_num(root, "prefill_peak_ratio", pf_s > 0 ? ss.prefill.flops / pf_s / lim.fma_peak : 0,
                   &bad);
     }
-    stage_rows(&be, &lim, measured, rg_json_arr(root, "stages", &bad), &bad, NULL);
+    predict_json(&pr, root, &bad);
+    stage_rows(&be, &pr, rg_json_arr(root, "stages", &bad), &bad, NULL);
     cJSON *arr = rg_json_arr(root, "per_request", &bad);
     for (size_t i = 0; i < n; i++) {
       const rg_serve_result_t *q = &res[i];
@@ -1495,8 +1854,9 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
               (long long)ss.tier_hit_tokens,
               rg_fmt_quantity(ss.tier_seconds, RG_UNIT_TIME, b1, sizeof b1));
       if (rate > 0 && ss.tier_hit_tokens)
-        fprintf(stderr, ", recomputing them would have taken about %s at this run's %.0f prefill "
-                        "tokens/s",
+        fprintf(stderr,
+                ", recomputing them would have taken about %s at this run's %.0f prefill "
+                "tokens/s",
                 rg_fmt_quantity((double)ss.tier_hit_tokens / rate, RG_UNIT_TIME, b2, sizeof b2),
                 rate);
       fputc('\n', stderr);
@@ -1519,12 +1879,14 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
               dec_bytes / dec_s / 1e9, 100 * dec_bytes / dec_s / lim.read_bandwidth,
               lim.read_bandwidth / 1e9, ss.decode.flops / dec_s / 1e9,
               100 * ss.decode.flops / dec_s / lim.fma_peak, lim.fma_peak / 1e9, lim.fma_isa);
-    st = print_stages(&be, &lim, measured);
+    st = print_stages(&be, &pr);
     for (size_t i = 0; i < n && n_bad + n_failed; i++)
       if (res[i].finish && !strcmp(res[i].finish, "error"))
         fprintf(stderr, "ridge run: request %zu: %s\n", i, res[i].error);
   }
 done:
+  predict_free(&pr);
+  free(rec.v);
   if (res) rg_serve_results_free(res, n_served ? rs.n : 0);
   free(res);
   free(sr);

@@ -469,6 +469,45 @@ static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c)
                       sizeof(c->overhead_source));
 }
 
+// `stages:` maps a stage kind to its own figures (rg_stage_figures_t):
+//   stages: { attention: { call: 52 us, token: 1.2 us, efficiency: 0.9, first: 3 ms }, ... }
+// Kinds left out keep none: the class-wide figures alone price them.
+static rg_status_t rg_read_stages(const rg_node_t *root, rg_device_class_t *c) {
+  const rg_node_t *st;
+  RG_RETURN_IF_ERROR(rg_want(root, "stages", "device class", 0, NULL, &st));
+  if (!st) return NULL;
+  static const char *const keys[] = {"embed", "attention", "ffn", "lm_head", "source", NULL};
+  RG_RETURN_IF_ERROR(rg_node_check_keys(st, keys, "stages"));
+  static const char *const fkeys[] = {"call", "token", "efficiency", "first", NULL};
+  for (int k = 0; k < RG_STAGE_SLOTS; k++) {
+    const rg_node_t *n = rg_node_get(st, keys[k]);
+    if (!n) continue;
+    char path[64];
+    snprintf(path, sizeof path, "stages.%s", keys[k]);
+    RG_RETURN_IF_ERROR(rg_node_check_keys(n, fkeys, path));
+    rg_stage_figures_t f = {0};
+    RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "call", RG_UNIT_TIME, 0, 1, &f.call));
+    RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "token", RG_UNIT_TIME, 0, 1, &f.token));
+    RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "first", RG_UNIT_TIME, 0, 1, &f.first));
+    const rg_node_t *e = rg_node_get(n, "efficiency");
+    if (e) {
+      // A stage's kernels may beat the class's curve (the FFN's wide GEMMs
+      // against the curve's median): a factor, not a fraction.
+      char label[96];
+      rg_label(label, sizeof label, path, "efficiency");
+      RG_RETURN_IF_ERROR(rg_node_num(e, label, 0, 4, &f.eff));
+      if (f.eff == 0)
+        return rg_status_at(RG_INVALID_ARGUMENT, &e->pos,
+                            "%s: must be more than zero (it multiplies the class's "
+                            "efficiencies), got '%s'",
+                            label, e->scalar);
+    }
+    c->stage[k] = f;
+  }
+  return rg_read_text(st, "stages", "stages", "source", 0, c->stage_source,
+                      sizeof(c->stage_source));
+}
+
 double rg_eff_curve_at(const rg_eff_curve_t *c, double m) {
   if (!c || c->n <= 0) return 0;
   if (c->n == 1 || m <= c->pt[0].m) return c->pt[0].eff;
@@ -498,9 +537,9 @@ static void rg_class_defaults(rg_device_class_t *c) {
 }
 
 static rg_status_t rg_parse_class(const rg_node_t *root, const char *path, rg_device_class_t *c) {
-  static const char *const keys[] = {"name",   "description", "kind",     "peak",
-                                     "memory", "sram",        "power",    "price",
-                                     "links",  "efficiency",  "overhead", NULL};
+  static const char *const keys[] = {"name",     "description", "kind",  "peak",  "memory",
+                                     "sram",     "power",       "price", "links", "efficiency",
+                                     "overhead", "stages",      NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(root, keys, "device class"));
   RG_RETURN_IF_ERROR(rg_copy_path(path, c->path, sizeof(c->path)));
   RG_RETURN_IF_ERROR(rg_read_name(root, "device class", path, c->name, sizeof(c->name)));
@@ -525,7 +564,8 @@ static rg_status_t rg_parse_class(const rg_node_t *root, const char *path, rg_de
   RG_RETURN_IF_ERROR(rg_read_links(root, c));
   rg_class_defaults(c);
   RG_RETURN_IF_ERROR(rg_read_efficiency(root, c));
-  return rg_read_overhead(root, c);
+  RG_RETURN_IF_ERROR(rg_read_overhead(root, c));
+  return rg_read_stages(root, c);
 }
 
 rg_status_t rg_device_class_load(const char *path, rg_device_class_t **out) {
@@ -563,6 +603,7 @@ fail_doc:
 //   peak: { bf16: 760 TFLOPS }          # dtypes given replace the datasheet's
 //   efficiency: { ... }                 # as in a class file
 //   overhead: { ... }                   # as in a class file
+//   stages: { ... }                     # as in a class file
 //
 // Every figure it gives replaces the datasheet's; the rest stay. `measured`
 // is required, so a calibrated file always says where its figures came from.
@@ -593,8 +634,8 @@ static rg_status_t rg_overlay_memory(const rg_node_t *mem, rg_device_class_t *c)
 
 static rg_status_t rg_apply_calibration(const rg_node_t *root, const char *path,
                                         rg_device_class_t *c) {
-  static const char *const keys[] = {"name",       "description", "measured", "peak", "memory",
-                                     "efficiency", "overhead",    "links",    NULL};
+  static const char *const keys[] = {"name",       "description", "measured", "peak",   "memory",
+                                     "efficiency", "overhead",    "links",    "stages", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(root, keys, "calibrated class"));
   char name[64];
   RG_RETURN_IF_ERROR(rg_read_name(root, "calibrated class", path, name, sizeof(name)));
@@ -638,6 +679,12 @@ static rg_status_t rg_apply_calibration(const rg_node_t *root, const char *path,
   c->eff_source[0] = c->overhead_source[0] = 0;
   RG_RETURN_IF_ERROR(rg_read_efficiency(root, c));
   RG_RETURN_IF_ERROR(rg_read_overhead(root, c));
+  if (rg_node_get(root, "stages")) {
+    c->stage_source[0] = 0;
+    RG_RETURN_IF_ERROR(rg_read_stages(root, c));
+    if (!c->stage_source[0])
+      snprintf(c->stage_source, sizeof c->stage_source, "%s", c->calibration_source);
+  }
   if (!c->eff_source[0])
     snprintf(c->eff_source, sizeof c->eff_source, "%s",
              rg_node_get(root, "efficiency") ? c->calibration_source : eff_src);

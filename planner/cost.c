@@ -210,7 +210,8 @@ static void group_runs(const rg_placement_t *p, int gi, rg_phase_t phase, int ru
 typedef struct {
   double comp, mem;  // kernel times summed by their binding term
   double comm;       // communication of the stage
-  double over;       // layer floors
+  double over;       // layer floors and the stage kinds' fixed costs
+  double fixed;      // of which the stage kinds' fixed costs
   double layers;     // layers in the worst stage
   double hop;        // one pipeline boundary
 } stage_t;
@@ -235,6 +236,25 @@ static void kernel_eff(const rg_device_class_t *c, rg_dtype_t dt, double m, doub
 static void kernel(const rg_device_class_t *c, rg_dtype_t dt, double m, double flops, double bytes,
                    stage_t *s) {
   kernel_eff(c, dt, m, flops, bytes, c->eff_memory, s);
+}
+
+_Static_assert(RG_SLOT_EMBED == 0 && RG_SLOT_ATTENTION == 1 && RG_SLOT_FFN == 2 &&
+                   RG_SLOT_LM_HEAD == 3 && RG_STAGE_SLOTS == 4,
+               "rg_device_class_t.stage is indexed by the slots embed to lm_head");
+
+// A stage kind's own figures on top of the kernels just added since
+// (comp0, mem0): they run at `eff` times the class's efficiencies, and
+// each of the `calls` calls pays its fixed cost and its cost per token.
+static void slot_figures(const rg_device_class_t *c, rg_slot_t slot, double comp0, double mem0,
+                         double calls, double tokens, stage_t *s) {
+  const rg_stage_figures_t *f = &c->stage[slot];
+  if (f->eff > 0 && f->eff != 1) {
+    s->comp = comp0 + (s->comp - comp0) / f->eff;
+    s->mem = mem0 + (s->mem - mem0) / f->eff;
+  }
+  double t = calls * (f->call + f->token * tokens);
+  s->over += t;
+  s->fixed += t;
 }
 
 // Routing is not even: with T k assignments spread at random over ep
@@ -341,11 +361,15 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
   const double Ta = b * q, d = (double)a->d_model;
   const double kvsplit = a->mla ? 1 : (tp < a->n_kv_heads ? tp : (double)a->n_kv_heads);
   out->layers = Ls;
+  double c0, m0;
   if (runs[RG_SLOT_EMBED]) {
     const rg_stage_cost_t *e = cs->embed;
+    c0 = out->comp, m0 = out->mem;
     kernel(c, wdt, Ta, 0, (e->weight_bytes + e->act_bytes) * scale / tp, out);
+    slot_figures(c, RG_SLOT_EMBED, c0, m0, 1, Ta, out);
   }
   if (runs[RG_SLOT_ATTENTION]) {
+    c0 = out->comp, m0 = out->mem;
     const rg_stage_cost_t *pr = cs->proj, *co = cs->core;
     kernel(c, wdt, Ta, pr->flops * scale * fs / tp,
            (pr->weight_bytes + pr->act_bytes * scale) * fs / tp, out);
@@ -359,8 +383,10 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
     double group = a->mla ? (double)a->n_heads : (double)a->n_heads / (double)a->n_kv_heads;
     kernel_eff(c, RG_BF16, q * group, co->flops * scale * fs / tp, kv + act * ea / c->eff_memory,
                ea, out);
+    slot_figures(c, RG_SLOT_ATTENTION, c0, m0, Ls, Ta, out);
   }
   if (runs[RG_SLOT_FFN]) {
+    c0 = out->comp, m0 = out->mem;
     const rg_stage_cost_t *ff = cs->ffn;
     if (ff->layers > 0)
       kernel(c, wdt, Ta, ff->flops * scale * fs / tp,
@@ -397,15 +423,18 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
           n_moe * fs * (per_dev * touched * expert_bytes + (act_tok + permute) * T / ep * imb),
           c->eff_memory, c->eff_experts > 0 ? c->eff_experts : 1, out);
     }
+    slot_figures(c, RG_SLOT_FFN, c0, m0, Ls, Ta, out);
   }
   if (runs[RG_SLOT_LM_HEAD]) {
     const rg_stage_cost_t *h = cs->head;
     double sampled = b * (phase == RG_PHASE_PREFILL ? 1 : q);
+    c0 = out->comp, m0 = out->mem;
     kernel(c, wdt, sampled, h->flops * scale / tp, (h->weight_bytes + h->act_bytes * scale) / tp,
            out);
+    slot_figures(c, RG_SLOT_LM_HEAD, c0, m0, 1, sampled, out);
   }
   int layered = runs[RG_SLOT_ATTENTION] || runs[RG_SLOT_FFN];
-  if (layered) out->over = c->layer_floor * Ls;
+  if (layered) out->over += c->layer_floor * Ls;
 
   // Communication of the stage.
   const rg_fleet_t *f = req->fleet;
@@ -534,6 +563,60 @@ rg_status_t rg_group_step_time(const rg_plan_request_t *req, const rg_placement_
   out->total += g->cls->step_cost;
   out->overhead += g->cls->step_cost;
   out->bound = bound_of(out->compute, out->memory, out->comm, out->overhead);
+  return NULL;
+}
+
+rg_status_t rg_slot_step_time(const rg_plan_request_t *req, const rg_group_t *g, rg_slot_t slot,
+                              rg_phase_t phase, double batch, double new_tokens, double context,
+                              double layers, double *out) {
+  *out = 0;
+  if ((int)slot < RG_SLOT_EMBED || (int)slot > RG_SLOT_LM_HEAD)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "slot %d: expected a stage kind's slot (embed, attention, ffn, lm_head)",
+                          (int)slot);
+  if (!(batch >= 1) || !(new_tokens >= 1) || !(context >= 0))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "step of %g sequences x %g new tokens on %g context: expected at "
+                          "least one sequence and one token",
+                          batch, new_tokens, context);
+  int runs[RG_SLOT_COUNT] = {0};
+  runs[slot] = 1;
+  const rg_arch_t *a = req->model;
+  stage_t s;
+  RG_RETURN_IF_ERROR(stage_cost(req, a, g, phase, batch, new_tokens, context, req->weight_dtype,
+                                req->kv_dtype, runs, &s));
+  double t = s.comp + s.mem + s.fixed + s.comm;
+  // stage_cost costs a pipeline stage's ceil(L / pp) layers; a stage
+  // instance runs its own range.
+  double L = (double)a->n_layers, Ls = ceil(L / (g->pp > 0 ? g->pp : 1));
+  if ((slot == RG_SLOT_ATTENTION || slot == RG_SLOT_FFN) && layers > 0 && layers < Ls && Ls > 0)
+    t *= layers / Ls;
+  *out = t;
+  return NULL;
+}
+
+rg_status_t rg_slot_mixed_time(const rg_plan_request_t *req, const rg_group_t *g, rg_slot_t slot,
+                               const rg_step_mix_t *mix, double layers, double *out) {
+  *out = 0;
+  if (mix->prefills <= 0) {
+    if (mix->decodes <= 0) return NULL;
+    return rg_slot_step_time(req, g, slot, RG_PHASE_DECODE, mix->decodes, 1, mix->decode_context,
+                             layers, out);
+  }
+  double tp;
+  RG_RETURN_IF_ERROR(rg_slot_step_time(req, g, slot, RG_PHASE_PREFILL, mix->prefills,
+                                       fmax(1, mix->prefill_tokens / mix->prefills),
+                                       mix->prefill_context, layers, &tp));
+  if (mix->decodes <= 0) {
+    *out = tp;
+    return NULL;
+  }
+  double td, tb;
+  RG_RETURN_IF_ERROR(rg_slot_step_time(req, g, slot, RG_PHASE_DECODE, mix->decodes, 1,
+                                       mix->decode_context, layers, &td));
+  RG_RETURN_IF_ERROR(rg_slot_step_time(req, g, slot, RG_PHASE_DECODE, 1, 1, 0, layers, &tb));
+  double t = td + tp - tb;
+  *out = t > td && t > tp ? t : (td > tp ? td : tp);
   return NULL;
 }
 

@@ -73,6 +73,27 @@ typedef struct {
   } pt[RG_EFF_POINTS];
 } rg_eff_curve_t;
 
+// A stage kind's own figures, measured on the device by `ridge profile`
+// with the runtime's stage instances: each call of the stage (once a layer
+// for attention and FFN, once a step for embed and lm_head) pays `call`
+// seconds and `token` seconds per token it carries, in no kernel's
+// roofline (thread-pool fork and join, kernel enqueue and wait, small ops
+// such as norms and ropes); and its kernels reach `eff` times the class's
+// efficiencies (0: 1). Measured figures make one stage's prediction agree
+// with its time where one set of efficiencies for every kernel cannot.
+// `first` is what the first call of a stage in a fresh process pays once
+// more (kernel builds at first enqueue, first touches of its weights): a
+// run of a few dozen steps sees it, a steady state never does, so the cost
+// model's step times leave it out and `ridge run` adds it once per stage
+// instance.
+typedef struct {
+  double call;   // seconds per call
+  double token;  // seconds per token per call
+  double eff;    // multiplies the class's efficiencies; 0: 1
+  double first;  // seconds, once per stage instance
+} rg_stage_figures_t;
+#define RG_STAGE_SLOTS 4  // embed, attention, ffn, lm_head: the slots a stage kind maps to
+
 typedef struct rg_device_class_s rg_device_class_t;
 struct rg_device_class_s {
   char name[64];
@@ -109,7 +130,11 @@ struct rg_device_class_s {
   // so a step never takes less than step + layers x layer.
   double step_cost;    // seconds
   double layer_floor;  // seconds
-  char eff_source[256], overhead_source[256];
+  // Per stage kind (`stages:`, indexed by slot, embed to lm_head): what this
+  // device's own kernels for that stage do beyond the class-wide roofline.
+  // A datasheet class has none (all zero), and predicts as without them.
+  rg_stage_figures_t stage[RG_STAGE_SLOTS];
+  char eff_source[256], overhead_source[256], stage_source[256];
   // Calibration: figures measured on a real device replace the datasheet's.
   int calibrated;
   char calibration_path[512];
@@ -524,6 +549,31 @@ typedef struct {
 RG_MUST_USE rg_status_t rg_group_step_time(const rg_plan_request_t *req, const rg_placement_t *p,
                                            int group, rg_phase_t phase, double batch,
                                            double new_tokens, double context, rg_step_cost_t *out);
+
+// One stage kind's share of a step on group g: the kernels of slot (embed,
+// attention, ffn or lm_head) for `batch` sequences each adding `new_tokens`
+// on `context`, at the class's efficiencies times the slot's own, plus the
+// slot's fixed costs (rg_stage_figures_t). layers: how many of the model's
+// layers the stage instance runs (attention and ffn; 0 or more than the
+// model has: all of them). The step's own cost and the class's layer
+// floors are not in it: they belong to the step, not to a stage. This is
+// what `ridge run` puts beside each stage instance's measured time.
+RG_MUST_USE rg_status_t rg_slot_step_time(const rg_plan_request_t *req, const rg_group_t *g,
+                                          rg_slot_t slot, rg_phase_t phase, double batch,
+                                          double new_tokens, double context, double layers,
+                                          double *out);
+// The same for a step mixing decodes and prefill chunks, costed as the
+// simulator costs a mixed step (rg_sim_batch_seconds): decode step +
+// prefill step - a one-token step, never less than either. decodes and
+// prefills count sequences; prefill_tokens is the chunks' tokens together;
+// the contexts are means (the chunks' weighted by their tokens).
+typedef struct {
+  double decodes, decode_context;
+  double prefills, prefill_tokens, prefill_context;
+} rg_step_mix_t;
+RG_MUST_USE rg_status_t rg_slot_mixed_time(const rg_plan_request_t *req, const rg_group_t *g,
+                                           rg_slot_t slot, const rg_step_mix_t *mix, double layers,
+                                           double *out);
 
 // Predicts one placement; fills pred. Non-OK when it does not fit memory.
 RG_MUST_USE rg_status_t rg_placement_predict(const rg_plan_request_t *req, const rg_placement_t *p,

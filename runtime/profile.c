@@ -14,6 +14,7 @@
 #include "devices/cuda/cuda_bench.h"
 #include "devices/opencl/opencl_profile.h"
 #include "graphs/weights.h"
+#include "runtime/engine.h"
 #include "runtime/limits.h"
 
 static const rg_dtype_t profile_dtypes[] = {
@@ -71,7 +72,7 @@ static const plan_t full_plan = {
 static const plan_t quick_plan = {
     .n_m = 3,
     .m = {1, 16, 256},
-    .n_shapes = 4,
+    .n_shapes = 7,
     .footprint = (size_t)64 << 20,
     .point_s = 0.02,
     .limits_s = 0.1,
@@ -726,6 +727,15 @@ static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
     snprintf(d->eff_memory_why, sizeof d->eff_memory_why,
              "m = 1 matmuls' weight stream over the read bandwidth, median of %s%s", list,
              med > 1 ? " (above 1: the weights sat partly in cache; held at 1)" : "");
+    // A quick profile's weights fit a large cache, and a stream from cache
+    // says nothing of one from memory: the class keeps its own figure.
+    if (med > 1 && r->quick) {
+      d->eff_memory = 0;
+      snprintf(d->eff_memory_why, sizeof d->eff_memory_why,
+               "not written: the quick profile's m = 1 weight stream (median of %s) outran the "
+               "read bandwidth, so its weights sat in cache",
+               list);
+    }
   }
   if (r->n_ctx > 0 && d->bandwidth > 0) {
     double e = r->attn_rate[r->n_ctx - 1] / d->bandwidth;
@@ -801,6 +811,304 @@ static size_t host_cache_bytes(void) {
   return best;
 }
 
+// ----- Stages ---------------------------------------------------------------------------
+//
+// The runtime's own stage instances on the device: what each stage kind
+// costs beyond its kernels' roofline (thread-pool fork and join on the CPU,
+// kernel enqueue and wait on OpenCL, the small ops around the matmuls) is
+// only seen by running them.
+
+static const struct {
+  int seqs, tokens, context;
+} stage_shapes[RG_PROFILE_STAGE_SHAPES] = {{1, 1, 64}, {4, 1, 64}, {1, 16, 0}, {1, 64, 0}};
+
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+// Times each shape on a fresh engine over opts.stage_model on the device;
+// leaves the engine in *out for the fit (its arch), or a skip reason.
+static void time_stages(prof_t *P, rg_engine_t **out) {
+  rg_profile_stages_t *S = &P->r->stages;
+  *out = NULL;
+  progress(P, "stages of %s (%d step shapes)", P->o->stage_model, RG_PROFILE_STAGE_SHAPES);
+  rg_engine_options_t eo = {.device = P->r->device,
+                            .threads = P->o->threads,
+                            .max_seqs = 8,
+                            .max_context = 1024,
+                            .kv_tokens = 8 * 256};
+  rg_engine_t *e = NULL;
+  float *logits = NULL;
+  enum { MAX_REPS = 256 };
+  double(*t)[RG_STAGE_SLOTS][MAX_REPS] = NULL;  // per shape, slot and repetition
+  rg_status_t st = rg_engine_create(P->o->stage_model, &eo, &e);
+  if (st) goto fail;
+  const rg_arch_t *a = rg_engine_arch(e);
+  snprintf(S->model, sizeof S->model, "%s", a->name);
+  one_line(S->model);
+  S->layers = a->n_layers;
+  static int32_t toks[64], tables[8][16];
+  for (int i = 0; i < 64; i++) toks[i] = 1 + i % 100;
+  for (int q = 0; q < 8; q++)
+    for (int b = 0; b < 16; b++) tables[q][b] = q * 16 + b;
+  if (!(logits = malloc(8 * (size_t)rg_engine_vocab(e) * sizeof(float)))) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    goto fail;
+  }
+  // Every sequence's first 64 positions written once, so that decodes read
+  // a KV cache of real values.
+  // Done twice: the first step of a fresh engine pays what a worker's first
+  // step pays once (kernel builds at first enqueue, first touches), the
+  // second does not.
+  rg_engine_entry_t fill[4];
+  for (int q = 0; q < 4; q++) fill[q] = (rg_engine_entry_t){0, 64, toks, tables[q], 4, 1};
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < rg_engine_stage_count(e); i++)
+      rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
+    if ((st = rg_engine_forward(e, fill, 4, logits))) goto fail;
+    for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
+      const rg_stage_t *sg = rg_engine_stage_at(e, i);
+      int slot = rg_slot_of_stage(rg_stage_spec(sg)->kind);
+      rg_stage_counters_t c;
+      rg_stage_counters(sg, &c);
+      if (slot >= 0 && slot < RG_STAGE_SLOTS)
+        (pass ? S->second_step : S->first_step)[slot] += c.seconds;
+    }
+  }
+  // Round robin over the shapes, one step of each per repetition, so that
+  // a burst of another process's work lands on every shape alike rather
+  // than on one (which the fit would read as a cost per token).
+  rg_engine_entry_t en[RG_PROFILE_STAGE_SHAPES][8];
+  t = calloc(RG_PROFILE_STAGE_SHAPES, sizeof *t);
+  if (!t) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    goto fail;
+  }
+  for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
+    rg_profile_stage_shape_t *sh = &S->shape[k];
+    sh->seqs = stage_shapes[k].seqs, sh->tokens = stage_shapes[k].tokens;
+    sh->context = stage_shapes[k].context;
+    int32_t nb = (int32_t)((sh->context + sh->tokens + 15) / 16);
+    for (int q = 0; q < sh->seqs; q++)
+      en[k][q] = (rg_engine_entry_t){sh->context, sh->tokens, toks, tables[q], nb, 1};
+    // One untimed step first: buffers, caches and (OpenCL) kernels warm.
+    if ((st = rg_engine_forward(e, en[k], (size_t)sh->seqs, logits))) goto fail;
+  }
+  // Rounds until the budget is spent: a run's stages are timed over its
+  // whole length, under whatever else the machine runs then, so the
+  // profile samples a stretch of time too rather than its quietest moment.
+  double t0 = rg_clock_now(), budget = P->o->quick ? 0.25 : 1.0;
+  int rep = 0;
+  // At least 3 rounds (a large model's steps outlast the budget), 9 where
+  // they fit in twice the budget, more while the budget lasts.
+  for (; rep < MAX_REPS;) {
+    double el = rg_clock_now() - t0;
+    if (rep >= 3 && el >= budget && (rep >= 9 || el * 9 / rep > 2 * budget)) break;
+    for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
+      for (size_t i = 0; i < rg_engine_stage_count(e); i++)
+        rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
+      if ((st = rg_engine_forward(e, en[k], (size_t)S->shape[k].seqs, logits))) goto fail;
+      for (int j = 0; j < RG_STAGE_SLOTS; j++) t[k][j][rep] = 0;
+      for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
+        const rg_stage_t *sg = rg_engine_stage_at(e, i);
+        int slot = rg_slot_of_stage(rg_stage_spec(sg)->kind);
+        rg_stage_counters_t c;
+        rg_stage_counters(sg, &c);
+        if (slot >= 0 && slot < RG_STAGE_SLOTS) t[k][slot][rep] += c.seconds;
+      }
+    }
+    rep++;
+  }
+  S->reps = rep;
+  // The mean of all but the slowest tenth: what a run averages over its
+  // steps, without the few that a page fault or a preemption made ten
+  // times longer.
+  for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
+    for (int j = 0; j < RG_STAGE_SLOTS; j++) {
+      qsort(t[k][j], (size_t)S->reps, sizeof t[k][j][0], cmp_dbl);
+      int keep = S->reps - S->reps / 10;
+      double sum = 0;
+      for (int q = 0; q < keep; q++) sum += t[k][j][q];
+      S->shape[k].seconds[j] = sum / keep;
+    }
+    S->n = k + 1;
+  }
+  free(t);
+  free(logits);
+  *out = e;
+  return;
+fail:
+  free(t);
+  S->n = 0;
+  skip(S->reason, sizeof S->reason, st);
+  free(logits);
+  rg_engine_destroy(e);
+}
+
+// Weighted least squares of y on the columns `use` of x (at most 3), by
+// normal equations; 0 when singular.
+static int lsq(int n, const double y[], const double x[][3], const double w[], int use,
+               double coef[3]) {
+  int idx[3], m = 0;
+  for (int j = 0; j < 3; j++)
+    if (use >> j & 1) idx[m++] = j;
+  double A[3][4] = {{0}};
+  for (int i = 0; i < n; i++)
+    for (int r = 0; r < m; r++) {
+      for (int c = 0; c < m; c++) A[r][c] += w[i] * w[i] * x[i][idx[r]] * x[i][idx[c]];
+      A[r][3] += w[i] * w[i] * x[i][idx[r]] * y[i];
+    }
+  for (int c = 0; c < m; c++) {  // Gauss-Jordan with partial pivoting
+    int piv = c;
+    for (int r = c + 1; r < m; r++)
+      if (fabs(A[r][c]) > fabs(A[piv][c])) piv = r;
+    if (!(fabs(A[piv][c]) > 1e-300)) return 0;
+    for (int k = 0; k < 4; k++) {
+      double tmp = A[c][k];
+      A[c][k] = A[piv][k], A[piv][k] = tmp;
+    }
+    for (int r = 0; r < m; r++) {
+      if (r == c) continue;
+      double f = A[r][c] / A[c][c];
+      for (int k = 0; k < 4; k++) A[r][k] -= f * A[c][k];
+    }
+  }
+  coef[0] = coef[1] = coef[2] = 0;
+  for (int r = 0; r < m; r++) coef[idx[r]] = A[r][3] / A[r][r];
+  return 1;
+}
+
+// A stand-in of the class the profile derives, enough for the cost model:
+// the datasheet's peaks and first tier, then the derived figures.
+static void derived_class(const rg_profile_result_t *r, rg_device_class_t *c) {
+  memset(c, 0, sizeof(*c));
+  const rg_profile_class_t *sh = &r->cls.sheet;
+  snprintf(c->name, sizeof c->name, "%s", r->cls.have_class ? sh->name : "measured");
+  c->kind = RG_KIND_ACCELERATOR;
+  c->n_mem = 1;
+  snprintf(c->mem[0].name, sizeof c->mem[0].name, "%s", sh->tier[0] ? sh->tier : "memory");
+  c->mem[0].bandwidth = sh->bandwidth;
+  c->mem[0].capacity = 1e12;
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) c->peak[t] = sh->peak[t];
+  c->eff_compute_all.n = 1;
+  c->eff_compute_all.pt[0].m = 1;
+  c->eff_compute_all.pt[0].eff = 0.70;  // the loader's defaults
+  c->eff_memory = 0.85;
+  rg_profile_apply(r, c);
+}
+
+// Fits each stage kind's figures to the shapes timed (profile.h).
+static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
+  rg_profile_stages_t *S = &r->stages;
+  rg_profile_derived_t *d = &r->cls;
+  if (S->n < RG_PROFILE_STAGE_SHAPES) return NULL;
+  rg_device_class_t *c = calloc(1, sizeof *c);
+  rg_fleet_t *f = calloc(1, sizeof *f);
+  rg_status_t st = NULL;
+  if (!c || !f) {
+    st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+    goto done;
+  }
+  derived_class(r, c);
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++)
+    if (!(c->peak[t] > 0)) {
+      // No datasheet peak for a type: the measured one the curve divides by.
+      for (int i = 0; i < RG_PROFILE_DTYPES; i++)
+        if (d->curve[i].n > 0 && d->curve[i].compute == (rg_dtype_t)t)
+          c->peak[t] = d->curve[i].peak;
+    }
+  if (!(c->mem[0].bandwidth > 0)) goto done;  // no roofline to subtract
+  memset(c->stage, 0, sizeof c->stage);
+  f->n_nodes = 1;
+  f->nodes[0].count = 1;
+  f->nodes[0].n_devs = 1;
+  f->nodes[0].devs[0].cls = c;
+  f->nodes[0].devs[0].count = 1;
+  rg_plan_request_t req = {
+      .model = a, .fleet = f, .weight_dtype = a->weight_dtype, .kv_dtype = RG_BF16};
+  rg_group_t g = {"stage", c, 1, 1, 1, 1};
+  for (int k = 0; k < S->n; k++) {
+    rg_profile_stage_shape_t *sh = &S->shape[k];
+    rg_phase_t ph = sh->tokens > 1 ? RG_PHASE_PREFILL : RG_PHASE_DECODE;
+    for (int j = 0; j < RG_STAGE_SLOTS; j++)
+      if ((st = rg_slot_step_time(&req, &g, (rg_slot_t)j, ph, sh->seqs, sh->tokens, sh->context, 0,
+                                  &sh->roof[j])))
+        goto done;
+  }
+  for (int j = 0; j < RG_STAGE_SLOTS; j++) {
+    double y[RG_PROFILE_STAGE_SHAPES], x[RG_PROFILE_STAGE_SHAPES][3], w[RG_PROFILE_STAGE_SHAPES];
+    double share = 0;
+    int layered = j == RG_SLOT_ATTENTION || j == RG_SLOT_FFN;
+    for (int k = 0; k < S->n; k++) {
+      const rg_profile_stage_shape_t *sh = &S->shape[k];
+      double calls = layered ? (double)S->layers : 1;
+      double tokens = j == RG_SLOT_LM_HEAD && sh->tokens > 1 ? sh->seqs : sh->seqs * sh->tokens;
+      y[k] = sh->seconds[j] - sh->roof[j];
+      x[k][0] = calls, x[k][1] = calls * tokens, x[k][2] = sh->roof[j];
+      w[k] = sh->seconds[j] > 0 ? 1 / sh->seconds[j] : 0;
+      if (sh->seconds[j] > 0) share = fmax(share, sh->roof[j] / sh->seconds[j]);
+    }
+    // Every subset of the terms; the feasible one that fits best.
+    double best = INFINITY, bc[3] = {0, 0, 0};
+    for (int use = 0; use < 8; use++) {
+      // The efficiency factor is left out: beside the small model's small,
+      // nearly constant roofline it only trades against the call cost (the
+      // columns are all but collinear), and fitted where its roofline is
+      // most of the time (lm_head, embed) it did not carry over to a larger
+      // model's shapes (the 1b's lm_head read 1.3x slow with it).
+      if (use & 4) continue;
+      double cf[3];
+      if (use && !lsq(S->n, y, x, w, use, cf)) continue;
+      if (!use) cf[0] = cf[1] = cf[2] = 0;
+      if (cf[0] < 0 || cf[1] < 0 || cf[2] <= -0.75 || cf[2] > 1e3) continue;
+      double res = 0;
+      for (int k = 0; k < S->n; k++) {
+        double e = (y[k] - cf[0] * x[k][0] - cf[1] * x[k][1] - cf[2] * x[k][2]) * w[k];
+        res += e * e;
+      }
+      if (res < best * (1 - 1e-9)) best = res, bc[0] = cf[0], bc[1] = cf[1], bc[2] = cf[2];
+    }
+    d->stage[j].call = bc[0];
+    d->stage[j].token = bc[1];
+    d->stage[j].eff = bc[2] != 0 ? 1 / (1 + bc[2]) : 0;
+    d->stage[j].first = fmax(0, S->first_step[j] - S->second_step[j]);
+  }
+  d->have_stages = 1;
+  // The ops a layer floor stood for run inside the stages now.
+  if (d->layer > 0) d->layer = 0;
+  memcpy(c->stage, d->stage, sizeof c->stage);
+  for (int k = 0; k < S->n; k++) {
+    rg_profile_stage_shape_t *sh = &S->shape[k];
+    rg_phase_t ph = sh->tokens > 1 ? RG_PHASE_PREFILL : RG_PHASE_DECODE;
+    for (int j = 0; j < RG_STAGE_SLOTS; j++)
+      if ((st = rg_slot_step_time(&req, &g, (rg_slot_t)j, ph, sh->seqs, sh->tokens, sh->context, 0,
+                                  &sh->fitted[j])))
+        goto done;
+  }
+done:
+  free(f);
+  free(c);
+  return st;
+}
+
+void rg_profile_apply(const rg_profile_result_t *r, rg_device_class_t *c) {
+  const rg_profile_derived_t *d = &r->cls;
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+    const rg_profile_curve_t *cv = &d->curve[i];
+    if (cv->n == 0) continue;
+    if (!cv->from_datasheet) c->peak[cv->compute] = cv->peak;
+    rg_eff_curve_t *e = &c->eff_compute[cv->compute];
+    e->n = cv->n;
+    for (int j = 0; j < cv->n; j++) e->pt[j].m = (double)cv->m[j], e->pt[j].eff = cv->eff[j];
+  }
+  if (d->bandwidth > 0 && c->n_mem > 0) c->mem[0].bandwidth = d->bandwidth;
+  if (d->eff_memory > 0) c->eff_memory = d->eff_memory;
+  if (d->eff_attention > 0) c->eff_attention = d->eff_attention;
+  if (d->layer >= 0) c->step_cost = d->step, c->layer_floor = d->layer;
+  if (d->have_stages) memcpy(c->stage, d->stage, sizeof c->stage);
+}
+
 // Whether a device's memory is the host's, so the host's caches hold what
 // it streams: the CPU, and OpenCL's CPU devices (PoCL).
 static int host_memory_device(const rg_device_info_t *info) {
@@ -856,6 +1164,17 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
           : !strcmp(info->driver, "cuda")   ? DRV_CUDA
                                             : DRV_OTHER;
   if (P.drv == DRV_CPU) r->threads = rg_pool_threads(rg_device_cpu_pool(dev));
+  // A quick profile sweeps the whole layer on the CPU, whose matmuls are
+  // fast enough (the attention four alone, with the narrow k and v, read a
+  // third of the FFN's rate at M = 256 there); elsewhere uploading and
+  // sweeping the FFN's matrices in every type took PoCL 12 s more, so the
+  // attention four stand for the layer.
+  plan_t quick_here;
+  if (opts->quick && P.drv != DRV_CPU) {
+    quick_here = quick_plan;
+    quick_here.n_shapes = 4;
+    P.p = &quick_here;
+  }
   // The full profile cycles the weights through twice the host's largest
   // cache where that holds them (some virtual machines report hundreds of
   // MiB of L3, and decode read 2x the read bandwidth with the weights in
@@ -866,7 +1185,8 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
     P.footprint = 2 * host_cache_bytes();
   if (info->memory && P.footprint > info->memory / 8) P.footprint = (size_t)(info->memory / 8);
   r->footprint = P.footprint;
-  P.total = 1 + 1 + 3 + 1 + !r->quick + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m);
+  P.total = 1 + 1 + 3 + 1 + 1 + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m) +
+            (opts->stage_model != NULL);
   for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
     r->matmul[i].dtype = profile_dtypes[i];
     r->matmul[i].compute = profile_compute[i];
@@ -885,14 +1205,21 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
   measure_attention(&P);
   for (int i = 0; i < RG_PROFILE_DTYPES && !s; i++) s = sweep_dtype(&P, &r->matmul[i]);
   if (s) return s;
-  if (!r->quick) {
+  {  // quick too: on a busy machine one reading can be half the next
     progress(&P, "read bandwidth again (a busy machine reads low)");
     s = limits(&P, 1);
     if (s) return rg_status_wrap(s, "profiling %s", r->device);
   }
+  rg_engine_t *se = NULL;
+  if (opts->stage_model)
+    time_stages(&P, &se);
+  else
+    snprintf(r->stages.reason, sizeof r->stages.reason, "no stage model given");
   r->seconds = rg_clock_now() - t0;
   derive(r, opts->cls);
-  return NULL;
+  if (se) s = fit_stages(r, rg_engine_arch(se));
+  rg_engine_destroy(se);
+  return s;
 }
 
 // ----- The calibrated class file ------------------------------------------------------
@@ -995,13 +1322,46 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
       fprintf(f, "#         weights, which the planner prices at their compute type, %s\n",
               rg_dtype_name(c->compute));
   }
-  if (d->eff_memory > 0) fprintf(f, "# efficiency.memory: %s.\n", d->eff_memory_why);
+  if (d->eff_memory_why[0]) fprintf(f, "# efficiency.memory: %s.\n", d->eff_memory_why);
   if (d->eff_attention > 0) fprintf(f, "# efficiency.attention: %s.\n", d->eff_attention_why);
-  if (d->layer >= 0)
+  if (d->layer >= 0 && !d->have_stages)
     fprintf(f,
             "# overhead: the per-op cost times the ops the cost model prices by no roofline "
             "term,\n#   8 a layer (norms, rope, KV write, residual adds, swiglu) and 3 a step "
             "(embed, final norm, sample).\n");
+  static const char *const kinds[RG_STAGE_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
+  const rg_profile_stages_t *S = &r->stages;
+  if (d->have_stages) {
+    fprintf(f,
+            "# overhead: step is the per-op cost times 3 (embed, final norm, sample); layer is 0,\n"
+            "#   since the ops it stood for run inside the stages, priced by stages: below.\n");
+    fprintf(f,
+            "# stages: %s's stage instances on %s, %d steps of each shape in turn (the slowest\n"
+            "#   tenth dropped, the rest averaged); each kind's time\n"
+            "#   less the cost model's roofline on the figures above, fitted as calls x (call +\n"
+            "#   token x tokens) (calls: %lld layers for attention and ffn, 1 for embed and "
+            "lm_head)\n"
+            "#   (the efficiency factor is not fitted: see runtime/profile.h);\n"
+            "#   first: the fresh engine's first step (4 prompts of 64) less the same step again.\n"
+            "#   measured / fitted:\n",
+            S->model, r->device, S->reps, (long long)S->layers);
+    for (int k = 0; k < S->n; k++) {
+      const rg_profile_stage_shape_t *sh = &S->shape[k];
+      char what[48];
+      if (sh->tokens > 1)
+        snprintf(what, sizeof what, "prefill of %d", sh->tokens);
+      else
+        snprintf(what, sizeof what, "decode x %d at %lld", sh->seqs, (long long)sh->context);
+      fprintf(f, "#   %-18s", what);
+      for (int j = 0; j < RG_STAGE_SLOTS; j++)
+        fprintf(f, "%s %s %s / %s", j ? "," : "", kinds[j],
+                rg_fmt_quantity(sh->seconds[j], RG_UNIT_TIME, q, sizeof q),
+                rg_fmt_quantity(sh->fitted[j], RG_UNIT_TIME, q2, sizeof q2));
+      fprintf(f, "\n");
+    }
+  } else if (S->reason[0]) {
+    fprintf(f, "# stages: not measured: %s\n", S->reason);
+  }
 
   fprintf(f, "name: %s\n", d->sheet.name);
   fprintf(f, "measured: { by: ridge profile, date: %s, device: ", r->date);
@@ -1041,6 +1401,17 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
     fprintf(f, "overhead: { step: %s, layer: %s }\n",
             rg_fmt_quantity(d->step, RG_UNIT_TIME, q, sizeof q),
             rg_fmt_quantity(d->layer, RG_UNIT_TIME, q2, sizeof q2));
+  if (d->have_stages) {
+    fprintf(f, "stages:\n");
+    for (int j = 0; j < RG_STAGE_SLOTS; j++) {
+      fprintf(f, "  %s: { call: %s, token: %s", kinds[j],
+              rg_fmt_quantity(d->stage[j].call, RG_UNIT_TIME, q, sizeof q),
+              rg_fmt_quantity(d->stage[j].token, RG_UNIT_TIME, q2, sizeof q2));
+      if (d->stage[j].eff > 0) fprintf(f, ", efficiency: %.3g", d->stage[j].eff);
+      fprintf(f, ", first: %s", rg_fmt_quantity(d->stage[j].first, RG_UNIT_TIME, q, sizeof q));
+      fprintf(f, " }\n");
+    }
+  }
   if (fflush(f) || ferror(f))
     return rg_status_make(RG_IO, "writing the calibrated class: %s", strerror(errno ? errno : EIO));
   return NULL;

@@ -16,6 +16,10 @@
 //   attention  decode attention over a paged KV cache: KV bytes read per
 //              second, over context length
 //   launch     the host's cost per op, small ops submitted back to back
+//   stages     optional (opts.stage_model): the runtime's own stage
+//              instances (embed, attention, ffn, lm_head) of a small model
+//              on the device, timed at a few step shapes, so that each stage
+//              kind's fixed costs are measured as the runtime pays them
 //   peaks      the backend's own matrix peak per type (CPU: runtime/limits.h;
 //              OpenCL: its FMA kernel; CUDA: cuBLAS), the limit the sweep
 //              is compared with
@@ -48,7 +52,17 @@
 // - efficiency.attention: decode attention's KV read rate at the longest
 //   context over the read bandwidth.
 // - overhead.layer and .step: the per-op cost times the ops of a layer (8)
-//   and of a step (3) that the cost model has no roofline term for.
+//   and of a step (3) that the cost model has no roofline term for. With
+//   stage figures, layer is 0: those ops run inside the stages, whose own
+//   fixed costs then price them.
+// - stages.KIND (with opts.stage_model): each stage kind's time at each
+//   shape less the cost model's roofline for it on the class derived
+//   above, fitted as calls x (call + token x tokens) by least squares on
+//   relative error (a term that would go negative is left out). The
+//   efficiency factor stays 1: fitted on the tiny model's stages it traded
+//   against the call cost and did not carry over to larger shapes; the
+//   loader and cost model take one written by hand or measured otherwise. stages.KIND.first: the
+//   first step of the fresh engine less the same step again.
 // Every efficiency lies in (0, 1], as the loader requires.
 //
 // Ownership: the device is borrowed for the call; everything a measurement
@@ -105,7 +119,35 @@ typedef struct {
   const rg_profile_class_t *cls;
   rg_profile_progress_fn_t progress;
   void *progress_ctx;
+  // A model directory (or .gguf) whose stage instances are timed on the
+  // device for the per-stage figures (a small one: the tiny test model
+  // takes well under a second); NULL: no stage figures. Borrowed.
+  const char *stage_model;
+  int threads;  // CPU threads for the stages' engine; 0: one per core
 } rg_profile_options_t;
+
+// The stage shapes timed: decodes of 1 and 4 sequences, prefills of 16 and
+// 64 tokens.
+#define RG_PROFILE_STAGE_SHAPES 4
+typedef struct {
+  int seqs, tokens;                // sequences, and new tokens each
+  int64_t context;                 // positions cached before them
+  double seconds[RG_STAGE_SLOTS];  // measured, median of the repetitions; slot order
+  double roof[RG_STAGE_SLOTS];     // the cost model's roofline for it (no stage figures)
+  double fitted[RG_STAGE_SLOTS];   // the cost model's time with the fitted figures
+} rg_profile_stage_shape_t;
+
+typedef struct {
+  int n;  // shapes timed; 0: not measured, see reason
+  char model[64];
+  int64_t layers;
+  int reps;
+  // The first step of a fresh engine and the same step again, per slot:
+  // the difference is each stage kind's first-call cost.
+  double first_step[RG_STAGE_SLOTS], second_step[RG_STAGE_SLOTS];
+  rg_profile_stage_shape_t shape[RG_PROFILE_STAGE_SHAPES];
+  char reason[200];
+} rg_profile_stages_t;
 
 // A bandwidth, or why it was not measured.
 typedef struct {
@@ -149,6 +191,8 @@ typedef struct {
   char eff_attention_why[160];
   double step, layer;  // seconds; < 0: not measured
   rg_profile_curve_t curve[RG_PROFILE_DTYPES];
+  int have_stages;  // stage[] fitted from result.stages
+  rg_stage_figures_t stage[RG_STAGE_SLOTS];
 } rg_profile_derived_t;
 
 typedef struct {
@@ -171,6 +215,7 @@ typedef struct {
   int64_t ctx[RG_PROFILE_MAX_CTX];
   double attn_rate[RG_PROFILE_MAX_CTX];  // KV bytes read per second
   char attn_reason[200];
+  rg_profile_stages_t stages;
   rg_profile_derived_t cls;
 } rg_profile_result_t;
 
@@ -180,10 +225,16 @@ typedef struct {
 RG_MUST_USE rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
                                        rg_profile_result_t *out);
 
+// The class c with r's derived figures applied in memory, as loading the
+// file rg_profile_write_class writes would apply them (peaks the curves
+// divide by, the memory tier's bandwidth, efficiencies, overheads, stage
+// figures). c is the datasheet class; its name is not checked.
+void rg_profile_apply(const rg_profile_result_t *r, rg_device_class_t *c);
+
 // Writes the calibrated class of r as YAML to f: comments saying what
 // measured each figure and over which peak each curve is, then `name`,
 // `measured: {by: ridge profile, date, device}`, `peak` (measured peaks the
-// curves divide by), `memory`, `efficiency` and `overhead`, as
+// curves divide by), `memory`, `efficiency`, `overhead` and `stages`, as
 // planner/config_load.c reads a calibrated file. RG_INVALID_ARGUMENT when r
 // has no class; RG_IO when f fails.
 RG_MUST_USE rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f);

@@ -1,9 +1,16 @@
 // Tests of the `ridge` command itself: it runs the built binary with the
 // source tree's configs and checks what a user sees (text, JSON, exit status).
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <utime.h>
 
+#include "graphs/weights.h"
+#include "planner/planner.h"
 #include "tests/test.h"
 
 // Runs ridge, expects JSON on stdout, and returns the parsed tree (NULL after
@@ -253,5 +260,241 @@ RG_TEST(cli_catalog_unknown_name) {
   free(out);
   RG_CHECK(rg_test_run_ridge(t, "catalog --dtype fp9", &out) == 2);
   RG_CHECK_CONTAINS(out, "unknown dtype 'fp9'");
+  free(out);
+}
+
+// ----- ridge run: measured beside the cost model on calibrated classes -------------
+
+// A calibration cache of the test's own: XDG_CACHE_HOME under the test's
+// folder, holding the user's tiny test model (linked, as the profile's
+// stage model) and nothing calibrated yet. Returns the model's folder; the
+// caller restores the environment with cache_env_end.
+static char saved_xdg[1024];
+static int had_xdg;
+static const char *cache_env(rg_test_ctx_t *t, char *model, size_t len) {
+  rg_testmodel_opts_t o = {.arch = RG_TESTMODEL_LLAMA,
+                           .size = RG_TESTMODEL_TINY,
+                           .dtype = RG_BF16,
+                           .gguf_type = RG_DTYPE_COUNT};
+  rg_status_t s = rg_testmodel_cached(&o, model, len, NULL);
+  if (s) {
+    rg_test_fail(t, __FILE__, __LINE__, "%s", rg_status_message(s));
+    rg_status_free(s);
+    return NULL;
+  }
+  const char *x = getenv("XDG_CACHE_HOME");
+  had_xdg = x != NULL;
+  snprintf(saved_xdg, sizeof saved_xdg, "%s", x ? x : "");
+  char p[1400];
+  snprintf(p, sizeof p, "%s/cache", rg_test_tmpdir(t));
+  mkdir(p, 0755);
+  setenv("XDG_CACHE_HOME", p, 1);
+  snprintf(p, sizeof p, "%s/cache/ridge", rg_test_tmpdir(t));
+  mkdir(p, 0755);
+  const char *base = strrchr(model, '/');
+  snprintf(p, sizeof p, "%s/cache/ridge%s", rg_test_tmpdir(t), base ? base : "/tiny");
+  if (symlink(model, p)) rg_test_fail(t, __FILE__, __LINE__, "cannot link %s", p);
+  return model;
+}
+
+static void cache_env_end(void) {
+  if (had_xdg)
+    setenv("XDG_CACHE_HOME", saved_xdg, 1);
+  else
+    unsetenv("XDG_CACHE_HOME");
+}
+
+// Figures chosen so that the fixed costs dominate and each one shows.
+static const char *const known_cpu =
+    "name: local-cpu\n"
+    "measured: { by: a test, date: 2026-01-02, device: \"cpu:0 known figures\" }\n"
+    "memory: [ { name: dram, bandwidth: 10 GB/s } ]\n"
+    "efficiency: { memory: 0.5, attention: 0.5, compute: 0.1 }\n"
+    "overhead: { step: 0 s, layer: 0 s }\n"
+    "stages:\n"
+    "  embed: { call: 1 ms, first: 5 ms }\n"
+    "  attention: { call: 2 ms, token: 100 us }\n"
+    "  ffn: { call: 3 ms, token: 10 us, efficiency: 0.5 }\n"
+    "  lm_head: { call: 4 ms }\n";
+
+static const char *write_known(rg_test_ctx_t *t, const char *text) {
+  char p[1400];
+  snprintf(p, sizeof p, "%s/cache/ridge/calibrated", rg_test_tmpdir(t));
+  mkdir(p, 0755);
+  snprintf(p, sizeof p, "%s/cache/ridge/calibrated/cpu-0-t1", rg_test_tmpdir(t));
+  mkdir(p, 0755);
+  return rg_test_write(t, "cache/ridge/calibrated/cpu-0-t1/local-cpu.yaml", text);
+}
+
+static const cJSON *device0(const cJSON *j) {
+  return cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "prediction"), "devices"),
+                            0);
+}
+
+static const char *str(const cJSON *o, const char *key) {
+  const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, key));
+  return s ? s : "";
+}
+
+// A run on a known calibrated class: each stage's predicted time is the
+// cost model's for that class over the steps the run took (a prompt of 5,
+// then one-token decodes), plus its first call's cost.
+RG_TEST(cli_run_predicted_column_is_the_cost_model_on_the_calibrated_class) {
+  char model[2048];
+  if (!cache_env(t, model, sizeof model)) return;
+  const char *path = write_known(t, known_cpu);
+  char args[2600];
+  snprintf(args, sizeof args,
+           "run --model %s --prompt-ids 1,2,3,4,5 -n 4 --temperature 0 --threads 1 --json", model);
+  int rc;
+  cJSON *j = run_json(t, args, &rc);
+  RG_REQUIRE(j && rc == 0);
+  const cJSON *d = device0(j);
+  RG_CHECK(!strcmp(str(d, "device"), "cpu:0") && !strcmp(str(d, "class"), "local-cpu"));
+  RG_CHECK(num(d, "calibrated") == 1 && num(d, "profiled_now") == 0);
+  RG_CHECK_CONTAINS(str(d, "note"), "cpu:0 as local-cpu calibrated");
+  RG_CHECK_CONTAINS(str(d, "note"), "(cached ");
+  RG_CHECK_CONTAINS(str(d, "source"), "measured by a test on 2026-01-02, cpu:0 known figures");
+
+  // The same figures, computed here from the file and the model.
+  rg_catalog_t *cat = NULL;
+  rg_arch_t *arch = NULL;
+  char cfgp[2100];
+  snprintf(cfgp, sizeof cfgp, "%s/config.json", model);
+  RG_REQUIRE_OK(rg_catalog_load(rg_test_config_dir(), &cat));
+  RG_REQUIRE_OK(rg_model_load(cfgp, rg_test_config_dir(), &arch));
+  const rg_device_class_t *sheet = rg_catalog_find(cat, "local-cpu");
+  RG_REQUIRE(sheet);
+  rg_device_class_t c = *(sheet->datasheet ? sheet->datasheet : sheet);
+  RG_REQUIRE_OK(rg_device_class_calibrate(&c, path));
+  rg_fleet_t *f = calloc(1, sizeof *f);
+  RG_REQUIRE(f);
+  f->n_nodes = 1, f->nodes[0].count = 1, f->nodes[0].n_devs = 1;
+  f->nodes[0].devs[0] = (rg_node_devices_t){.cls = &c, .count = 1};
+  rg_plan_request_t req = {
+      .model = arch, .fleet = f, .weight_dtype = arch->weight_dtype, .kv_dtype = RG_BF16};
+  rg_group_t g = {"stage", &c, 1, 1, 1, 1};
+  static const char *const kinds[] = {"embed", "attention", "ffn", "lm_head"};
+  int seen = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "stages")) {
+    int slot = 0;
+    while (slot < 4 && strcmp(str(e, "kind"), kinds[slot])) slot++;
+    RG_REQUIRE(slot < 4);
+    double steps = num(e, "steps"), want = c.stage[slot].first;
+    RG_CHECK(steps >= 2);
+    for (int s = 0; s < (int)steps; s++) {
+      // The prompt's 5 tokens, then one token a step after them.
+      rg_step_mix_t m = s == 0 ? (rg_step_mix_t){.prefills = 1, .prefill_tokens = 5}
+                               : (rg_step_mix_t){.decodes = 1, .decode_context = 4 + s};
+      double x;
+      RG_REQUIRE_OK(rg_slot_mixed_time(&req, &g, (rg_slot_t)slot, &m, 0, &x));
+      want += x;
+    }
+    RG_CHECK_NEAR(num(e, "predicted_s"), want, 1e-6);
+    // The fixed costs are in it: at least every call's.
+    double calls = slot == 1 || slot == 2 ? (double)arch->n_layers : 1;
+    RG_CHECK(num(e, "predicted_s") > steps * calls * c.stage[slot].call);
+    seen |= 1 << slot;
+  }
+  RG_CHECK(seen == 15);
+  cJSON_Delete(j);
+
+  // The text says what the column is and where its figures came from.
+  char *out = NULL;
+  snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2,3,4,5 -n 4 --threads 1", model);
+  RG_CHECK(rg_test_run_ridge(t, args, &out) == 0);
+  RG_CHECK_CONTAINS(out, "predicted = the planner's cost model for\nthat stage over the steps");
+  RG_CHECK_CONTAINS(out, "cpu:0 as local-cpu calibrated");
+  RG_CHECK_CONTAINS(out, "measured by a test on 2026-01-02, cpu:0 known figures");
+  free(out);
+  free(f);
+  rg_arch_destroy(arch);
+  rg_catalog_destroy(cat);
+  cache_env_end();
+}
+
+// A calibration older than a day, or one that does not load, is profiled
+// again (and says why; the test above shows a young one reused); a failed profile, a cache
+// that cannot be written and --no-calibrate leave the datasheet, saying so.
+RG_TEST(cli_run_calibration_cache_is_refreshed_replaced_and_falls_back) {
+  char model[2048];
+  if (!cache_env(t, model, sizeof model)) return;
+  const char *path = write_known(t, known_cpu);
+  struct utimbuf old = {time(NULL) - 2 * 86400, time(NULL) - 2 * 86400};
+  RG_REQUIRE(utime(path, &old) == 0);
+  char args[2600];
+  snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2,3 -n 2 --threads 1 --json", model);
+  int rc;
+  cJSON *j = run_json(t, args, &rc);
+  RG_REQUIRE(j && rc == 0);
+  const cJSON *d = device0(j);
+  RG_CHECK(num(d, "calibrated") == 1 && num(d, "profiled_now") == 1);
+  RG_CHECK_CONTAINS(str(d, "note"), "calibrated now by a");
+  RG_CHECK_CONTAINS(str(d, "note"), "old; profiled again");
+  RG_CHECK_CONTAINS(str(d, "source"), "measured by ridge profile on");
+  cJSON_Delete(j);
+  FILE *fp = fopen(path, "r");
+  char text[1 << 15] = "";
+  if (fp) {
+    text[fread(text, 1, sizeof text - 1, fp)] = 0;
+    fclose(fp);
+  }
+  RG_CHECK_CONTAINS(text, "\nstages:\n  embed: { call: ");
+  RG_CHECK(strstr(text, "known figures") == NULL);
+
+  // One that does not load is profiled again. With the stage model made
+  // unusable (a file where its folder goes) that profile fails at once, so
+  // the note shows both steps and the datasheet is what remains.
+  write_known(t, "name: local-cpu\nmeasured: { by: x, date: 2026-01-02 }\nstages: { ffn: 3 }\n");
+  const char *base = strrchr(model, '/');
+  char link[1400];
+  snprintf(link, sizeof link, "cache/ridge%s", base ? base : "/tiny");
+  char full[1500];
+  snprintf(full, sizeof full, "%s/%s", rg_test_tmpdir(t), link);
+  RG_CHECK(unlink(full) == 0);
+  rg_test_write(t, link, "not a model folder");
+  j = run_json(t, args, &rc);
+  RG_REQUIRE(j && rc == 0);
+  RG_CHECK(num(device0(j), "calibrated") == 0 && num(device0(j), "profiled_now") == 0);
+  RG_CHECK_CONTAINS(str(device0(j), "note"),
+                    "cpu:0 as local-cpu's datasheet: calibration failed (");
+  RG_CHECK_CONTAINS(str(device0(j), "note"), "local-cpu.yaml does not load (");
+  RG_CHECK_CONTAINS(str(device0(j), "note"), "); profiled again");
+  RG_CHECK(num(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), 0), "predicted_s") > 0);
+  cJSON_Delete(j);
+
+  // --no-calibrate: the datasheet, said so.
+  snprintf(args, sizeof args,
+           "run --model %s --prompt-ids 1,2,3 -n 2 --threads 1 --json --no-calibrate", model);
+  j = run_json(t, args, &rc);
+  RG_REQUIRE(j && rc == 0);
+  RG_CHECK(num(device0(j), "calibrated") == 0);
+  RG_CHECK_CONTAINS(str(device0(j), "note"), "cpu:0 as local-cpu's datasheet (--no-calibrate)");
+  RG_CHECK(num(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "stages"), 0), "predicted_s") > 0);
+  cJSON_Delete(j);
+
+  // A cache folder that cannot be made: the datasheet, and why.
+  char bad[1400];
+  snprintf(bad, sizeof bad, "%s/not-a-folder", rg_test_tmpdir(t));
+  rg_test_write(t, "not-a-folder", "x");
+  setenv("XDG_CACHE_HOME", bad, 1);
+  snprintf(args, sizeof args, "run --model %s --prompt-ids 1,2,3 -n 2 --threads 1 --json", model);
+  j = run_json(t, args, &rc);
+  RG_REQUIRE(j && rc == 0);
+  RG_CHECK(num(device0(j), "calibrated") == 0);
+  RG_CHECK_CONTAINS(str(device0(j), "note"),
+                    "cpu:0 as local-cpu's datasheet: calibration failed (cannot make the "
+                    "calibration cache folder");
+  cJSON_Delete(j);
+  cache_env_end();
+
+  // Flags that contradict each other.
+  char *out = NULL;
+  RG_CHECK(rg_test_run_ridge(t, "run --no-calibrate --recalibrate", &out) == 2);
+  RG_CHECK_CONTAINS(out, "give --no-calibrate or --recalibrate, not both");
+  free(out);
+  RG_CHECK(rg_test_run_ridge(t, "run --no-measure --recalibrate", &out) == 2);
+  RG_CHECK_CONTAINS(out, "--no-measure skips the predictions, so --recalibrate has nothing to do");
   free(out);
 }

@@ -640,3 +640,119 @@ RG_TEST(planner_pareto_curves_trade_users_for_devices) {
   if (labels_overlap(svg, which, sizeof which))
     rg_test_fail(t, __FILE__, __LINE__, "labels overlap at '%s'", which);
 }
+
+// ----- Per-stage figures ------------------------------------------------------------
+
+static const char *const staged_h100 =
+    "name: h100-sxm\n"
+    "measured: { by: ridge profile, date: 2025-06-01, device: 'cuda:0 NVIDIA H100 80GB HBM3' }\n"
+    "efficiency: { memory: 0.9, attention: 0.8 }\n"
+    "overhead: { step: 1 ms, layer: 10 us }\n"
+    "stages:\n"
+    "  attention: { call: 10 us, token: 1 us, efficiency: 0.5, first: 2 ms }\n"
+    "  ffn: { call: 3 us }\n";
+
+// Each figure adds what it says and nothing else: calls x (call + token x
+// tokens), the roofline over the efficiency factor; a class without them
+// splits its step time into the slots' shares exactly.
+RG_TEST(planner_stage_figures_add_per_call_and_token_costs) {
+  const char *dir = calibrated_config(t, staged_h100);
+  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
+  RG_REQUIRE(f->cat);
+  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
+  RG_REQUIRE(c && c->calibrated);
+  RG_CHECK_NEAR(c->stage[RG_SLOT_ATTENTION].call, 10e-6, 1e-12);
+  RG_CHECK_NEAR(c->stage[RG_SLOT_ATTENTION].first, 2e-3, 1e-12);
+  RG_CHECK(c->stage[RG_SLOT_EMBED].call == 0 && c->stage[RG_SLOT_EMBED].eff == 0);
+  RG_CHECK_CONTAINS(c->stage_source, "measured by ridge profile on 2025-06-01");
+  rg_device_class_t z = *c;  // the same class without its stage figures
+  memset(z.stage, 0, sizeof z.stage);
+  rg_group_t g = {"main", c, 1, 1, 1, 1}, g0 = {"main", &z, 1, 1, 1, 1};
+  const double L = (double)f->model->n_layers;
+  double t1, t0;
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 4, 1, 1024, 0, &t1));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g0, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 4, 1, 1024, 0, &t0));
+  RG_CHECK(t0 > 0);
+  RG_CHECK_NEAR(t1, t0 / 0.5 + L * (10e-6 + 4 * 1e-6), 1e-9 * t1);
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_FFN, RG_PHASE_PREFILL, 1, 512, 0, 0, &t1));
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g0, RG_SLOT_FFN, RG_PHASE_PREFILL, 1, 512, 0, 0, &t0));
+  RG_CHECK_NEAR(t1 - t0, L * 3e-6, 1e-9 * t1);
+  // A stage instance over 8 of the 32 layers: a quarter of everything.
+  double q;
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_FFN, RG_PHASE_PREFILL, 1, 512, 0, 8, &q));
+  RG_CHECK_NEAR(q, t1 * 8 / L, 1e-9 * t1);
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_EMBED, RG_PHASE_DECODE, 4, 1, 64, 0, &t1));
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g0, RG_SLOT_EMBED, RG_PHASE_DECODE, 4, 1, 64, 0, &t0));
+  RG_CHECK(t1 == t0);
+
+  // The group's step is the slots' shares, the layer floors and the step
+  // cost, with or without stage figures (the datasheet class too).
+  const rg_device_class_t *classes[] = {c, &z, c->datasheet};
+  for (int k = 0; k < 3; k++) {
+    rg_placement_t p = colocated(f, "h100-sxm", 1, 4);
+    p.groups[0].cls = classes[k];
+    f->fleet->nodes[0].devs[0].cls = classes[k];
+    rg_group_t gk = p.groups[0];
+    rg_step_cost_t sc;
+    RG_REQUIRE_OK(rg_group_step_time(&f->req, &p, 0, RG_PHASE_DECODE, 4, 1, 1024, &sc));
+    double sum = classes[k]->step_cost + classes[k]->layer_floor * L;
+    for (int s = RG_SLOT_EMBED; s <= RG_SLOT_LM_HEAD; s++) {
+      double x;
+      RG_REQUIRE_OK(
+          rg_slot_step_time(&f->req, &gk, (rg_slot_t)s, RG_PHASE_DECODE, 4, 1, 1024, 0, &x));
+      sum += x;
+    }
+    RG_CHECK_NEAR(sc.total, sum, 1e-9 * sc.total);
+  }
+  f->fleet->nodes[0].devs[0].cls = c;
+
+  // A mixed step: decode step + prefill step - a one-token step.
+  rg_step_mix_t mix = {.decodes = 3,
+                       .decode_context = 100,
+                       .prefills = 1,
+                       .prefill_tokens = 200,
+                       .prefill_context = 0};
+  double m, td, tp, tb;
+  RG_REQUIRE_OK(rg_slot_mixed_time(&f->req, &g, RG_SLOT_ATTENTION, &mix, 0, &m));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 3, 1, 100, 0, &td));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_PREFILL, 1, 200, 0, 0, &tp));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 1, 1, 0, 0, &tb));
+  RG_CHECK_NEAR(m, fmax(td + tp - tb, fmax(td, tp)), 1e-12);
+  rg_step_mix_t none = {0};
+  RG_REQUIRE_OK(rg_slot_mixed_time(&f->req, &g, RG_SLOT_FFN, &none, 0, &m));
+  RG_CHECK(m == 0);
+  RG_CHECK_ERR(rg_slot_step_time(&f->req, &g, RG_SLOT_PREFILL, RG_PHASE_DECODE, 1, 1, 0, 0, &m),
+               "slot 4: expected a stage kind's slot (embed, attention, ffn, lm_head)");
+  RG_CHECK_ERR(rg_slot_step_time(&f->req, &g, RG_SLOT_FFN, RG_PHASE_DECODE, 0, 1, 0, 0, &m),
+               "step of 0 sequences x 1 new tokens on 0 context: expected at least one sequence");
+  fx_close(f);
+}
+
+RG_TEST(planner_stage_figures_bad_files) {
+  static const struct {
+    const char *stages, *error;
+  } bad[] = {
+      {"stages: { attn: { call: 1 us } }\n", "attn"},
+      {"stages: { ffn: { speed: 1 us } }\n", "speed"},
+      {"stages: { ffn: { call: -1 us } }\n", "stages.ffn.call"},
+      {"stages: { ffn: { call: 3 apples } }\n", "stages.ffn.call"},
+      {"stages: { ffn: { efficiency: 0 } }\n",
+       "stages.ffn.efficiency: must be more than zero (it multiplies the class's efficiencies)"},
+      {"stages: { ffn: { efficiency: 9 } }\n", "stages.ffn.efficiency"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[600];
+    snprintf(text, sizeof text, "name: h100-sxm\nmeasured: { by: x, date: 2025-06-01 }\n%s",
+             bad[i].stages);
+    const char *dir = calibrated_config(t, text);
+    rg_catalog_t *cat = NULL;
+    RG_CHECK_ERR(rg_catalog_load(dir, &cat), bad[i].error);
+    RG_CHECK_ERR(rg_catalog_load(dir, &cat), "calibrated/h100-sxm.yaml:3:");
+    RG_CHECK(cat == NULL);
+  }
+}
