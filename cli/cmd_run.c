@@ -920,7 +920,13 @@ static void rec_side_counters(void *impl, int side, rg_engine_counters_t *out) {
   r->inner.side_counters(r->inner.impl, side, out);
 }
 
+static uint64_t rec_kv_losses(void *impl, int side, char *why, size_t cap) {
+  recorder_t *r = impl;
+  return r->inner.kv_losses(r->inner.impl, side, why, cap);
+}
+
 // The executor x, recording every step into r (which must outlive it).
+// Every function of x is wrapped: each takes x's impl, not r.
 static rg_executor_t recording(const rg_executor_t *x, recorder_t *r) {
   r->inner = *x;
   rg_executor_t w = *x;
@@ -934,6 +940,7 @@ static rg_executor_t recording(const rg_executor_t *x, recorder_t *r) {
   WRAP_(poll);
   WRAP_(forget);
   WRAP_(side_counters);
+  WRAP_(kv_losses);
 #undef WRAP_
   return w;
 }
