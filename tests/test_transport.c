@@ -766,7 +766,7 @@ static int b_hostile(side_t *b) {
   uint8_t enc[RG_TRANSPORT_DESC_BYTES];
   rg_transport_desc_encode(&d, enc);
   B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
-  for (uint64_t tag = 1; tag <= 4; tag++) {
+  for (uint64_t tag = 1; tag <= 5; tag++) {
     char payload[16];
     rg_transport_req_t *r;
     B_OK(rg_transport_recv_notice(b->ep, b->peer, tag, payload, sizeof(payload), "kv in", &r));
@@ -789,11 +789,12 @@ static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-// A forged notice in the documented wire format (see transport_impl.h).
+// A forged notice in the documented wire format (see transport_impl.h),
+// version 2 (XXH3-64 checksums).
 static size_t forge_notice(uint8_t *m, uint64_t region, uint64_t key, uint64_t off, uint64_t len) {
   memset(m, 0, 80);
   put32(m, 0x314e4752u);
-  m[4] = 1;
+  m[4] = 2;
   put64(m + 8, region);
   put64(m + 16, key);
   put32(m + 24, 1);
@@ -813,19 +814,22 @@ TRANSPORT_CASE(hostile_notices_refused) {
     rg_transport_region_desc_t d;
     long n = ctl_recv(p.ctl, enc, sizeof(enc), 10000);
     RG_CHECK_OK(rg_transport_desc_decode(enc, (size_t)(n < 0 ? 0 : n), &d));
-    uint8_t m[4][80];
-    size_t len[4];
+    uint8_t m[5][80];
+    size_t len[5];
     len[0] = forge_notice(m[0], d.region_id + 100, d.key, 0, 64);     // unknown region
     len[1] = forge_notice(m[1], d.region_id, d.key, 65536 - 32, 64);  // past its end
     len[2] = forge_notice(m[2], d.region_id, d.key ^ 1, 0, 64);       // wrong key
     memcpy(m[3], "hello, not a notice", 19);
     len[3] = 19;
-    const char *want[4] = {
-        "protocol violation:", "protocol violation:", "protocol violation:", "protocol violation:"};
-    const char *detail[4] = {
+    len[4] = forge_notice(m[4], d.region_id, d.key, 0, 64);  // from a build hashing with XXH64
+    m[4][4] = 1;
+    const char *want[5] = {"protocol violation:", "protocol violation:", "protocol violation:",
+                           "protocol violation:", "protocol violation:"};
+    const char *detail[5] = {
         "which this endpoint has not registered", "lies outside the 65536-byte region",
-        "with a key it was not given for writes", "the 19-byte message is not a write notice"};
-    for (int i = 0; i < 4; i++) {
+        "with a key it was not given for writes", "the 19-byte message is not a write notice",
+        "notice version 1; this build reads version 2"};
+    for (int i = 0; i < 5; i++) {
       rg_transport_req_t *r;
       RG_REQUIRE_OK(rg_transport_send(p.ep, p.peer, (uint64_t)i + 1, m[i], len[i], "forged", &r));
       RG_CHECK_OK(rg_transport_wait(r, 5));

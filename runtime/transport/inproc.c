@@ -260,7 +260,9 @@ static void inproc_sleep(rg_transport_t *t, double until) {
   if (left <= 0) return;
   int ms = left > 1.0 ? 1000 : (int)(left * 1e3) + 1;
   struct pollfd p = {.fd = e->efd, .events = POLLIN};
+  rg__ep_unlock(t);
   poll(&p, 1, ms);
+  rg__ep_relock(t);
 }
 
 static rg_status_t inproc_wait_fd(rg_transport_t *t, int *out_fd) {
