@@ -908,7 +908,8 @@ static rg_status_t serve_orders(worker_t *w, int *served) {
 // The transfer thread: takes orders as they come and polls its writes to
 // the end (which also progresses the main thread's transfers while it
 // computes). It yields between polls while a write is in flight, and backs
-// off to 0.5 ms between polls while nothing is. Writes still in flight when
+// off to 1 ms between polls while nothing is (an order then waits at most
+// 1 ms, against the tens of ms a prompt's pages take). Writes still in flight when
 // it stops are left to the endpoint's teardown.
 static void *xfer_main(void *arg) {
   worker_t *w = arg;
@@ -925,7 +926,7 @@ static void *xfer_main(void *arg) {
       sched_yield();
       continue;
     }
-    idle = served ? 0 : idle < 5e-4 ? idle + 2e-5 : idle;
+    idle = served ? 0 : idle < 1e-3 ? idle + 2e-5 : idle;
     if (idle > 0) rg_clock_sleep(idle);
   }
   return NULL;
