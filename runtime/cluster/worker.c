@@ -959,12 +959,15 @@ static void xfer_stop(worker_t *w) {
 }
 
 // What the main thread calls between its hops and steps: with a transfer
-// thread, only whether it failed; else the orders themselves.
+// thread, only whether it failed (the coordinator or the endpoint gone);
+// else the orders themselves.
 static rg_status_t service_xfers(worker_t *w) {
   if (w->xfer_on) {
+    // The thread has stopped for good once it failed: every later call says so.
     pthread_mutex_lock(&w->xfer_mu);
-    rg_status_t s = w->xfer_err;
-    w->xfer_err = NULL;
+    rg_status_t s = w->xfer_err ? rg_status_make(rg_status_code(w->xfer_err), "%s",
+                                                 rg_status_message(w->xfer_err))
+                                : NULL;
     pthread_mutex_unlock(&w->xfer_mu);
     return s;
   }
