@@ -39,8 +39,8 @@
 // region's descriptor to the writer (through the control plane). The writer
 // calls rg_transport_write with a list of segments; the transport writes them
 // and only then sends a completion notice, a tagged message carrying the
-// caller's payload, the destination segments and an xxhash64 of the source
-// bytes. The receiver's rg_transport_recv_notice checks the notice against
+// caller's payload, the destination segments and an XXH3-64 checksum of the
+// source bytes. The receiver's rg_transport_recv_notice checks the notice against
 // its regions and the checksum against the destination bytes before it
 // reports success, so a page corrupted in transit is never reported usable.
 // The notice cannot overtake the data: it is posted only after every write
@@ -48,8 +48,14 @@
 // memory). No provider message ordering (FI_ORDER_*) is relied upon, since
 // ofi_rxm does not order RMA against later sends.
 //
-// Threads: one endpoint is driven by one thread at a time. Inproc endpoints
-// driven from different threads may talk to each other.
+// Threads: an endpoint may be shared by threads. Every call that touches it
+// holds the endpoint's lock (waits let go of it while they block), so the
+// provider sees one caller at a time, which is what the FI_THREAD_DOMAIN
+// threading this asks for requires. A request may be completed by another
+// thread's progress; it is still read and freed by whoever holds it. (A
+// worker lets a transfer thread push KV pages while its main thread
+// computes.) Inproc endpoints driven from different threads may talk to
+// each other.
 //
 // Ownership: rg_transport_create returns an endpoint the caller destroys;
 // rg_transport_region_register returns a region the caller deregisters

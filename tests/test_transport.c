@@ -488,6 +488,28 @@ static float kv_value(int layer, int kv, int token, int head, int d) {
   return (float)(((layer * 2 + kv) * 1000 + token) * 100 + head * 10 + d) + 0.5f;
 }
 
+// Cache elements that differ from what the 16 -> 64 layouts put there.
+static size_t kv_cache_bad(const float *cache) {
+  size_t bad = 0;
+  for (int l = 0; l < KV_LAYERS; l++)
+    for (int kv = 0; kv < 2; kv++) {
+      const float *arr = cache + (size_t)(l * 2 + kv) * dst_array_elems();
+      for (int blk = 0; blk < DST_BLOCKS; blk++)
+        for (int h = 0; h < KV_HEADS; h++)
+          for (int tok = 0; tok < DST_BS; tok++)
+            for (int dd = 0; dd < KV_DIM; dd++) {
+              float v = arr[(((size_t)blk * KV_HEADS + h) * DST_BS + tok) * KV_DIM + dd];
+              int token = -1;
+              for (int j = 0; j < 2; j++)
+                if (dst_table[j] == blk) token = j * DST_BS + tok;
+              float want =
+                  token >= 0 && token < SRC_BLOCKS * SRC_BS ? kv_value(l, kv, token, h, dd) : 0.0f;
+              bad += v != want;
+            }
+    }
+  return bad;
+}
+
 // Side B for RMA cases: registers the cache, sends its descriptor, then for
 // each write A announces receives the notice and checks (or reports) it.
 static int b_rma(side_t *b) {
@@ -526,25 +548,7 @@ static int b_rma(side_t *b) {
     B_OK(s);
     B_CHECK(got == strlen("request 42, layers 0-1") + 1);
     B_CHECK(strcmp(payload, "request 42, layers 0-1") == 0);
-    // Every element, against the two layouts.
-    size_t bad = 0;
-    for (int l = 0; l < KV_LAYERS; l++)
-      for (int kv = 0; kv < 2; kv++) {
-        const float *arr = cache + (size_t)(l * 2 + kv) * dst_array_elems();
-        for (int blk = 0; blk < DST_BLOCKS; blk++)
-          for (int h = 0; h < KV_HEADS; h++)
-            for (int tok = 0; tok < DST_BS; tok++)
-              for (int dd = 0; dd < KV_DIM; dd++) {
-                float v = arr[(((size_t)blk * KV_HEADS + h) * DST_BS + tok) * KV_DIM + dd];
-                int token = -1;
-                for (int j = 0; j < 2; j++)
-                  if (dst_table[j] == blk) token = j * DST_BS + tok;
-                float want = token >= 0 && token < SRC_BLOCKS * SRC_BS
-                                 ? kv_value(l, kv, token, h, dd)
-                                 : 0.0f;
-                bad += v != want;
-              }
-      }
+    size_t bad = kv_cache_bad(cache);
     if (bad) B_FAIL("%zu cache elements differ from the layouts' expectation", bad);
     B_CHECK(ctl_say(b->ctl, "checked"));
   }
@@ -665,6 +669,153 @@ TRANSPORT_CASE(rma_corrupted_bit_detected) {
   pair_close(t, &p);
 }
 
+// ---------------------------------------------------------------------------
+// One endpoint shared by two threads on each side: one thread moves KV pages
+// (A writes, B checks the notices and every element, its cache cleared
+// before each), while the other exchanges messages. Both streams must come
+// through intact, as when a worker's transfer thread pushes pages while its
+// main thread runs a step.
+
+enum { SHARED_WRITES = 4, SHARED_MSGS = 48, SHARED_MSG_BYTES = 4096 };
+
+typedef struct {
+  side_t *b;
+  float *cache;
+  int failed;
+  char err[512];
+} b_notices_t;
+
+static void *b_notices(void *arg) {
+  b_notices_t *x = arg;
+  side_t *b = x->b;
+  for (int i = 0; i < SHARED_WRITES && !x->failed; i++) {
+    memset(x->cache, 0, dst_region_bytes());
+    char payload[64] = "";
+    rg_transport_req_t *r = NULL;
+    rg_status_t s = rg_transport_recv_notice(b->ep, b->peer, 300 + (uint64_t)i, payload,
+                                             sizeof(payload), "kv prefill → decode", &r);
+    if (!s && !ctl_say(b->ctl, "ready")) s = rg_status_make(RG_IO, "control channel");
+    if (!s) s = rg_transport_wait(r, 5);
+    rg_transport_req_free(r);
+    size_t bad = s ? 0 : kv_cache_bad(x->cache);
+    if (s || bad || strcmp(payload, "request 42, layers 0-1") != 0) {
+      snprintf(x->err, sizeof(x->err), "write %d: %s (%zu elements differ, payload '%s')", i,
+               s ? rg_status_message(s) : "arrived", bad, payload);
+      x->failed = 1;
+    }
+    rg_status_free(s);
+    if (!x->failed && !ctl_say(b->ctl, "checked")) x->failed = 1;
+  }
+  return NULL;
+}
+
+static int b_shared(side_t *b) {
+  float *cache = calloc(1, dst_region_bytes());
+  uint8_t *buf = malloc(SHARED_MSG_BYTES);
+  B_CHECK(cache && buf);
+  rg_transport_region_t *g;
+  B_OK(rg_transport_region_register(b->ep, cache, dst_region_bytes(), RG_TRANSPORT_WRITE_TARGET,
+                                    &g));
+  rg_transport_region_desc_t d;
+  rg_transport_region_desc(g, &d);
+  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
+  rg_transport_desc_encode(&d, enc);
+  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
+  b_notices_t x = {.b = b, .cache = cache};
+  pthread_t th;
+  B_CHECK(pthread_create(&th, NULL, b_notices, &x) == 0);
+  rg_status_t s = NULL;
+  for (int i = 0; i < SHARED_MSGS && !s; i++) {
+    rg_transport_req_t *r = NULL;
+    s = rg_transport_recv(b->ep, b->peer, 400 + (uint64_t)i, buf, SHARED_MSG_BYTES, "echo", &r);
+    if (!s) s = rg_transport_wait(r, 5);
+    size_t got = r ? rg_transport_req_bytes(r) : 0;
+    rg_transport_req_free(r);
+    r = NULL;
+    if (!s) s = rg_transport_send(b->ep, b->peer, 500 + (uint64_t)i, buf, got, "echo back", &r);
+    if (!s) s = rg_transport_wait(r, 5);
+    rg_transport_req_free(r);
+  }
+  pthread_join(th, NULL);
+  rg_transport_region_deregister(g);
+  free(cache);
+  free(buf);
+  B_OK(s);
+  if (x.failed) B_FAIL("side B's notice thread: %s", x.err);
+  return 0;
+}
+
+typedef struct {
+  pair_t *p;
+  kv_src_t *k;
+  int failed;
+  char err[512];
+} a_writes_t;
+
+static void *a_writes(void *arg) {
+  a_writes_t *x = arg;
+  static const char payload[] = "request 42, layers 0-1";
+  for (int i = 0; i < SHARED_WRITES && !x->failed; i++) {
+    if (!ctl_expect(x->p->ctl, "ready")) {
+      snprintf(x->err, sizeof(x->err), "write %d: side B not ready", i);
+      x->failed = 1;
+      break;
+    }
+    rg_transport_req_t *r = NULL;
+    rg_status_t s =
+        rg_transport_write(x->p->ep, x->p->peer, x->k->g, &x->k->dst, x->k->segs, x->k->n_segs,
+                           300 + (uint64_t)i, payload, sizeof(payload), "kv prefill → decode", &r);
+    if (!s) s = rg_transport_wait(r, 5);
+    rg_transport_req_free(r);
+    if (s) {
+      snprintf(x->err, sizeof(x->err), "write %d: %s", i, rg_status_message(s));
+      x->failed = 1;
+    } else if (!ctl_expect(x->p->ctl, "checked")) {
+      snprintf(x->err, sizeof(x->err), "write %d: side B did not check it", i);
+      x->failed = 1;
+    }
+    rg_status_free(s);
+  }
+  return NULL;
+}
+
+TRANSPORT_CASE(shared_endpoint_writes_while_messaging) {
+  pair_t p;
+  if (!pair_open(t, &p, w, b_shared)) return;
+  if (p.ep) {
+    kv_src_t k;
+    kv_src_init(t, &p, &k);
+    a_writes_t x = {.p = &p, .k = &k};
+    pthread_t th;
+    RG_REQUIRE(pthread_create(&th, NULL, a_writes, &x) == 0);
+    uint8_t *out = malloc(SHARED_MSG_BYTES), *in = malloc(SHARED_MSG_BYTES);
+    size_t intact = 0;
+    for (int i = 0; i < SHARED_MSGS; i++) {
+      fill(out, SHARED_MSG_BYTES, (uint64_t)i);
+      memset(in, 0, SHARED_MSG_BYTES);
+      rg_transport_req_t *rq[2] = {NULL, NULL};
+      rg_status_t s =
+          rg_transport_recv(p.ep, p.peer, 500 + (uint64_t)i, in, SHARED_MSG_BYTES, "echo", &rq[0]);
+      if (!s)
+        s = rg_transport_send(p.ep, p.peer, 400 + (uint64_t)i, out, SHARED_MSG_BYTES, "echo",
+                              &rq[1]);
+      if (!s) s = rg_transport_wait_all(rq, 2, 5);
+      RG_CHECK_OK(s);
+      intact += rg_transport_req_bytes(rq[0]) == SHARED_MSG_BYTES &&
+                same_as_fill(in, SHARED_MSG_BYTES, (uint64_t)i);
+      rg_transport_req_free(rq[0]);
+      rg_transport_req_free(rq[1]);
+    }
+    pthread_join(th, NULL);
+    RG_CHECK(intact == SHARED_MSGS);
+    if (x.failed) rg_test_fail(t, __FILE__, __LINE__, "side A's writer thread: %s", x.err);
+    free(out);
+    free(in);
+    kv_src_deinit(&k);
+  }
+  pair_close(t, &p);
+}
+
 // The FI_MR_LOCAL path (a registration for every message buffer, or the
 // region that covers it) on providers that do not need it: the same
 // ping-pong and KV pages must come through.
@@ -766,7 +917,7 @@ static int b_hostile(side_t *b) {
   uint8_t enc[RG_TRANSPORT_DESC_BYTES];
   rg_transport_desc_encode(&d, enc);
   B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
-  for (uint64_t tag = 1; tag <= 4; tag++) {
+  for (uint64_t tag = 1; tag <= 5; tag++) {
     char payload[16];
     rg_transport_req_t *r;
     B_OK(rg_transport_recv_notice(b->ep, b->peer, tag, payload, sizeof(payload), "kv in", &r));
@@ -789,11 +940,12 @@ static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-// A forged notice in the documented wire format (see transport_impl.h).
+// A forged notice in the documented wire format (see transport_impl.h),
+// version 2 (XXH3-64 checksums).
 static size_t forge_notice(uint8_t *m, uint64_t region, uint64_t key, uint64_t off, uint64_t len) {
   memset(m, 0, 80);
   put32(m, 0x314e4752u);
-  m[4] = 1;
+  m[4] = 2;
   put64(m + 8, region);
   put64(m + 16, key);
   put32(m + 24, 1);
@@ -813,19 +965,22 @@ TRANSPORT_CASE(hostile_notices_refused) {
     rg_transport_region_desc_t d;
     long n = ctl_recv(p.ctl, enc, sizeof(enc), 10000);
     RG_CHECK_OK(rg_transport_desc_decode(enc, (size_t)(n < 0 ? 0 : n), &d));
-    uint8_t m[4][80];
-    size_t len[4];
+    uint8_t m[5][80];
+    size_t len[5];
     len[0] = forge_notice(m[0], d.region_id + 100, d.key, 0, 64);     // unknown region
     len[1] = forge_notice(m[1], d.region_id, d.key, 65536 - 32, 64);  // past its end
     len[2] = forge_notice(m[2], d.region_id, d.key ^ 1, 0, 64);       // wrong key
     memcpy(m[3], "hello, not a notice", 19);
     len[3] = 19;
-    const char *want[4] = {
-        "protocol violation:", "protocol violation:", "protocol violation:", "protocol violation:"};
-    const char *detail[4] = {
+    len[4] = forge_notice(m[4], d.region_id, d.key, 0, 64);  // from a build hashing with XXH64
+    m[4][4] = 1;
+    const char *want[5] = {"protocol violation:", "protocol violation:", "protocol violation:",
+                           "protocol violation:", "protocol violation:"};
+    const char *detail[5] = {
         "which this endpoint has not registered", "lies outside the 65536-byte region",
-        "with a key it was not given for writes", "the 19-byte message is not a write notice"};
-    for (int i = 0; i < 4; i++) {
+        "with a key it was not given for writes", "the 19-byte message is not a write notice",
+        "notice version 1; this build reads version 2"};
+    for (int i = 0; i < 5; i++) {
       rg_transport_req_t *r;
       RG_REQUIRE_OK(rg_transport_send(p.ep, p.peer, (uint64_t)i + 1, m[i], len[i], "forged", &r));
       RG_CHECK_OK(rg_transport_wait(r, 5));

@@ -1,7 +1,9 @@
 // A worker process: joins the coordinator, loads its stage instances, and
 // runs its hops of every step (see runtime/cluster.h).
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +74,18 @@ typedef struct {
   uint8_t *xfer_buf;
   rg_transport_req_t *writes[256];
   size_t n_writes;
+  // A prefill worker's transfer thread: it takes the XFER orders and pushes
+  // the pages while the main thread computes, so a decode step never waits
+  // for the prefill's next hop. It owns everything above from xfer_seq on;
+  // the two threads share the endpoint (its calls are serialised by the
+  // transport) and the peer table, which xfer_mu guards: the thread holds it
+  // while it serves orders, and the main thread while it changes peers.
+  // xfer_err is the thread's last word (the coordinator gone), under xfer_mu.
+  pthread_t xfer_thread;
+  int xfer_on;
+  atomic_int xfer_stop;
+  pthread_mutex_t xfer_mu;
+  rg_status_t xfer_err;
   uint64_t bad_keys[64];
   uint32_t n_bad_keys;
   // Test hook (RIDGE_TEST_CORRUPT_KV_WRITE=k): flip a bit of the k-th KV
@@ -255,7 +269,7 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
   return setup_kv_moves(w);
 }
 
-static rg_status_t take_peers(worker_t *w, const rg_control_peer_table_t *pt) {
+static rg_status_t take_peers_locked(worker_t *w, const rg_control_peer_table_t *pt) {
   for (int i = 0; i < w->layout.n_workers; i++) w->peer[i] = -1;
   w->coord = -1;
   for (size_t k = 0; k < pt->n_peers; k++) {
@@ -282,6 +296,13 @@ static rg_status_t take_peers(worker_t *w, const rg_control_peer_table_t *pt) {
       return rg_status_make(RG_INVALID_ARGUMENT, "the PeerTable lacks worker %s", w->names[i]);
   w->have_peers = 1;
   return NULL;
+}
+
+static rg_status_t take_peers(worker_t *w, const rg_control_peer_table_t *pt) {
+  if (w->xfer_on) pthread_mutex_lock(&w->xfer_mu);
+  rg_status_t s = take_peers_locked(w, pt);
+  if (w->xfer_on) pthread_mutex_unlock(&w->xfer_mu);
+  return s;
 }
 
 // A STEP that needs a newer PeerTable than this worker has (a peer rejoined
@@ -545,8 +566,8 @@ static rg_status_t advance(worker_t *w, prog_t *p, int mb, int *blocked) {
       }
       case A_RUN:
         RG_RETURN_IF_ERROR(run_hop(w, mb, a->hop));
-        // A prefill worker answers transfer orders between its hops, so a
-        // decode step waiting for pages waits one layer, not a whole prompt.
+        // Without a transfer thread, orders are answered between hops, so a
+        // receiver waiting for pages waits one layer, not a whole step.
         RG_RETURN_IF_ERROR(service_xfers(w));
         break;
       case A_SEND_X:
@@ -731,10 +752,14 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
     st = rg_transport_write(w->tp, w->peer[x->to], region, &desc, seg, n,
                             rg__tag(RG__K_KVN, x->xfer, 0, 0), payload, sizeof payload, what,
                             &w->writes[w->n_writes]);
-  // Finish it now: the receiver is waiting for these pages, and shm's writes
-  // complete only as both sides make progress, which a prefill step busy
-  // computing would give only between its hops.
-  if (!st) {
+  // The transfer thread keeps the write in flight and takes the next order
+  // (several prompts' pages then move at once) while it polls them to the
+  // end. Without one, finish it now: the receiver is waiting for these pages,
+  // and shm's writes complete only as both sides make progress, which a
+  // step busy computing would give only between its hops.
+  if (!st && w->xfer_on) {
+    w->n_writes++;
+  } else if (!st) {
     st = rg_transport_wait(w->writes[w->n_writes], w->step_timeout);
     rg_transport_req_free(w->writes[w->n_writes]);
     w->writes[w->n_writes] = NULL;
@@ -843,10 +868,11 @@ static rg_status_t push_offloads(worker_t *w) {
   return st;
 }
 
-// Takes the XFER orders that have come (never waits). An order that cannot
-// be carried out is reported; its receiver then names this worker.
-static rg_status_t service_xfers(worker_t *w) {
-  if (w->role != RG_CLUSTER_ROLE_PREFILL && w->role != RG_CLUSTER_ROLE_TIER) return NULL;
+// Takes the XFER orders that have come (never waits for one). An order that
+// cannot be carried out is reported; its receiver then names this worker.
+// *served counts the orders taken.
+static rg_status_t serve_orders(worker_t *w, int *served) {
+  *served = 0;
   size_t cap = 256 + 8 * (size_t)(w->lim.max_context + 1);
   if (!w->xfer_buf && !(w->xfer_buf = malloc(cap)))
     return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for transfer orders");
@@ -862,6 +888,7 @@ static rg_status_t service_xfers(worker_t *w) {
     w->xfer_recv = NULL;
     if (s) return s;  // the coordinator is gone, or the endpoint
     w->xfer_seq++;
+    ++*served;
     if (len >= 4 && !memcmp(w->xfer_buf, "RGXE", 4)) {
       s = take_offloads(w, len);
     } else {
@@ -876,6 +903,77 @@ static rg_status_t service_xfers(worker_t *w) {
   }
   reap_writes(w);
   return NULL;
+}
+
+// The transfer thread: takes orders as they come and polls its writes to
+// the end (which also progresses the main thread's transfers while it
+// computes). It yields between polls while a write is in flight, and backs
+// off to 1 ms between polls while nothing is (an order then waits at most
+// 1 ms, against the tens of ms a prompt's pages take). Writes still in flight when
+// it stops are left to the endpoint's teardown.
+static void *xfer_main(void *arg) {
+  worker_t *w = arg;
+  double idle = 0;
+  while (!atomic_load_explicit(&w->xfer_stop, memory_order_acquire)) {
+    int served = 0;
+    pthread_mutex_lock(&w->xfer_mu);
+    rg_status_t s = serve_orders(w, &served);
+    if (s) w->xfer_err = s;
+    pthread_mutex_unlock(&w->xfer_mu);
+    if (s) break;
+    if (w->n_writes) {
+      idle = 0;
+      sched_yield();
+      continue;
+    }
+    idle = served ? 0 : idle < 1e-3 ? idle + 2e-5 : idle;
+    if (idle > 0) rg_clock_sleep(idle);
+  }
+  return NULL;
+}
+
+// A prefill worker starts its transfer thread before its first step; other
+// roles take orders on the main thread (a tier computes nothing).
+static rg_status_t xfer_start(worker_t *w) {
+  if (w->role != RG_CLUSTER_ROLE_PREFILL || w->xfer_on) return NULL;
+  if (pthread_mutex_init(&w->xfer_mu, NULL))
+    return rg_status_make(RG_INTERNAL, "cannot create the transfer thread's lock");
+  atomic_store(&w->xfer_stop, 0);
+  if (pthread_create(&w->xfer_thread, NULL, xfer_main, w)) {
+    pthread_mutex_destroy(&w->xfer_mu);
+    return rg_status_make(RG_INTERNAL, "%s: cannot start the KV transfer thread", w->names[w->me]);
+  }
+  w->xfer_on = 1;
+  return NULL;
+}
+
+// Stops the thread after the order it is serving, if any.
+static void xfer_stop(worker_t *w) {
+  if (!w->xfer_on) return;
+  atomic_store_explicit(&w->xfer_stop, 1, memory_order_release);
+  pthread_join(w->xfer_thread, NULL);
+  pthread_mutex_destroy(&w->xfer_mu);
+  w->xfer_on = 0;
+  rg_status_free(w->xfer_err);
+  w->xfer_err = NULL;
+}
+
+// What the main thread calls between its hops and steps: with a transfer
+// thread, only whether it failed (the coordinator or the endpoint gone);
+// else the orders themselves.
+static rg_status_t service_xfers(worker_t *w) {
+  if (w->xfer_on) {
+    // The thread has stopped for good once it failed: every later call says so.
+    pthread_mutex_lock(&w->xfer_mu);
+    rg_status_t s = w->xfer_err ? rg_status_make(rg_status_code(w->xfer_err), "%s",
+                                                 rg_status_message(w->xfer_err))
+                                : NULL;
+    pthread_mutex_unlock(&w->xfer_mu);
+    return s;
+  }
+  if (w->role != RG_CLUSTER_ROLE_PREFILL && w->role != RG_CLUSTER_ROLE_TIER) return NULL;
+  int served;
+  return serve_orders(w, &served);
 }
 
 // Before the forward: the KV of the prompts this step imports, written here
@@ -1092,7 +1190,7 @@ static rg_status_t serve_steps(worker_t *w) {
   uint8_t *msg = malloc(cap);
   if (!msg)
     return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a %zu-byte step buffer", cap);
-  rg_status_t st = NULL;
+  rg_status_t st = xfer_start(w);
   rg_transport_req_t *r = NULL;
   double idle = 0;
   while (!st) {
@@ -1139,12 +1237,13 @@ static rg_status_t serve_steps(worker_t *w) {
     // writes and the notice that follows them): stay awake while they last.
     // Yield rather than spin: on a machine with fewer cores than processes
     // the receiver needs this core to copy the pages.
-    idle = w->n_writes ? 0 : idle < 2e-3 ? idle + 2e-5 : idle;
+    idle = !w->xfer_on && w->n_writes ? 0 : idle < 2e-3 ? idle + 2e-5 : idle;
     if (idle > 0)
       rg_clock_sleep(idle);
     else
       sched_yield();
   }
+  xfer_stop(w);
   rg_transport_req_free(r);
   free(msg);
   return st;

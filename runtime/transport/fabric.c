@@ -32,7 +32,10 @@
 //   there, so without that rule a receiver mid-transfer backed off to 1 ms
 //   polls and a 16 MiB KV transfer ran at a tenth of shm's bandwidth. (A
 //   tighter cap while a notice was pending did as well for transfers but
-//   cost 6-13% of a core while waiting for one.)
+//   cost 6-13% of a core while waiting for one.) A side with a write of its
+//   own in flight never sleeps: it yields between polls until the write is
+//   done, since its pieces complete (and, on tcp, its bytes leave) only as it
+//   polls.
 // - Receives never ask the provider to truncate. shm 1.17 spins forever in
 //   fi_cq_read when a message over its CMA path is longer than the posted
 //   buffer (smr_cma_loop has no end for it), so every receive is posted as
@@ -122,6 +125,7 @@ typedef struct op_s {
   struct fid_mr *bounce_mr;
   bool bounce_sent;
   bool eagain;  // the provider's queue was full: retry on progress
+  bool active;  // a write counted in fab_t.writes_active
 } op_t;
 
 typedef struct {
@@ -140,6 +144,9 @@ typedef struct {
   uint64_t next_key;
   op_t *head[3], *tail[3];  // backlogs, indexed by Q_*
   double last_activity;
+  // Writes posted and not yet finished: while there are any, the sender
+  // polls without sleeping (see fabric_sleep).
+  unsigned writes_active;
   uint8_t name[RG_TRANSPORT_ADDR_MAX];
   size_t name_len;
   void *sink;  // see "Receives never ask the provider to truncate"
@@ -512,9 +519,16 @@ static bool is_peer_error(int err) {
   }
 }
 
+static void write_inactive(fab_t *f, op_t *o) {
+  if (!o->active) return;
+  o->active = false;
+  f->writes_active--;
+}
+
 static void finish(fab_t *f, rg_transport_req_t *r, rg_code_t code, size_t got, const char *why) {
   op_t *o = op_of(r);
   backlog_remove(f, o);
+  write_inactive(f, o);
   op_cleanup(o);
   if (why)
     rg__op_finish(r, code, got, "%s", why);
@@ -525,6 +539,7 @@ static void finish(fab_t *f, rg_transport_req_t *r, rg_code_t code, size_t got, 
 static void release(fab_t *f, rg_transport_req_t *r) {
   op_t *o = op_of(r);
   backlog_remove(f, o);
+  write_inactive(f, o);
   op_cleanup(o);
   rg__op_release(r);
 }
@@ -726,6 +741,8 @@ static rg_status_t post_write(fab_t *f, rg_transport_req_t *r) {
   post_pieces(f, r);
   if (o->fail_code != RG_OK && o->outstanding == 0)
     return rg_status_make(o->fail_code, "%s", o->fail_msg);
+  o->active = true;
+  f->writes_active++;
   backlog_add(f, o);  // hashing, at least, is left
   return NULL;
 }
@@ -839,8 +856,9 @@ static double thread_cpu(void) {
 }
 
 // CPU time above which a poll counts as the provider having done work (an
-// idle fi_cq_read takes about a microsecond).
-#define BUSY_POLL_S 20e-6
+// idle fi_cq_read takes about a microsecond; shm copying one 16 KiB piece of
+// a write in, a few). 20 us missed the small pieces of per-head runs.
+#define BUSY_POLL_S 5e-6
 
 static rg_status_t fabric_progress(rg_transport_t *t) {
   fab_t *f = t->impl;
@@ -899,18 +917,36 @@ static void fabric_sleep(rg_transport_t *t, double until) {
   // a loaded machine) for it.
   double idle = now - f->last_activity;
   if (idle < 50e-6) return;
+  // A write in flight moves only as this side polls (tcp sends its bytes
+  // from inside fi_cq_read; every provider here reports the pieces' delivery
+  // there), so the sender never sleeps while it has one; it yields, which
+  // costs nothing when no other thread wants this core and hands the core
+  // to the receiver when both share one.
+  if (f->writes_active) {
+    rg__ep_unlock(t);
+    sched_yield();
+    rg__ep_relock(t);
+    return;
+  }
   if (f->wait_fd >= 0) {
     struct fid *fids[1] = {&f->cq->fid};
     if (fi_trywait(f->fabric, fids, 1) != FI_SUCCESS) return;
     // Capped, so that events the fd might not cover (connection set-up in
     // some providers) are still progressed within 100 ms.
-    int ms = left > 0.1 ? 100 : (int)(left * 1e3) + 1;
+    // A shared endpoint (see transport_impl.h) caps it at 1 ms: another
+    // thread may read the completion this one waits for.
+    double cap = t->shared ? 1e-3 : 0.1;
+    int ms = left > cap ? (int)(cap * 1e3) : (int)(left * 1e3) + 1;
     struct pollfd p = {.fd = f->wait_fd, .events = POLLIN};
+    rg__ep_unlock(t);
     poll(&p, 1, ms);
+    rg__ep_relock(t);
     return;
   }
   if (idle < 200e-6) {
+    rg__ep_unlock(t);
     sched_yield();
+    rg__ep_relock(t);
     return;
   }
   // Sleep an eighth of the time already idle: a completion is seen at most
@@ -919,7 +955,9 @@ static void fabric_sleep(rg_transport_t *t, double until) {
   if (d > 1e-3) d = 1e-3;
   if (d > left) d = left;
   struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)(d * 1e9)};
+  rg__ep_unlock(t);
   nanosleep(&ts, NULL);
+  rg__ep_relock(t);
 }
 
 static bool fabric_cancel(rg_transport_req_t *r) {

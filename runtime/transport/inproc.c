@@ -258,9 +258,14 @@ static void inproc_sleep(rg_transport_t *t, double until) {
   ep_t *e = t->impl;
   double left = until - rg_clock_now();
   if (left <= 0) return;
-  int ms = left > 1.0 ? 1000 : (int)(left * 1e3) + 1;
+  // A shared endpoint (see transport_impl.h) caps it at 1 ms: another of its
+  // threads may drain the eventfd that would have woken this one.
+  double cap = t->shared ? 1e-3 : 1.0;
+  int ms = left > cap ? (int)(cap * 1e3) : (int)(left * 1e3) + 1;
   struct pollfd p = {.fd = e->efd, .events = POLLIN};
+  rg__ep_unlock(t);
   poll(&p, 1, ms);
+  rg__ep_relock(t);
 }
 
 static rg_status_t inproc_wait_fd(rg_transport_t *t, int *out_fd) {

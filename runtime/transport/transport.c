@@ -4,12 +4,16 @@
 // only move bytes.
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <xxhash.h>
+// The library also exports XXH3 entry points that pick the widest vector
+// unit at run time (AVX2, AVX-512); the plain ones are built for SSE2 only.
+#include <xxh_x86dispatch.h>
 
 #include "runtime/transport/transport_impl.h"
 
@@ -31,6 +35,31 @@ _Static_assert(sizeof(op_names) / sizeof(op_names[0]) == RG__OP_KIND_COUNT,
 
 const char *rg_transport_kind_name(rg_transport_kind_t kind) {
   return (unsigned)kind < RG_TRANSPORT_KIND_COUNT ? kind_names[kind] : "unknown";
+}
+
+// The endpoint lock (see transport_impl.h). Locking also notes whether a
+// second thread has used the endpoint.
+static void ep_lock(rg_transport_t *t) {
+  pthread_mutex_lock(&t->mu);
+  pthread_t self = pthread_self();
+  if (!t->has_owner) {
+    t->owner = self;
+    t->has_owner = true;
+  } else if (!t->shared && !pthread_equal(t->owner, self)) {
+    t->shared = true;
+  }
+}
+
+static void ep_unlock(rg_transport_t *t) {
+  pthread_mutex_unlock(&t->mu);
+}
+
+void rg__ep_unlock(rg_transport_t *t) {
+  pthread_mutex_unlock(&t->mu);
+}
+
+void rg__ep_relock(rg_transport_t *t) {
+  pthread_mutex_lock(&t->mu);
 }
 
 static void copy_str(char *dst, size_t cap, const char *src) {
@@ -58,6 +87,7 @@ rg_status_t rg_transport_create(const rg_transport_options_t *opt, rg_transport_
   t->timeout_s = opt->timeout_s > 0 ? opt->timeout_s : RG_TRANSPORT_DEFAULT_TIMEOUT_S;
   t->register_local = opt->register_local;
   t->next_region_id = 1;
+  pthread_mutex_init(&t->mu, NULL);
   rg_status_t s;
   if (opt->kind == RG_TRANSPORT_INPROC) {
     t->vt = &rg__inproc_vtable;
@@ -67,6 +97,7 @@ rg_status_t rg_transport_create(const rg_transport_options_t *opt, rg_transport_
     s = rg__fabric_open(t, opt);
   }
   if (s) {
+    pthread_mutex_destroy(&t->mu);
     free(t);
     return rg_status_wrap(s, "transport '%s'", opt->name && opt->name[0] ? opt->name : "endpoint");
   }
@@ -78,7 +109,7 @@ static void free_write(rg__write_t *w) {
   if (!w) return;
   free(w->segs);
   free(w->notice);
-  if (w->hash_state) XXH64_freeState(w->hash_state);
+  if (w->hash_state) XXH3_freeState(w->hash_state);
   free(w);
 }
 
@@ -235,6 +266,7 @@ void rg_transport_destroy(rg_transport_t *t) {
   }
   for (size_t i = 0; i < t->n_peers; i++) free(t->peers[i].failed);
   free(t->peers);
+  pthread_mutex_destroy(&t->mu);
   free(t);
 }
 
@@ -272,8 +304,8 @@ rg_status_t rg_transport_address(const rg_transport_t *t, uint8_t *buf, size_t c
   return NULL;
 }
 
-rg_status_t rg_transport_peer_add(rg_transport_t *t, const uint8_t *addr, size_t len,
-                                  const char *name, rg_transport_peer_t *out) {
+static rg_status_t peer_add_locked(rg_transport_t *t, const uint8_t *addr, size_t len,
+                                   const char *name, rg_transport_peer_t *out) {
   *out = -1;
   const char *who = name && name[0] ? name : "peer";
   if (!addr || len < RG__ADDR_HEADER || memcmp(addr, RG__ADDR_MAGIC, 4) != 0)
@@ -308,7 +340,7 @@ const char *rg_transport_peer_name(const rg_transport_t *t, rg_transport_peer_t 
   return peer_name_of(t, peer);
 }
 
-void rg_transport_peer_fail(rg_transport_t *t, rg_transport_peer_t peer, const char *why) {
+static void peer_fail_locked(rg_transport_t *t, rg_transport_peer_t peer, const char *why) {
   if (peer < 0 || (size_t)peer >= t->n_peers) return;
   rg__peer_t *p = &t->peers[peer];
   if (!p->failed) p->failed = strdup(why && why[0] ? why : "reported lost");
@@ -371,9 +403,9 @@ static rg_status_t post_req(rg_transport_t *t, rg_transport_req_t *r, rg_transpo
   return NULL;
 }
 
-rg_status_t rg_transport_send(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag,
-                              const void *buf, size_t len, const char *stage,
-                              rg_transport_req_t **out) {
+static rg_status_t send_locked(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag,
+                               const void *buf, size_t len, const char *stage,
+                               rg_transport_req_t **out) {
   *out = NULL;
   RG_RETURN_IF_ERROR(check_peer(t, peer, "a send"));
   if (!buf && len)
@@ -386,8 +418,8 @@ rg_status_t rg_transport_send(rg_transport_t *t, rg_transport_peer_t peer, uint6
   return post_req(t, r, out);
 }
 
-rg_status_t rg_transport_recv(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag, void *buf,
-                              size_t cap, const char *stage, rg_transport_req_t **out) {
+static rg_status_t recv_locked(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag, void *buf,
+                               size_t cap, const char *stage, rg_transport_req_t **out) {
   *out = NULL;
   RG_RETURN_IF_ERROR(check_peer(t, peer, "a receive"));
   if (!buf && cap)
@@ -403,8 +435,8 @@ rg_status_t rg_transport_recv(rg_transport_t *t, rg_transport_peer_t peer, uint6
 // ---------------------------------------------------------------------------
 // Regions.
 
-rg_status_t rg_transport_region_register(rg_transport_t *t, void *base, size_t len, unsigned access,
-                                         rg_transport_region_t **out) {
+static rg_status_t region_register_locked(rg_transport_t *t, void *base, size_t len,
+                                          unsigned access, rg_transport_region_t **out) {
   *out = NULL;
   if (!base || !len)
     return rg_status_make(RG_INVALID_ARGUMENT,
@@ -434,8 +466,7 @@ rg_status_t rg_transport_region_register(rg_transport_t *t, void *base, size_t l
   return NULL;
 }
 
-void rg_transport_region_deregister(rg_transport_region_t *g) {
-  if (!g) return;
+static void region_deregister_locked(rg_transport_region_t *g) {
   rg_transport_t *t = g->t;
   t->vt->region_deregister(g);
   if (g->prev)
@@ -537,7 +568,7 @@ bool rg__write_hash_step(rg__write_t *w, uint64_t budget) {
     }
     const rg_transport_segment_t *s = &w->segs[w->hash_seg];
     const uint8_t *p = (const uint8_t *)s->src + (int64_t)w->hash_run * s->src_stride;
-    XXH64_update(w->hash_state, p, s->len);
+    XXH3_64bits_update(w->hash_state, p, s->len);
     done += s->len;
     if (++w->hash_run == s->count) {
       w->hash_run = 0;
@@ -548,19 +579,19 @@ bool rg__write_hash_step(rg__write_t *w, uint64_t budget) {
 }
 
 void rg__write_hash_bytes(rg__write_t *w, const void *p, size_t n) {
-  XXH64_update(w->hash_state, p, n);
+  XXH3_64bits_update(w->hash_state, p, n);
 }
 
 void rg__write_seal(rg__write_t *w) {
-  rg__put64(w->notice + 40, XXH64_digest(w->hash_state));
+  rg__put64(w->notice + 40, XXH3_64bits_digest(w->hash_state));
 }
 
-rg_status_t rg_transport_write(rg_transport_t *t, rg_transport_peer_t peer,
-                               const rg_transport_region_t *src,
-                               const rg_transport_region_desc_t *dst,
-                               const rg_transport_segment_t *segs, size_t n_segs,
-                               uint64_t notice_tag, const void *payload, size_t payload_len,
-                               const char *stage, rg_transport_req_t **out) {
+static rg_status_t write_locked(rg_transport_t *t, rg_transport_peer_t peer,
+                                const rg_transport_region_t *src,
+                                const rg_transport_region_desc_t *dst,
+                                const rg_transport_segment_t *segs, size_t n_segs,
+                                uint64_t notice_tag, const void *payload, size_t payload_len,
+                                const char *stage, rg_transport_req_t **out) {
   *out = NULL;
   RG_RETURN_IF_ERROR(check_peer(t, peer, "a write"));
   const char *who = t->peers[peer].name;
@@ -600,12 +631,12 @@ rg_status_t rg_transport_write(rg_transport_t *t, rg_transport_peer_t peer,
   w->segs = malloc(n_segs * sizeof(*w->segs));
   w->notice_len = RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * n_segs + payload_len;
   w->notice = malloc(w->notice_len);
-  w->hash_state = XXH64_createState();
+  w->hash_state = XXH3_createState();
   if (!w->segs || !w->notice || !w->hash_state) {
     s = rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
     goto fail;
   }
-  XXH64_reset(w->hash_state, 0);
+  XXH3_64bits_reset(w->hash_state);
   w->n_segs = n_segs;
   u128 total = 0;
   for (size_t i = 0; i < n_segs; i++) {
@@ -676,12 +707,14 @@ fail:
 }
 
 void rg_transport_corrupt_next_write(rg_transport_t *t) {
+  ep_lock(t);
   t->corrupt_next = true;
+  ep_unlock(t);
 }
 
-rg_status_t rg_transport_recv_notice(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag,
-                                     void *payload, size_t cap, const char *stage,
-                                     rg_transport_req_t **out) {
+static rg_status_t recv_notice_locked(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag,
+                                      void *payload, size_t cap, const char *stage,
+                                      rg_transport_req_t **out) {
   *out = NULL;
   RG_RETURN_IF_ERROR(check_peer(t, peer, "a notice receive"));
   if (!payload && cap)
@@ -777,21 +810,21 @@ static void check_notice(rg_transport_req_t *r) {
                  pay, r->user_cap);
     return;
   }
-  XXH64_state_t *h = XXH64_createState();
+  XXH3_state_t *h = XXH3_createState();
   if (!h) {
     fail_settled(r, RG_OUT_OF_MEMORY, "out of memory checking the notice");
     return;
   }
-  XXH64_reset(h, 0);
+  XXH3_64bits_reset(h);
   const uint8_t *base = g->base;
   for (uint32_t i = 0; i < n_segs; i++) {
     const uint8_t *e = segs + (size_t)RG__NOTICE_SEGMENT * i;
     uint64_t off = rg__get64(e), len = rg__get64(e + 8), stride = rg__get64(e + 24);
     uint32_t count = rg__get32(e + 16);
-    for (uint32_t k = 0; k < count; k++) XXH64_update(h, base + off + k * stride, len);
+    for (uint32_t k = 0; k < count; k++) XXH3_64bits_update(h, base + off + k * stride, len);
   }
-  uint64_t got_sum = XXH64_digest(h);
-  XXH64_freeState(h);
+  uint64_t got_sum = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
   if (got_sum != sum) {
     fail_settled(r, RG_DATA_CORRUPT,
                  "checksum mismatch over %" PRIu64 " bytes in %u segments of region %" PRIu64
@@ -820,10 +853,15 @@ static rg_status_t result_of(const rg_transport_req_t *r) {
 }
 
 bool rg_transport_req_done(const rg_transport_req_t *r) {
-  return r->settled;
+  rg_transport_t *t = r->t;
+  if (!t) return r->settled;
+  ep_lock(t);
+  bool done = r->settled;
+  ep_unlock(t);
+  return done;
 }
 
-size_t rg_transport_req_bytes(const rg_transport_req_t *r) {
+static size_t req_bytes_locked(const rg_transport_req_t *r) {
   switch (r->kind) {
     case RG__OP_SEND:
       return r->len;
@@ -843,6 +881,9 @@ static void expire(rg_transport_req_t *r, double timeout_s) {
 
 enum { WAIT_ALL, WAIT_ANY };
 
+static rg_status_t wait_locked(rg_transport_t *t, rg_transport_req_t *const *reqs, size_t n,
+                               double timeout_s, int mode, size_t *out_index);
+
 static rg_status_t wait_reqs(rg_transport_req_t *const *reqs, size_t n, double timeout_s, int mode,
                              size_t *out_index) {
   if (out_index) *out_index = 0;
@@ -858,6 +899,15 @@ static rg_status_t wait_reqs(rg_transport_req_t *const *reqs, size_t n, double t
                             t->name, reqs[i]->t->name);
     t = reqs[i]->t;
   }
+  if (!t) return wait_locked(NULL, reqs, n, timeout_s, mode, out_index);
+  ep_lock(t);
+  rg_status_t s = wait_locked(t, reqs, n, timeout_s, mode, out_index);
+  ep_unlock(t);
+  return s;
+}
+
+static rg_status_t wait_locked(rg_transport_t *t, rg_transport_req_t *const *reqs, size_t n,
+                               double timeout_s, int mode, size_t *out_index) {
   double timeout = t ? (timeout_s < 0 ? t->timeout_s : timeout_s) : 0;
   double deadline = rg_clock_now() + timeout;
   for (;;) {
@@ -894,13 +944,24 @@ static rg_status_t wait_reqs(rg_transport_req_t *const *reqs, size_t n, double t
 
 rg_status_t rg_transport_test(rg_transport_req_t *r, bool *out_done) {
   *out_done = false;
-  if (r->t && !r->settled) {
-    rg_status_t s = r->t->vt->progress(r->t);
-    if (s) return rg_status_wrap(s, "transport '%s'", r->t->name);
+  rg_transport_t *t = r->t;
+  if (!t) {
+    *out_done = r->settled;
+    return r->settled ? result_of(r) : NULL;
+  }
+  ep_lock(t);
+  rg_status_t s = NULL;
+  if (!r->settled) {
+    s = t->vt->progress(t);
+    if (s) s = rg_status_wrap(s, "transport '%s'", t->name);
     settle(r);
   }
-  *out_done = r->settled;
-  return r->settled ? result_of(r) : NULL;
+  if (!s) {
+    *out_done = r->settled;
+    s = r->settled ? result_of(r) : NULL;
+  }
+  ep_unlock(t);
+  return s;
 }
 
 rg_status_t rg_transport_wait(rg_transport_req_t *r, double timeout_s) {
@@ -916,8 +977,7 @@ rg_status_t rg_transport_wait_any(rg_transport_req_t *const *reqs, size_t n, dou
   return wait_reqs(reqs, n, timeout_s, WAIT_ANY, out_index);
 }
 
-void rg_transport_req_free(rg_transport_req_t *r) {
-  if (!r) return;
+static void req_free_locked(rg_transport_req_t *r) {
   rg_transport_t *t = r->t;
   if (t && r->held && !has_arrived(r)) {
     if (!t->vt->cancel(r)) {
@@ -934,13 +994,111 @@ void rg_transport_req_free(rg_transport_req_t *r) {
 }
 
 // ---------------------------------------------------------------------------
+// The public calls that touch an endpoint's state, each under its lock (see
+// "Threads" in transport.h).
+
+rg_status_t rg_transport_peer_add(rg_transport_t *t, const uint8_t *addr, size_t len,
+                                  const char *name, rg_transport_peer_t *out) {
+  ep_lock(t);
+  rg_status_t s = peer_add_locked(t, addr, len, name, out);
+  ep_unlock(t);
+  return s;
+}
+
+void rg_transport_peer_fail(rg_transport_t *t, rg_transport_peer_t peer, const char *why) {
+  ep_lock(t);
+  peer_fail_locked(t, peer, why);
+  ep_unlock(t);
+}
+
+rg_status_t rg_transport_send(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag,
+                              const void *buf, size_t len, const char *stage,
+                              rg_transport_req_t **out) {
+  ep_lock(t);
+  rg_status_t s = send_locked(t, peer, tag, buf, len, stage, out);
+  ep_unlock(t);
+  return s;
+}
+
+rg_status_t rg_transport_recv(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag, void *buf,
+                              size_t cap, const char *stage, rg_transport_req_t **out) {
+  ep_lock(t);
+  rg_status_t s = recv_locked(t, peer, tag, buf, cap, stage, out);
+  ep_unlock(t);
+  return s;
+}
+
+rg_status_t rg_transport_region_register(rg_transport_t *t, void *base, size_t len, unsigned access,
+                                         rg_transport_region_t **out) {
+  ep_lock(t);
+  rg_status_t s = region_register_locked(t, base, len, access, out);
+  ep_unlock(t);
+  return s;
+}
+
+void rg_transport_region_deregister(rg_transport_region_t *g) {
+  if (!g) return;
+  rg_transport_t *t = g->t;
+  ep_lock(t);
+  region_deregister_locked(g);
+  ep_unlock(t);
+}
+
+rg_status_t rg_transport_write(rg_transport_t *t, rg_transport_peer_t peer,
+                               const rg_transport_region_t *src,
+                               const rg_transport_region_desc_t *dst,
+                               const rg_transport_segment_t *segs, size_t n_segs,
+                               uint64_t notice_tag, const void *payload, size_t payload_len,
+                               const char *stage, rg_transport_req_t **out) {
+  ep_lock(t);
+  rg_status_t s =
+      write_locked(t, peer, src, dst, segs, n_segs, notice_tag, payload, payload_len, stage, out);
+  ep_unlock(t);
+  return s;
+}
+
+rg_status_t rg_transport_recv_notice(rg_transport_t *t, rg_transport_peer_t peer, uint64_t tag,
+                                     void *payload, size_t cap, const char *stage,
+                                     rg_transport_req_t **out) {
+  ep_lock(t);
+  rg_status_t s = recv_notice_locked(t, peer, tag, payload, cap, stage, out);
+  ep_unlock(t);
+  return s;
+}
+
+size_t rg_transport_req_bytes(const rg_transport_req_t *r) {
+  rg_transport_t *t = r->t;
+  if (!t) return req_bytes_locked(r);
+  ep_lock(t);
+  size_t n = req_bytes_locked(r);
+  ep_unlock(t);
+  return n;
+}
+
+void rg_transport_req_free(rg_transport_req_t *r) {
+  if (!r) return;
+  rg_transport_t *t = r->t;
+  if (!t) {
+    req_free_locked(r);
+    return;
+  }
+  ep_lock(t);
+  req_free_locked(r);
+  ep_unlock(t);
+}
+
+// ---------------------------------------------------------------------------
 // Event loops.
 
 rg_status_t rg_transport_progress(rg_transport_t *t) {
+  ep_lock(t);
   rg_status_t s = t->vt->progress(t);
-  if (s) return rg_status_wrap(s, "transport '%s'", t->name);
-  for (rg_transport_req_t *r = t->live; r; r = r->next) settle(r);
-  return NULL;
+  if (s)
+    s = rg_status_wrap(s, "transport '%s'", t->name);
+  else
+    for (rg_transport_req_t *r = t->live; r; r = r->next) settle(r);
+  ep_unlock(t);
+  return s;
 }
 
 rg_status_t rg_transport_wait_fd(rg_transport_t *t, int *out_fd) {
@@ -949,5 +1107,8 @@ rg_status_t rg_transport_wait_fd(rg_transport_t *t, int *out_fd) {
 }
 
 bool rg_transport_trywait(rg_transport_t *t) {
-  return t->vt->trywait(t);
+  ep_lock(t);
+  bool ok = t->vt->trywait(t);
+  ep_unlock(t);
+  return ok;
 }

@@ -23,6 +23,7 @@
 #ifndef RG_RUNTIME_TRANSPORT_IMPL_H
 #define RG_RUNTIME_TRANSPORT_IMPL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,11 +48,11 @@ typedef enum {
 // A write's segment list and notice, built by the front end at post time.
 // Notice wire format (little-endian):
 //   header  magic "RGN1" u32, version u16, reserved u16, region id u64, key u64,
-//           segments u32, payload bytes u32, total bytes u64, xxhash64 u64
+//           segments u32, payload bytes u32, total bytes u64, XXH3-64 u64
 //   n × segment  dst offset u64, run bytes u64, runs u32, reserved u32, dst stride u64
 //   payload
 #define RG__NOTICE_MAGIC 0x314e4752u  // "RGN1"
-#define RG__NOTICE_VERSION 1
+#define RG__NOTICE_VERSION 2          // 2: XXH3-64 (1 was XXH64)
 #define RG__NOTICE_HEADER 48
 #define RG__NOTICE_SEGMENT 32
 #define RG__NOTICE_MAX \
@@ -66,7 +67,7 @@ typedef struct {
   size_t notice_len;
   // Hashing runs incrementally (rg__write_hash_step), so the fabric backend
   // can overlap it with the provider moving the data.
-  void *hash_state;  // XXH64_state_t
+  void *hash_state;  // XXH3_state_t
   size_t hash_seg, hash_run;
   bool hashed;
   bool corrupt;  // flip one bit of the data in transit
@@ -130,6 +131,15 @@ typedef struct {
 typedef struct rg__vtable_s rg__vtable_t;
 
 struct rg_transport_s {
+  // Every public call that touches the endpoint holds mu, so threads may
+  // share it: the provider sees one caller at a time, as FI_THREAD_DOMAIN
+  // asks. The wait loop lets go of it while it blocks (rg__ep_unlock
+  // around the backend's poll or sleep). `shared` is set once a second
+  // thread has called in; a backend then blocks in shorter slices, since
+  // another thread may take the completion its sleeper waits for.
+  pthread_mutex_t mu;
+  pthread_t owner;
+  bool has_owner, shared;
   const rg__vtable_t *vt;
   rg_transport_kind_t kind;
   char name[128];
@@ -157,6 +167,8 @@ struct rg__vtable_s {
   rg_status_t (*post)(rg_transport_req_t *r);
   rg_status_t (*progress)(rg_transport_t *t);
   // Blocks until something may have completed, or until `until` (CLOCK_MONOTONIC s).
+  // Called with the endpoint's lock held; it releases the lock only around
+  // the blocking call itself (rg__ep_unlock / rg__ep_relock).
   void (*sleep)(rg_transport_t *t, double until);
   // Stops r. Returns true when the backend has let go of it (held is clear).
   bool (*cancel)(rg_transport_req_t *r);
@@ -182,6 +194,11 @@ rg_status_t rg__fabric_providers(char *buf, size_t cap);
 void rg__op_describe(const rg_transport_req_t *r, char *buf, size_t cap);
 // The truncation failure, in the one wording both backends use.
 void rg__op_truncated(rg_transport_req_t *r, uint64_t message_bytes);
+
+// Around a backend's blocking call inside vt->sleep: nothing of the endpoint
+// may be touched between the two.
+void rg__ep_unlock(rg_transport_t *t);
+void rg__ep_relock(rg_transport_t *t);
 
 static inline void *rg__op_impl(rg_transport_req_t *r) {
   return r->impl;
