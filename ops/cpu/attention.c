@@ -848,50 +848,25 @@ static void attn_merge(void *vc, size_t begin, size_t end, int thread) {
 // every token of it reads the same keys and values: one item per (block of
 // up to QROWS / G tokens, kv head) streams each tile of 16 positions once
 // for all its QROWS query rows, as two small matrix products with the
-// online softmax between them, instead of once per token. Per tile: the
-// keys are transposed (hdp x 16), scores for 8 rows at a time are hd
-// broadcast FMAs with one key load each, and each row's probabilities
-// weight the value rows, 2 query rows per value load. Rows whose token does
-// not see a tile (causal or window edges) skip it.
+// online softmax between them, instead of once per token. Rows sit in
+// vector lanes (queries transposed once per item): the 16 scores of a tile
+// for 16 rows are hd FMAs of a query vector by broadcast key elements, and
+// the softmax's max, exp and sums run across positions with no reduction
+// across lanes; each row's probabilities then weight the value rows, 2
+// rows per value load. Positions a row does not see (causal, window) are
+// masked per lane.
 enum { QROWS = 64, BLK_MIN = 4 };
 
 // Floats of one thread's block scratch for G heads and hdp columns.
 static size_t blk_scratch_floats(size_t hdp) {
-  // qs, acc (QROWS, hdp); kf, vf (16, hdp); kT (hdp, 16); s (QROWS, 16); corr, m, l (QROWS)
-  return (2 * QROWS + 48) * hdp + QROWS * 19 + 16;
-}
-
-RG_T512 static void transpose16_ps(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  __m512 u[16];
-  for (int b = 0; b < 16; b += 4) {
-    u[b] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[b]), _mm512_castps_pd(t[b + 2])));
-    u[b + 1] =
-        _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[b]), _mm512_castps_pd(t[b + 2])));
-    u[b + 2] = _mm512_castpd_ps(
-        _mm512_unpacklo_pd(_mm512_castps_pd(t[b + 1]), _mm512_castps_pd(t[b + 3])));
-    u[b + 3] = _mm512_castpd_ps(
-        _mm512_unpackhi_pd(_mm512_castps_pd(t[b + 1]), _mm512_castps_pd(t[b + 3])));
-  }
-  // Column 4L + c is lane L of u[c], u[4 + c], u[8 + c], u[12 + c].
-  for (int c = 0; c < 4; c++) {
-    __m512 ab0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44),
-           ab1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xee),
-           cd0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44),
-           cd1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xee);
-    r[c] = _mm512_shuffle_f32x4(ab0, cd0, 0x88);
-    r[4 + c] = _mm512_shuffle_f32x4(ab0, cd0, 0xdd);
-    r[8 + c] = _mm512_shuffle_f32x4(ab1, cd1, 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(ab1, cd1, 0xdd);
-  }
+  // qT (hdp, QROWS), acc (QROWS, hdp); kf, vf (16, hdp); sT (16, QROWS);
+  // corr, m, l, and the rows' first and last positions (QROWS each)
+  return (2 * QROWS + 32) * hdp + QROWS * (TILE + 5);
 }
 
 // acc rows r and r + 1 (NV vectors each) scaled by their corrections, plus
-// the n value rows weighted by their probabilities. NV is a constant, so
+// the n value rows weighted by their probabilities (p[cc * QROWS] and the
+// next row's beside it: rows are in lanes). NV is a constant, so
 // both rows' accumulators stay in registers.
 #define BLK_PV(NV)                                                                               \
   RG_T512 static void blk_pv##NV(float *acc, const float *p, const float *corr, const float *vf, \
@@ -903,7 +878,7 @@ RG_T512 static void transpose16_ps(__m512 r[16]) {
       a1[v] = _mm512_mul_ps(_mm512_load_ps(acc + hdp + 16 * v), c1);                             \
     }                                                                                            \
     for (size_t cc = 0; cc < n; cc++) {                                                          \
-      const __m512 p0 = _mm512_set1_ps(p[cc]), p1 = _mm512_set1_ps(p[TILE + cc]);                \
+      const __m512 p0 = _mm512_set1_ps(p[cc * QROWS]), p1 = _mm512_set1_ps(p[cc * QROWS + 1]);   \
       _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {                                     \
         const __m512 x = _mm512_load_ps(vf + cc * hdp + 16 * v);                                 \
         a0[v] = _mm512_fmadd_ps(p0, x, a0[v]);                                                   \
@@ -943,72 +918,72 @@ RG_T512 static void blk_rows(const attn_ctx_t *c, const int32_t *blocks, size_t 
 // One item: block bi of the prefill blocks, kv head h.
 RG_T512 static void blk_item(const attn_ctx_t *c, size_t bi, size_t h, float *base) {
   const size_t G = c->G, hdp = c->hdp, hd = c->kv->head_dim, T = c->blk_len[bi], R = T * G;
-  // Rows past R (to a multiple of 8) are zero queries that see nothing, so
-  // the products below run on whole register blocks.
-  const size_t Rp = (R + 7) / 8 * 8;
+  // Rows past R (to a multiple of 16) are zero queries that see nothing, so
+  // every vector below holds 16 whole rows.
+  const size_t Rp = (R + 15) / 16 * 16;
   const size_t t0 = (size_t)c->blk[bi], P0 = (size_t)c->b->pos[t0];
   const int32_t *blocks = c->b->tables[c->b->seq[t0]].blocks;
-  float *qs = base, *acc = qs + QROWS * hdp, *kf = acc + QROWS * hdp, *vf = kf + TILE * hdp,
-        *kT = vf + TILE * hdp, *sc = kT + TILE * hdp, *corr = sc + QROWS * TILE, *m = corr + QROWS,
-        *l = m + QROWS;
-  memset(qs, 0, Rp * hdp * sizeof *qs);
+  float *qT = base, *acc = qT + QROWS * hdp, *kf = acc + QROWS * hdp, *vf = kf + TILE * hdp,
+        *sT = vf + TILE * hdp, *corr = sT + QROWS * TILE, *m = corr + QROWS, *l = m + QROWS;
+  int32_t *lo = (int32_t *)(l + QROWS), *hi = lo + QROWS;
+  memset(qT, 0, hdp * Rp * sizeof *qT);
   memset(acc, 0, Rp * hdp * sizeof *acc);
   for (size_t r = 0; r < Rp; r++) {
     m[r] = -INFINITY, l[r] = 0;
+    // Positions row r's token sees: [lo, hi); none for the padding rows.
+    lo[r] = r < R ? (int32_t)attn_start(c, t0 + r / G) : 0;
+    hi[r] = r < R ? (int32_t)(P0 + r / G + 1) : 0;
     if (r >= R) continue;
     const float *q = c->q + ((t0 + r / G) * c->n_heads + h * G + r % G) * hd;
-    for (size_t i = 0; i < hd; i++) qs[r * hdp + i] = q[i] * c->scale;
+    for (size_t i = 0; i < hd; i++) qT[i * Rp + r] = q[i] * c->scale;
   }
   // The padding columns of kf and vf stay zero: rows are widened hd wide.
   memset(kf, 0, 2 * TILE * hdp * sizeof *kf);
   const size_t j_lo = attn_start(c, t0), j_hi = P0 + T;
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
   for (size_t j = j_lo; j < j_hi; j += TILE) {
     const size_t n = j_hi - j < TILE ? j_hi - j : TILE;
     blk_rows(c, blocks, h, j, n, 0, kf);
     blk_rows(c, blocks, h, j, n, 1, vf);
-    for (size_t d0 = 0; d0 < hdp; d0 += 16) {
-      __m512 r16[16];
-      for (int i = 0; i < 16; i++) r16[i] = _mm512_load_ps(kf + i * hdp + d0);
-      transpose16_ps(r16);
-      for (int i = 0; i < 16; i++) _mm512_store_ps(kT + (d0 + (size_t)i) * TILE, r16[i]);
-    }
-    for (size_t r0 = 0; r0 < Rp; r0 += 8) {
-      __m512 a[8];
-      _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) a[i] = _mm512_setzero_ps();
-      const float *q0 = qs + r0 * hdp;
+    for (size_t g = 0; g < Rp; g += 16) {
+      // Scores with rows in lanes: sT[cc] = sum_d k[cc][d] * qT[d], one
+      // broadcast key element per product, so no reduction across lanes.
+      __m512 a[TILE];
+      _Pragma("GCC unroll 16") for (int cc = 0; cc < TILE; cc++) a[cc] = _mm512_setzero_ps();
       for (size_t d = 0; d < hd; d++) {
-        const __m512 kv = _mm512_load_ps(kT + d * TILE);
-        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) a[i] =
-            _mm512_fmadd_ps(_mm512_set1_ps(q0[(size_t)i * hdp + d]), kv, a[i]);
+        const __m512 qv = _mm512_load_ps(qT + d * Rp + g);
+        _Pragma("GCC unroll 16") for (int cc = 0; cc < TILE; cc++) a[cc] =
+            _mm512_fmadd_ps(_mm512_set1_ps(kf[(size_t)cc * hdp + d]), qv, a[cc]);
       }
-      _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++)
-          _mm512_store_ps(sc + (r0 + (size_t)i) * TILE, a[i]);
-    }
-    for (size_t r = 0; r < Rp; r++) {
-      // Positions this row's token sees: [attn_start, its own position].
-      size_t a = 0, b = 0;
-      if (r < R) {
-        const size_t lo = attn_start(c, t0 + r / G), hi = P0 + r / G + 1;
-        a = lo > j ? lo - j : 0, b = hi <= j ? 0 : hi - j < n ? hi - j : n;
+      // The online softmax for 16 rows at once; positions a row does not
+      // see are -inf, and a row that sees none of the tile keeps its state.
+      const __m512i lov = _mm512_load_si512(lo + g), hiv = _mm512_load_si512(hi + g);
+      __m512 mx = ninf;
+      __mmask16 vis[TILE];
+      for (size_t cc = 0; cc < n; cc++) {
+        const __m512i pj = _mm512_set1_epi32((int32_t)(j + cc));
+        vis[cc] = _mm512_cmpge_epi32_mask(pj, lov) & _mm512_cmplt_epi32_mask(pj, hiv);
+        mx = _mm512_mask_max_ps(mx, vis[cc], mx, a[cc]);
       }
-      float *p = sc + r * TILE;
-      if (a >= b) {  // none: the row keeps its state
-        corr[r] = 1;
-        _mm512_store_ps(p, _mm512_setzero_ps());
-        continue;
+      const __m512 mo = _mm512_load_ps(m + g), mn = _mm512_max_ps(mo, mx);
+      const __mmask16 live = _mm512_cmp_ps_mask(mn, ninf, _CMP_GT_OQ);
+      const __m512 mz = _mm512_maskz_mov_ps(live, mn);  // 0 where no row state yet
+      const __m512 cr =
+          _mm512_mask_blend_ps(live, _mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(mo, mz)));
+      __m512 sum = _mm512_setzero_ps();
+      for (size_t cc = 0; cc < TILE; cc++) {
+        __m512 pv = _mm512_setzero_ps();
+        if (cc < n) pv = _mm512_maskz_mov_ps(vis[cc], exp512(_mm512_sub_ps(a[cc], mz)));
+        _mm512_store_ps(sT + cc * QROWS + g, pv);
+        sum = _mm512_add_ps(sum, pv);
       }
-      __mmask16 live = (__mmask16)(tail16(b) & ~tail16(a));
-      __m512 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), live, _mm512_load_ps(p));
-      float mt = _mm512_reduce_max_ps(sv), mn = m[r] > mt ? m[r] : mt;
-      corr[r] = _mm512_cvtss_f32(exp512(_mm512_set1_ps(m[r] - mn)));
-      __m512 pv = exp512(_mm512_sub_ps(sv, _mm512_set1_ps(mn)));  // dead positions: 0
-      _mm512_store_ps(p, pv);
-      l[r] = l[r] * corr[r] + _mm512_reduce_add_ps(pv);
-      m[r] = mn;
+      _mm512_store_ps(corr + g, cr);
+      _mm512_store_ps(l + g, _mm512_fmadd_ps(_mm512_load_ps(l + g), cr, sum));
+      _mm512_store_ps(m + g, mn);
     }
     for (size_t r = 0; r < Rp; r += 2) {
       float *ar = acc + r * hdp;
-      const float *pr = sc + r * TILE, *cr = corr + r;
+      const float *pr = sT + r, *cr = corr + r;
       switch (hdp / 16) {
         case 2:
           blk_pv2(ar, pr, cr, vf, hdp, n);
