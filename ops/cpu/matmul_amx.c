@@ -377,6 +377,7 @@ typedef struct {
   int64_t s0, s1;    // steps [s0, s1) of k
   int64_t r, s;      // the next piece: panel row r, step s
   int64_t credit;    // pieces due but not yet built (row-at-a-time types)
+  int tiles;         // bf16 whose 16-row blocks all lie inside the matrix: whole tiles
 } builder_t;
 
 enum { PF_ROWS = 2 };  // how many rows ahead the builder prefetches its source
@@ -415,10 +416,28 @@ __attribute__((target(T_AMX))) static void build_row_slice(builder_t *b) {
   b->r++;
 }
 
-// Builds up to `count` more pieces.
+// Whether a unit's panel can be copied a tile at a time (see build_pieces).
+static int tile_copyable(const job_t *j, const builder_t *b) {
+  return j->type == RG_BF16 && j->k % 32 == 0 && b->r0 + b->rows <= j->n;
+}
+
+// Builds up to `count` more pieces. bf16 panels whose tiles are whole are
+// copied 16 rows at a time through tile register T_C00 (a tile load with
+// the rows' stride, a store into the panel), which the tiles' own load and
+// store units do with no vector work; so this runs only where T_C00 is free
+// (between one weight block's C store and the next one's C load).
 __attribute__((target(T_AMX))) static void build_pieces(builder_t *b, int64_t count) {
   const job_t *j = b->j;
   const int64_t steps = b->s1 - b->s0, k = j->k;
+  if (b->tiles) {
+    for (b->credit += count; b->credit >= 16 && b->r < b->rows; b->credit -= 16) {
+      TLOAD(T_C00, j->w + (size_t)(b->r0 + b->r) * j->row_bytes + 64 * (size_t)b->s,
+            (long)j->row_bytes);
+      TSTORE(T_C00, utile(b->panel, steps, b->r / 16, b->s - b->s0), 64);
+      if (++b->s == b->s1) b->s = b->s0, b->r += 16;
+    }
+    return;
+  }
   if (j->type != RG_BF16 && j->type != RG_F16) {
     b->credit += count;
     while (b->credit >= steps && b->r < b->rows) build_row_slice(b), b->credit -= steps;
@@ -585,6 +604,7 @@ static int next_unit(job_t *j, int me, size_t *it, size_t *end, const builder_t 
   out->r0 = r0, out->rows = (r1 - r0 + NSUB - 1) / NSUB * NSUB;
   out->s0 = s0, out->s1 = s0 + sl < ks ? s0 + sl : ks;
   out->r = 0, out->s = s0, out->credit = 0;
+  out->tiles = tile_copyable(j, out);
   return 1;
 }
 
@@ -604,6 +624,7 @@ __attribute__((target(T_AMX))) static void prefill_worker(job_t *j, int me, uint
   bl[0].r0 = (int64_t)it * j->amx_rows;
   bl[0].rows = ((r1 < j->n ? r1 : j->n) - bl[0].r0 + NSUB - 1) / NSUB * NSUB;
   bl[0].s0 = bl[0].s = 0, bl[0].s1 = sl < j->kp / 32 ? sl : j->kp / 32;
+  bl[0].tiles = tile_copyable(j, &bl[0]);
   build_pieces(&bl[0], INT64_MAX / 2);
   for (int cur = 0;; cur ^= 1) {
     builder_t *nb = &bl[cur ^ 1];
