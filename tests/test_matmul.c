@@ -303,11 +303,12 @@ RG_TEST(matmul_amx_prefill_matches_reference) {
     int64_t m, n, k;
     int threads;
   } cases[] = {
-      {RG_BF16, 600, 130, 2080, 1},  // 2 units of 128 rows, 2 slices each (64 + 1 steps)
-      {RG_BF16, 17, 300, 1000, 2},   // the smallest prefill m; units of 96 rows, k unsliced
-      {RG_BF16, 77, 257, 4100, 2},   // 3 slices at 64 rows; the last unit one row deep
-      {RG_F16, 130, 130, 2080, 1},  {RG_F16, 33, 300, 999, 2},   {RG_Q8_0, 45, 130, 2080, 1},
-      {RG_Q4_K, 40, 130, 2304, 1},  {RG_Q6_K, 40, 200, 2304, 2},
+      {RG_BF16, 60, 130, 2080, 1},  // 2 units of 128 rows, 2 slices each (64 + 1 steps)
+      {RG_BF16, 600, 40, 200, 1},   // the largest m: 19 passes of 32 rows of x, the last 24 deep
+      {RG_BF16, 17, 300, 1000, 2},  // the smallest prefill m; units of 96 rows, k unsliced
+      {RG_BF16, 20, 257, 4100, 1},  // 3 slices (64, 64, 1 steps); the last unit one row deep
+      {RG_F16, 24, 130, 2080, 1},  {RG_F16, 33, 300, 999, 2},   {RG_Q8_0, 24, 130, 2080, 1},
+      {RG_Q4_K, 24, 130, 2304, 1}, {RG_Q6_K, 24, 200, 2304, 2},
   };
   rg_pool_t *pools[3] = {NULL};
   RG_REQUIRE_OK(rg_pool_create(1, &pools[1]));
