@@ -351,10 +351,11 @@ __attribute__((target(T_AMX))) static void run_rows(const job_t *j, int64_t r0, 
 // For m > 16 each thread walks units of work: a chunk of amx_rows weight
 // rows times a slice of k (all of k when a chunk's panel of it fits in
 // PANEL_BYTES, else slices of P_SLICE steps), each against all of x. Two
-// panels per thread: the tiles read one while the next unit's weights are
-// widened into the other, a piece at a time between k blocks, so the vector
-// work runs while the tiles multiply (they are separate units; serial, the
-// panel build was a tenth of the time at m = 512). Slicing k keeps chunks
+// panels per thread: for bf16 and f16 the tiles read one while the next
+// unit's weights go into the other, a piece at a time between k blocks, so
+// that work runs while the tiles multiply (serial, the panel build was a
+// tenth of the time at m = 512); bf16 is copied by the tiles' own load and
+// store units. Slicing k keeps chunks
 // tall at large k: all of x streams from L3 once per unit, so a unit's rows
 // set the FLOPs per byte of x (at k = 8192 unsliced chunks were 64 rows and
 // x's stream halved the rate). With several slices, C is carried between
@@ -366,9 +367,9 @@ static uint16_t *utile(uint16_t *panel, int64_t steps, int64_t rb, int64_t sl) {
 }
 
 // One unit's panel, built a piece (one panel line: 32 values of one row) at
-// a time. bf16 and f16 are widened piece by piece; the other types a row's
-// slice at a time (their conversion goes through f32 scratch), once that
-// many pieces are due.
+// a time: bf16 a tile (16 pieces) at a time, f16 piece by piece, both
+// between the previous unit's k blocks; the other types a row's slice at a
+// time (their conversion goes through f32 scratch), after it.
 typedef struct {
   const job_t *j;
   uint16_t *panel;
@@ -517,7 +518,11 @@ __attribute__((target(T_AMX))) static void prefill_unit(const job_t *j, const bu
   const size_t rb_bytes = 1024 * (size_t)steps;
   const unsigned char *a = (const unsigned char *)u->panel;
   const int64_t kblocks = (steps + P_KC - 1) / P_KC, bursts = mblocks * nsub * kblocks;
-  const int64_t per = next ? (next->rows * (next->s1 - next->s0) + bursts - 1) / bursts : 0;
+  // The types widened a row at a time (q8_0, the k-quants) build the next
+  // panel after this unit instead: a row's conversion between k blocks is
+  // more vector work than the tiles hide (q8_0 ran 10-20 % slower).
+  const int inl = next && (j->type == RG_BF16 || j->type == RG_F16);
+  const int64_t per = inl ? (next->rows * (next->s1 - next->s0) + bursts - 1) / bursts : 0;
   float c[2][P_G][4][256] __attribute__((aligned(64)));
   pending_t pend = {c[1], 0, 0, 0, 0};
   int cur = 0;
