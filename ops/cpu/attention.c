@@ -11,6 +11,9 @@
 // When there are fewer items than threads to keep busy and contexts are long
 // (decode of few sequences, MQA), each item's positions are also split in
 // parts ("flash-decoding"); the parts' (m, l, acc) are merged after.
+// At the AVX-512 levels, runs of consecutive positions of one sequence
+// (prefill chunks) skip the per-token items: blocks of up to 64 query rows
+// read each tile once for all of them ("Prefill blocks" below).
 //
 // Decode attention is bound by reading the cache, so the AVX-512 kernel
 // reads f32 and bf16 rows where they lie (no copy), does all 16 scores of a
