@@ -9,6 +9,11 @@
 // instruction-set level. It prints numbers and never fails: a machine that
 // cannot allocate or run a case prints why and moves on.
 //
+// Prefill attention (a chunk of consecutive tokens of one sequence) does
+// 4 * head_dim FLOPs per query head and visible position and re-reads keys
+// that stay in cache: its roof is the f32 FMA peak, measured in the same run
+// (runtime/limits.h); the second table times it per level against that.
+//
 // Usage: bench_attention [threads]   (default: every core this process may use)
 #include <stdint.h>
 #include <stdio.h>
@@ -18,6 +23,7 @@
 
 #include "base/pool.h"
 #include "ops/ops.h"
+#include "runtime/limits.h"
 
 static double now(void) {
   struct timespec ts;
@@ -131,8 +137,7 @@ static void run_case(rg_pool_t *pool, const case_t *cs, rg_dtype_t dtype, double
       for (size_t i = 0; i < elems; i++) p[i] = 0x3e000000u | (next32() & 0x807fffffu);
     } else {
       uint16_t *p = base;
-      uint16_t e = dtype == RG_BF16 ? 0x3e00 : 0x3000,
-               m = dtype == RG_BF16 ? 0x807f : 0x83ff;
+      uint16_t e = dtype == RG_BF16 ? 0x3e00 : 0x3000, m = dtype == RG_BF16 ? 0x807f : 0x83ff;
       for (size_t i = 0; i < elems; i++) p[i] = (uint16_t)(e | (next32() & m));
     }
   }
@@ -195,6 +200,66 @@ done:
   rg_kv_cache_destroy(cache);
 }
 
+// A prefill chunk of T tokens from position 0 of one sequence: every token
+// sees itself and all before it.
+static void prefill_case(rg_pool_t *pool, const char *name, size_t n_heads, size_t n_kv, size_t hd,
+                         size_t T, rg_dtype_t dtype, double fma_peak) {
+  const size_t bs = 16, n_blocks = (T + bs - 1) / bs;
+  rg_kv_cache_t *cache = NULL;
+  rg_status_t st = rg_kv_cache_create(dtype, 1, n_blocks, bs, n_kv, hd, &cache);
+  if (st) {
+    printf("  %-24s %-4s skipped: %s\n", name, rg_dtype_name(dtype), rg_status_message(st));
+    rg_status_free(st);
+    return;
+  }
+  rg_kv_layer_t kv = rg_kv_cache_layer(cache, 0);
+  int32_t *blocks = malloc(n_blocks * 4), *seq = malloc(T * 4), *pos = malloc(T * 4);
+  float *q = malloc(T * n_heads * hd * 4), *o = malloc(T * n_heads * hd * 4),
+        *kvs = malloc(2 * T * n_kv * hd * 4);
+  if (!blocks || !seq || !pos || !q || !o || !kvs) {
+    printf("  %-24s %-4s skipped: out of memory\n", name, rg_dtype_name(dtype));
+    goto done;
+  }
+  for (size_t i = 0; i < n_blocks; i++) blocks[i] = (int32_t)(n_blocks - 1 - i);
+  for (size_t t = 0; t < T; t++) seq[t] = 0, pos[t] = (int32_t)t;
+  for (size_t i = 0; i < T * n_heads * hd; i++)
+    q[i] = (float)(int32_t)(next32() % 2001 - 1000) / 1000.0f;
+  for (size_t i = 0; i < 2 * T * n_kv * hd; i++)
+    kvs[i] = (float)(int32_t)(next32() % 2001 - 1000) / 1000.0f;
+  rg_block_table_t table = {blocks, n_blocks};
+  rg_attn_batch_t b = {T, seq, pos, &table, 1};
+  rg_attn_params_t prm = {n_heads, 0, 0, NULL};
+  if ((st = rg_op_kv_write(pool, &kv, &b, kvs, kvs + T * n_kv * hd))) {
+    printf("  %-24s %-4s failed: %s\n", name, rg_dtype_name(dtype), rg_status_message(st));
+    rg_status_free(st);
+    goto done;
+  }
+  double flops = 4.0 * (double)hd * (double)n_heads * (double)T * (double)(T + 1) / 2;
+  rg_cpu_isa_t best = rg_cpu_isa_best();
+  static const rg_cpu_isa_t levels[] = {RG_CPU_ISA_AVX512, RG_CPU_ISA_AVX2};
+  for (int li = 0; li < 2; li++) {
+    if (levels[li] > best) continue;
+    rg_status_free(rg_ops_set_isa(levels[li]));
+    double best_dt = 1e30, t_end = now() + 0.5;
+    int reps = 0;
+    do {
+      double t0 = now();
+      rg_status_free(rg_op_attention(pool, &kv, &b, &prm, q, o));
+      double dt = now() - t0;
+      if (dt < best_dt) best_dt = dt;
+      reps++;
+    } while (now() < t_end || reps < 3);
+    double gf = flops / best_dt / 1e9;
+    printf("  %-24s %-4s %-6s %8.3f ms  %7.1f GFLOP/s  %5.2f of f32 FMA peak\n", name,
+           rg_dtype_name(dtype), rg_cpu_isa_name(levels[li]), best_dt * 1e3, gf,
+           fma_peak > 0 ? gf * 1e9 / fma_peak : 0);
+  }
+  rg_status_free(rg_ops_set_isa(RG_CPU_ISA_AUTO));
+done:
+  free(blocks), free(seq), free(pos), free(q), free(o), free(kvs);
+  rg_kv_cache_destroy(cache);
+}
+
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 0;
   rg_pool_t *pool = NULL;
@@ -220,6 +285,19 @@ int main(int argc, char **argv) {
   static const rg_dtype_t dtypes[] = {RG_BF16, RG_F32};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (size_t d = 0; d < 2; d++) run_case(pool, &cases[c], dtypes[d], roof);
+  rg_limits_t lim;
+  double fma = 0;
+  if ((st = rg_limits_measure(pool, 0.5, &lim)))
+    rg_status_free(st);
+  else
+    fma = lim.fma_peak;
+  printf(
+      "prefill attention, one chunk from position 0, block size 16; f32 FMA peak %.0f GFLOP/s:\n",
+      fma / 1e9);
+  for (size_t d = 0; d < 2; d++) {
+    prefill_case(pool, "llama 32/8 hd64 512", 32, 8, 64, 512, dtypes[d], fma);
+    prefill_case(pool, "llama 32/8 hd128 2048", 32, 8, 128, 2048, dtypes[d], fma);
+  }
   rg_pool_destroy(pool);
   return 0;
 }

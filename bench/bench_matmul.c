@@ -328,6 +328,34 @@ static void prefill_table(rg_pool_t *pool, double sgemm) {
   free(x), free(y);
 }
 
+// Prefill at a Llama-3.2-1B-like layer's other shapes (k and v, gate and
+// up, down) on the default path, bf16 and f16: the tiles slice large k, so
+// the down projection (k = 8192) should run near the n = k = 2048 rate.
+static void prefill_shapes(rg_pool_t *pool) {
+  const int64_t m = 512, shapes[][2] = {{512, 2048}, {8192, 2048}, {2048, 8192}};
+  printf("\nprefill m=%lld at a 1b layer's shapes: GFLOP/s and ratio to the path's peak\n",
+         (long long)m);
+  printf("%-6s %-12s %-50s %9s %9s %s\n", "type", "n x k", "kernel", "ms/call", "GFLOP/s",
+         "vs peak");
+  float *x = xmalloc((size_t)m * 8192 * 4), *y = xmalloc((size_t)m * 8192 * 4);
+  for (int64_t i = 0; i < m * 8192; i++) x[i] = frand();
+  static const rg_dtype_t pt[] = {RG_BF16, RG_F16};
+  for (size_t ti = 0; ti < 2; ti++)
+    for (size_t si = 0; si < 3; si++) {
+      const int64_t n = shapes[si][0], k = shapes[si][1];
+      size_t bytes;
+      unsigned char *w = make_copies(pt[ti], n, k, 1, &bytes);
+      rg_wmat_t wm = {w, pt[ti], n, k};
+      const char *kn = rg_matmul_kernel_name(&wm, m), *pp;
+      double dt = time_matmul(pool, x, m, pt[ti], n, k, w, bytes, 1, y, NULL, 6);
+      double gf = 2.0 * m * n * k / dt, pk = path_peak(kn, &pp);
+      printf("%-6s %5lld x %-4lld %-50s %9.2f %9.1f %.2f of %s\n", rg_dtype_name(pt[ti]),
+             (long long)n, (long long)k, kn, dt * 1e3, gf / 1e9, pk > 0 ? gf / pk : 0.0, pp);
+      free(w);
+    }
+  free(x), free(y);
+}
+
 // GEMV against GEMM over m (n = k = 2048, weights from DRAM): where the GEMM
 // path starts to win sets gemm_min_m in ops/cpu/matmul.c, and the bf16 rows
 // compare the widening kernel with vdpbf16ps (DP_MIN_M).
@@ -440,6 +468,7 @@ int main(int argc, char **argv) {
   llama_layer(pool, bw);
   if (!has_flag(argc, argv, "--decode-only")) {
     prefill_table(pool, sg);
+    prefill_shapes(pool);
     accuracy(pool);
     if (!has_flag(argc, argv, "--no-crossover")) crossover(pool);
   }

@@ -315,6 +315,74 @@ PATH_TEST(amx, RG_CPU_ISA_AMX, q8_0, RG_Q8_0)
 PATH_TEST(amx, RG_CPU_ISA_AMX, q4_K, RG_Q4_K)
 PATH_TEST(amx, RG_CPU_ISA_AMX, q6_K, RG_Q6_K)
 
+// The tiles' prefill path (m > 16) at the shapes its blocking has edges
+// for: several units per thread, so each unit's panel is built while the
+// previous one runs; k sliced (more than 64 steps of k at 128 weight rows),
+// so C is carried between slices; and m, n, k that are not multiples of
+// the tiles (rows past m and n, values past k). Held to 1e-7 against the
+// reference on x and w rounded to bf16, as the path computes.
+RG_TEST(matmul_amx_prefill_matches_reference) {
+  rg_cpu_isa_t got;
+  rg_status_t st = rg_cpu_isa_resolve(RG_CPU_ISA_AMX, &got);
+  if (st) {
+    rg_test_skip(t, rg_status_message(st));
+    rg_status_free(st);
+    return;
+  }
+  static const struct {
+    rg_dtype_t type;
+    int64_t m, n, k;
+    int threads;
+  } cases[] = {
+      {RG_BF16, 60, 130, 2080, 1},  // 2 units of 128 rows, 2 slices each (64 + 1 steps)
+      {RG_BF16, 600, 40, 200, 1},   // the largest m: 19 passes of 32 rows of x, the last 24 deep
+      {RG_BF16, 17, 300, 1000, 2},  // the smallest prefill m; units of 96 rows, k unsliced
+      {RG_BF16, 20, 257, 4100, 1},  // 3 slices (64, 64, 1 steps); the last unit one row deep
+      {RG_F16, 24, 130, 2080, 1},  {RG_F16, 33, 300, 999, 2},   {RG_Q8_0, 24, 130, 2080, 1},
+      {RG_Q4_K, 24, 130, 2304, 1}, {RG_Q6_K, 24, 200, 2304, 2},
+  };
+  rg_pool_t *pools[3] = {NULL};
+  RG_REQUIRE_OK(rg_pool_create(1, &pools[1]));
+  RG_REQUIRE_OK(rg_pool_create(2, &pools[2]));
+  uint64_t seed = 0x9afe11u;
+  for (size_t c = 0; c < COUNT(cases); c++) {
+    const int64_t m = cases[c].m, n = cases[c].n, k = cases[c].k;
+    const rg_dtype_t type = cases[c].type;
+    void *wdata = make_weight(type, n, k, &seed);
+    float *x = malloc((size_t)(m * k) * sizeof(float)),
+          *wr = malloc((size_t)(n * k) * sizeof(float));
+    float *y = malloc((size_t)(m * n + GUARDS) * sizeof(float)),
+          *want = malloc((size_t)(m * n) * sizeof(float));
+    float *bias = malloc((size_t)n * sizeof(float));
+    RG_REQUIRE(wdata && x && wr && y && want && bias);
+    size_t rb;
+    RG_REQUIRE_OK(rg_dtype_row_bytes(type, k, &rb));
+    for (int64_t r = 0; r < n; r++) {
+      RG_REQUIRE_OK(
+          rg_dtype_to_f32(type, (const unsigned char *)wdata + (size_t)r * rb, wr + r * k, k));
+      for (int64_t p = 0; p < k; p++) wr[r * k + p] = rg_bf16_to_f32(rg_f32_to_bf16(wr[r * k + p]));
+    }
+    for (int64_t i = 0; i < m * k; i++) x[i] = rg_bf16_to_f32(rg_f32_to_bf16(rng_uniform(&seed)));
+    for (int64_t j = 0; j < n; j++) bias[j] = rng_uniform(&seed);
+    rg_wmat_t w = {wdata, type, n, k}, w_r = {wr, RG_F32, n, k};
+    RG_REQUIRE_OK(rg_matmul_ref(x, m, &w_r, bias, want));
+    for (size_t i = 0; i < (size_t)(m * n) + GUARDS; i++) y[i] = -12345.0f;
+    rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AMX, .path = RG_MATMUL_TILES};
+    RG_CHECK_OK(rg_matmul_ex(pools[cases[c].threads], x, m, &w, bias, y, &o));
+    double e = nmse(y, want, (size_t)(m * n));
+    int guards = 1;
+    for (size_t i = (size_t)(m * n); i < (size_t)(m * n) + GUARDS; i++) guards &= y[i] == -12345.0f;
+    if (!(e <= 1e-7) || !all_finite(y, (size_t)(m * n)) || !guards)
+      rg_test_fail(t, __FILE__, __LINE__, "%s m=%lld n=%lld k=%lld, %d threads: nmse %.3g%s%s",
+                   rg_dtype_name(type), (long long)m, (long long)n, (long long)k, cases[c].threads,
+                   e, all_finite(y, (size_t)(m * n)) ? "" : ", non-finite output",
+                   guards ? "" : ", wrote past y");
+    free(wdata), free(x), free(wr), free(y), free(want), free(bias);
+  }
+  rg_pool_destroy(pools[1]);
+  rg_pool_destroy(pools[2]);
+}
+
 // What rounding x to bf16 costs the vdpbf16ps kernel against the exact
 // reference, on a shape with enough outputs for the NMSE to settle: x's
 // rounding (relative error up to 2^-9) gives NMSE ~ 2^-18 / 3 ≈ 1.3e-6.

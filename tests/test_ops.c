@@ -309,10 +309,7 @@ RG_TEST(ops_embed) {
       RG_REQUIRE_OK(rg_op_embed_ref(NULL, table, ty, vocab, ids, 6, dim, ref));
       // Against the source: exact for f32, the type's rounding otherwise.
       for (size_t i = 0; i < 6; i++) {
-        double tol = ty == RG_F32    ? 0
-                     : ty == RG_BF16 ? 1e-5
-                     : ty == RG_F16  ? 1e-7
-                                           : 1e-4;
+        double tol = ty == RG_F32 ? 0 : ty == RG_BF16 ? 1e-5 : ty == RG_F16 ? 1e-7 : 1e-4;
         CHECK_NMSE(ref + i * dim, src + (size_t)ids[i] * dim, dim, tol, "embed_ref %s dim %zu",
                    rg_dtype_name(ty), dim);
       }
@@ -329,8 +326,7 @@ RG_TEST(ops_embed) {
   RG_CHECK_ERR(rg_op_embed(pool, table, RG_F32, 50, bad, 3, 4, out),
                "token id 50 at index 2 is outside the vocabulary of 50 tokens");
   bad[0] = -1;
-  RG_CHECK_ERR(rg_op_embed(pool, table, RG_F32, 50, bad, 3, 4, out),
-               "token id -1 at index 0");
+  RG_CHECK_ERR(rg_op_embed(pool, table, RG_F32, 50, bad, 3, 4, out), "token id -1 at index 0");
   RG_CHECK_ERR(rg_op_embed_ref(NULL, table, RG_F32, 50, bad, 3, 4, out), "token id -1");
   RG_CHECK_ERR(rg_op_embed(pool, table, RG_Q8_0, 50, ids, 3, 33, out), "embed: q8_0");
   rg_pool_destroy(pool);
@@ -485,6 +481,31 @@ RG_TEST(ops_attention_long_context) {
   attention_case(t, pool, &len, 1, 16, (heads_t){8, 2, 64}, qseq, qpos, 1, 0, 0, 21);
   attention_case(t, pool, &len, 1, 32, (heads_t){8, 1, 64}, qseq, qpos, 2, 0, 0, 22);
   attention_case(t, NULL, &len, 1, 16, (heads_t){4, 1, 32}, qseq, qpos, 1, 0, 0, 23);
+  rg_pool_destroy(pool);
+}
+
+RG_TEST(ops_attention_prefill_blocks) {
+  // Prefill chunks: runs of consecutive positions of one sequence, which the
+  // AVX-512 levels run as blocks of query rows over shared key tiles. A
+  // chunk from position 0 (70 tokens: blocks of 16 or 8 tokens and a short
+  // last one), a chunk after 130 positions of context, a run of 3 (too short
+  // for a block), a decode token, and a chunk crossing a block boundary of
+  // the cache; with causal, window and sink variants and GQA, MQA, MHA.
+  rg_pool_t *pool = make_pool(t);
+  static const size_t lens[] = {70, 160, 40};
+  int32_t qseq[160], qpos[160];
+  size_t n_q = 0;
+  for (int32_t p = 0; p < 70; p++) qseq[n_q] = 0, qpos[n_q++] = p;
+  for (int32_t p = 130; p < 160; p++) qseq[n_q] = 1, qpos[n_q++] = p;
+  for (int32_t p = 10; p < 13; p++) qseq[n_q] = 2, qpos[n_q++] = p;
+  qseq[n_q] = 2, qpos[n_q++] = 39;
+  for (int32_t p = 14; p < 35; p++) qseq[n_q] = 2, qpos[n_q++] = p;
+  attention_case(t, pool, lens, 3, 16, (heads_t){8, 2, 64}, qseq, qpos, n_q, 0, 0, 41);   // GQA
+  attention_case(t, pool, lens, 3, 16, (heads_t){8, 1, 96}, qseq, qpos, n_q, 0, 1, 42);   // MQA
+  attention_case(t, pool, lens, 3, 16, (heads_t){4, 4, 128}, qseq, qpos, n_q, 0, 0, 43);  // MHA
+  attention_case(t, pool, lens, 3, 16, (heads_t){8, 2, 64}, qseq, qpos, n_q, 24, 1, 44);
+  // Odd head_dim and block size, a pool of none, a window inside a block.
+  attention_case(t, NULL, lens, 3, 5, (heads_t){6, 3, 17}, qseq, qpos, n_q, 7, 0, 45);
   rg_pool_destroy(pool);
 }
 

@@ -11,6 +11,9 @@
 // When there are fewer items than threads to keep busy and contexts are long
 // (decode of few sequences, MQA), each item's positions are also split in
 // parts ("flash-decoding"); the parts' (m, l, acc) are merged after.
+// At the AVX-512 levels, runs of consecutive positions of one sequence
+// (prefill chunks) skip the per-token items: blocks of up to 64 query rows
+// read each tile once for all of them ("Prefill blocks" below).
 //
 // Decode attention is bound by reading the cache, so the AVX-512 kernel
 // reads f32 and bf16 rows where they lie (no copy), does all 16 scores of a
@@ -706,6 +709,13 @@ typedef struct {
   float *scratch;  // per thread: thread_floats floats
   size_t thread_floats;
   float *parts;  // splits > 1: per (token, kv head, part): (G) m, (G) l, (G, hdp) acc
+  // Tokens the per-token items cover (NULL: all of the batch's, in order);
+  // the others run as prefill blocks (see "Prefill blocks" below).
+  const int32_t *tok;
+  const int32_t *blk;  // (n_blk) first token of each block; its length in blk_len
+  const uint8_t *blk_len;
+  size_t n_blk, blk_floats;
+  atomic_size_t blk_next;
 } attn_ctx_t;
 
 static size_t part_floats(const attn_ctx_t *c) {
@@ -727,21 +737,27 @@ static size_t attn_start(const attn_ctx_t *c, size_t t) {
 }
 
 // Writes o for query head qh from a final (m, l, acc), folding in the head's
-// sink logit if any: it joins the denominator only.
-static void attn_finish(const attn_ctx_t *c, size_t t, size_t qh, float m, float l,
-                        const float *acc) {
+// sink logit if any: it joins the denominator only. perm: acc's columns are
+// in perm32 order (see col()).
+static void attn_finish_cols(const attn_ctx_t *c, size_t t, size_t qh, float m, float l,
+                             const float *acc, int perm) {
   size_t hd = c->kv->head_dim;
   float *o = c->o + (t * c->n_heads + qh) * hd;
+  float scale;
   if (c->sinks) {
     float sk = c->sinks[qh], mm = m > sk ? m : sk;
     float cm = expf(m - mm);
     l = l * cm + expf(sk - mm);
-    float inv = l > 0 ? cm / l : 0;
-    for (size_t i = 0; i < hd; i++) o[i] = acc[col(c, i)] * inv;
-    return;
+    scale = l > 0 ? cm / l : 0;
+  } else {
+    scale = l > 0 ? 1.0f / l : 0;
   }
-  float inv = l > 0 ? 1.0f / l : 0;
-  for (size_t i = 0; i < hd; i++) o[i] = acc[col(c, i)] * inv;
+  for (size_t i = 0; i < hd; i++) o[i] = acc[perm ? col(c, i) : i] * scale;
+}
+
+static void attn_finish(const attn_ctx_t *c, size_t t, size_t qh, float m, float l,
+                        const float *acc) {
+  attn_finish_cols(c, t, qh, m, l, acc, c->perm32);
 }
 
 static void attn_worker(void *vc, size_t begin, size_t end, int thread) {
@@ -766,6 +782,7 @@ static void attn_worker(void *vc, size_t begin, size_t end, int thread) {
     // longest contexts, and starting them early shortens the tail.
     it = c->n_items - 1 - it;
     size_t part = it % c->splits, th = it / c->splits, t = th / nkv, h = th % nkv;
+    if (c->tok) t = (size_t)c->tok[t];
     J.h = h;
     J.blocks = c->b->tables[c->b->seq[t]].blocks;
     size_t j0 = attn_start(c, t), j1 = (size_t)c->b->pos[t] + 1;
@@ -819,10 +836,188 @@ static void attn_merge(void *vc, size_t begin, size_t end, int thread) {
         const float *a = ps + 2 * G + g * hdp;
         for (size_t i = 0; i < hdp; i++) acc[i] += a[i] * w;
       }
-      attn_finish(c, th / nkv, (th % nkv) * G + g, mm, l, acc);
+      size_t t = th / nkv;
+      if (c->tok) t = (size_t)c->tok[t];
+      attn_finish(c, t, (th % nkv) * G + g, mm, l, acc);
     }
   }
 }
+
+#ifdef RG_X86
+// ---------------------------------------------------------------------------
+// Prefill blocks
+//
+// A prefill chunk is a run of consecutive positions of one sequence, and
+// every token of it reads the same keys and values: one item per (block of
+// up to QROWS / G tokens, kv head) streams each tile of 16 positions once
+// for all its QROWS query rows, as two small matrix products with the
+// online softmax between them, instead of once per token. Rows sit in
+// vector lanes (queries transposed once per item): the 16 scores of a tile
+// for 16 rows are hd FMAs of a query vector by broadcast key elements, and
+// the softmax's max, exp and sums run across positions with no reduction
+// across lanes; each row's probabilities then weight the value rows, 2
+// rows per value load. Positions a row does not see (causal, window) are
+// masked per lane.
+enum { QROWS = 64, BLK_MIN = 4 };
+
+// Floats of one thread's block scratch for G heads and hdp columns.
+static size_t blk_scratch_floats(size_t hdp) {
+  // qT (hdp, QROWS), acc (QROWS, hdp); kf, vf (16, hdp); sT (16, QROWS);
+  // corr, m, l, and the rows' first and last positions (QROWS each)
+  return (2 * QROWS + 32) * hdp + QROWS * (TILE + 5);
+}
+
+// acc rows r and r + 1 (NV vectors each) scaled by their corrections, plus
+// the n value rows weighted by their probabilities (p[cc * QROWS] and the
+// next row's beside it: rows are in lanes). NV is a constant, so
+// both rows' accumulators stay in registers.
+#define BLK_PV(NV)                                                                               \
+  RG_T512 static void blk_pv##NV(float *acc, const float *p, const float *corr, const float *vf, \
+                                 size_t hdp, size_t n) {                                         \
+    __m512 a0[NV], a1[NV];                                                                       \
+    const __m512 c0 = _mm512_set1_ps(corr[0]), c1 = _mm512_set1_ps(corr[1]);                     \
+    _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {                                       \
+      a0[v] = _mm512_mul_ps(_mm512_load_ps(acc + 16 * v), c0);                                   \
+      a1[v] = _mm512_mul_ps(_mm512_load_ps(acc + hdp + 16 * v), c1);                             \
+    }                                                                                            \
+    for (size_t cc = 0; cc < n; cc++) {                                                          \
+      const __m512 p0 = _mm512_set1_ps(p[cc * QROWS]), p1 = _mm512_set1_ps(p[cc * QROWS + 1]);   \
+      _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {                                     \
+        const __m512 x = _mm512_load_ps(vf + cc * hdp + 16 * v);                                 \
+        a0[v] = _mm512_fmadd_ps(p0, x, a0[v]);                                                   \
+        a1[v] = _mm512_fmadd_ps(p1, x, a1[v]);                                                   \
+      }                                                                                          \
+    }                                                                                            \
+    _Pragma("GCC unroll 8") for (int v = 0; v < NV; v++) {                                       \
+      _mm512_store_ps(acc + 16 * v, a0[v]);                                                      \
+      _mm512_store_ps(acc + hdp + 16 * v, a1[v]);                                                \
+    }                                                                                            \
+  }
+BLK_PV(2)
+BLK_PV(4)
+BLK_PV(6)
+BLK_PV(8)
+#undef BLK_PV
+
+// Rows [j, j + n) of K (kv = 0) or V (1) of kv head h, widened into dst
+// (16, hdp); rows past n are zero.
+RG_T512 static void blk_rows(const attn_ctx_t *c, const int32_t *blocks, size_t h, size_t j,
+                             size_t n, int v, float *dst) {
+  const rg_kv_layer_t *kv = c->kv;
+  size_t es = esize(kv->dtype), hd = kv->head_dim, bs = kv->block_size;
+  const char *base = v ? kv->v : kv->k;
+  for (size_t cc = 0; cc < TILE; cc++) {
+    float *row = dst + cc * c->hdp;
+    if (cc < n) {
+      size_t p = j + cc;
+      widen_avx512(base + kv_offset(kv, (size_t)blocks[p / bs], h, p % bs) * es, kv->dtype, row,
+                   hd);
+    } else {
+      memset(row, 0, hd * sizeof *row);
+    }
+  }
+}
+
+// One item: block bi of the prefill blocks, kv head h.
+RG_T512 static void blk_item(const attn_ctx_t *c, size_t bi, size_t h, float *base) {
+  const size_t G = c->G, hdp = c->hdp, hd = c->kv->head_dim, T = c->blk_len[bi], R = T * G;
+  // Rows past R (to a multiple of 16) are zero queries that see nothing, so
+  // every vector below holds 16 whole rows.
+  const size_t Rp = (R + 15) / 16 * 16;
+  const size_t t0 = (size_t)c->blk[bi], P0 = (size_t)c->b->pos[t0];
+  const int32_t *blocks = c->b->tables[c->b->seq[t0]].blocks;
+  float *qT = base, *acc = qT + QROWS * hdp, *kf = acc + QROWS * hdp, *vf = kf + TILE * hdp,
+        *sT = vf + TILE * hdp, *corr = sT + QROWS * TILE, *m = corr + QROWS, *l = m + QROWS;
+  int32_t *lo = (int32_t *)(l + QROWS), *hi = lo + QROWS;
+  memset(qT, 0, hdp * Rp * sizeof *qT);
+  memset(acc, 0, Rp * hdp * sizeof *acc);
+  for (size_t r = 0; r < Rp; r++) {
+    m[r] = -INFINITY, l[r] = 0;
+    // Positions row r's token sees: [lo, hi); none for the padding rows.
+    lo[r] = r < R ? (int32_t)attn_start(c, t0 + r / G) : 0;
+    hi[r] = r < R ? (int32_t)(P0 + r / G + 1) : 0;
+    if (r >= R) continue;
+    const float *q = c->q + ((t0 + r / G) * c->n_heads + h * G + r % G) * hd;
+    for (size_t i = 0; i < hd; i++) qT[i * Rp + r] = q[i] * c->scale;
+  }
+  // The padding columns of kf and vf stay zero: rows are widened hd wide.
+  memset(kf, 0, 2 * TILE * hdp * sizeof *kf);
+  const size_t j_lo = attn_start(c, t0), j_hi = P0 + T;
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (size_t j = j_lo; j < j_hi; j += TILE) {
+    const size_t n = j_hi - j < TILE ? j_hi - j : TILE;
+    blk_rows(c, blocks, h, j, n, 0, kf);
+    blk_rows(c, blocks, h, j, n, 1, vf);
+    for (size_t g = 0; g < Rp; g += 16) {
+      // Scores with rows in lanes: sT[cc] = sum_d k[cc][d] * qT[d], one
+      // broadcast key element per product, so no reduction across lanes.
+      __m512 a[TILE];
+      _Pragma("GCC unroll 16") for (int cc = 0; cc < TILE; cc++) a[cc] = _mm512_setzero_ps();
+      for (size_t d = 0; d < hd; d++) {
+        const __m512 qv = _mm512_load_ps(qT + d * Rp + g);
+        _Pragma("GCC unroll 16") for (int cc = 0; cc < TILE; cc++) a[cc] =
+            _mm512_fmadd_ps(_mm512_set1_ps(kf[(size_t)cc * hdp + d]), qv, a[cc]);
+      }
+      // The online softmax for 16 rows at once; positions a row does not
+      // see are -inf, and a row that sees none of the tile keeps its state.
+      const __m512i lov = _mm512_load_si512(lo + g), hiv = _mm512_load_si512(hi + g);
+      __m512 mx = ninf;
+      __mmask16 vis[TILE];
+      for (size_t cc = 0; cc < n; cc++) {
+        const __m512i pj = _mm512_set1_epi32((int32_t)(j + cc));
+        vis[cc] = _mm512_cmpge_epi32_mask(pj, lov) & _mm512_cmplt_epi32_mask(pj, hiv);
+        mx = _mm512_mask_max_ps(mx, vis[cc], mx, a[cc]);
+      }
+      const __m512 mo = _mm512_load_ps(m + g), mn = _mm512_max_ps(mo, mx);
+      const __mmask16 live = _mm512_cmp_ps_mask(mn, ninf, _CMP_GT_OQ);
+      const __m512 mz = _mm512_maskz_mov_ps(live, mn);  // 0 where no row state yet
+      const __m512 cr =
+          _mm512_mask_blend_ps(live, _mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(mo, mz)));
+      __m512 sum = _mm512_setzero_ps();
+      for (size_t cc = 0; cc < TILE; cc++) {
+        __m512 pv = _mm512_setzero_ps();
+        if (cc < n) pv = _mm512_maskz_mov_ps(vis[cc], exp512(_mm512_sub_ps(a[cc], mz)));
+        _mm512_store_ps(sT + cc * QROWS + g, pv);
+        sum = _mm512_add_ps(sum, pv);
+      }
+      _mm512_store_ps(corr + g, cr);
+      _mm512_store_ps(l + g, _mm512_fmadd_ps(_mm512_load_ps(l + g), cr, sum));
+      _mm512_store_ps(m + g, mn);
+    }
+    for (size_t r = 0; r < Rp; r += 2) {
+      float *ar = acc + r * hdp;
+      const float *pr = sT + r, *cr = corr + r;
+      switch (hdp / 16) {
+        case 2:
+          blk_pv2(ar, pr, cr, vf, hdp, n);
+          break;
+        case 4:
+          blk_pv4(ar, pr, cr, vf, hdp, n);
+          break;
+        case 6:
+          blk_pv6(ar, pr, cr, vf, hdp, n);
+          break;
+        default:
+          blk_pv8(ar, pr, cr, vf, hdp, n);
+          break;
+      }
+    }
+  }
+  for (size_t r = 0; r < R; r++)
+    attn_finish_cols(c, t0 + r / G, h * G + r % G, m[r], l[r], acc + r * hdp, 0);
+}
+
+static void blk_worker(void *vc, size_t begin, size_t end, int thread) {
+  attn_ctx_t *c = vc;
+  size_t nkv = c->kv->n_kv_heads;
+  float *base = c->scratch + (size_t)thread * c->blk_floats;
+  for (;;) {
+    size_t it = atomic_fetch_add_explicit(&c->blk_next, 1, memory_order_relaxed);
+    if (it >= c->n_blk * nkv) break;
+    blk_item(c, it / nkv, it % nkv, base);
+  }
+}
+#endif
 
 rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_attn_batch_t *b,
                             const rg_attn_params_t *params, const float *q, float *o) {
@@ -860,12 +1055,42 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
       break;
   }
 #endif
-  size_t threads = (size_t)rg_pool_threads(pool), items = b->n_tokens * nkv;
+  // Prefill runs (AVX-512 levels) go to blocks; the rest to per-token items.
+  void *lists = NULL;
+  size_t n_tok = b->n_tokens;
+#ifdef RG_X86
+  const size_t blk_max = QROWS / c.G;
+  if (c.range == attn_range_avx512 && c.hdp <= 128 && blk_max >= 2) {
+    lists = malloc(b->n_tokens * (2 * sizeof(int32_t) + 1));
+    if (!lists)
+      return rg_status_make(RG_OUT_OF_MEMORY, "attention: out of memory for %zu tokens' lists",
+                            b->n_tokens);
+    int32_t *tok = lists, *blk = tok + b->n_tokens;
+    uint8_t *blk_len = (uint8_t *)(blk + b->n_tokens);
+    n_tok = 0;
+    for (size_t t = 0; t < b->n_tokens;) {
+      size_t e = t + 1;
+      while (e < b->n_tokens && b->seq[e] == b->seq[t] && b->pos[e] == b->pos[e - 1] + 1) e++;
+      if (e - t < BLK_MIN) {
+        for (; t < e; t++) tok[n_tok++] = (int32_t)t;
+        continue;
+      }
+      for (size_t a = t; a < e; a += blk_max) {
+        blk[c.n_blk] = (int32_t)a;
+        blk_len[c.n_blk++] = (uint8_t)(e - a < blk_max ? e - a : blk_max);
+      }
+      t = e;
+    }
+    c.tok = tok, c.blk = blk, c.blk_len = blk_len;
+  }
+#endif
+  size_t threads = (size_t)rg_pool_threads(pool), items = n_tok * nkv;
   // Split contexts only when items alone leave threads idle.
   c.splits = 1;
-  if (items < 2 * threads) {
+  if (items && items < 2 * threads) {
     size_t longest = 0;
-    for (size_t t = 0; t < b->n_tokens; t++) {
+    for (size_t i = 0; i < n_tok; i++) {
+      size_t t = c.tok ? (size_t)c.tok[i] : i;
       size_t len = (size_t)b->pos[t] + 1 - attn_start(&c, t);
       longest = len > longest ? len : longest;
     }
@@ -879,17 +1104,31 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   c.thread_floats =
       (2 * c.G * c.hdp + 2 * TILE * c.hdp + c.G * TILE + 3 * c.G + c.hdp + 15) / 16 * 16;
   if (c.thread_floats < c.hdp) c.thread_floats = c.hdp;  // merge uses one row
+#ifdef RG_X86
+  if (c.n_blk) {
+    c.blk_floats = blk_scratch_floats(c.hdp);
+    if (c.thread_floats < c.blk_floats) c.thread_floats = c.blk_floats;
+    c.blk_floats = c.thread_floats;
+  }
+#endif
   size_t parts = c.splits > 1 ? c.n_items * part_floats(&c) : 0;
   void *mem = NULL;
   size_t bytes = (threads * c.thread_floats + parts) * sizeof(float);
-  if (posix_memalign(&mem, 64, bytes))
+  if (posix_memalign(&mem, 64, bytes)) {
+    free(lists);
     return rg_status_make(RG_OUT_OF_MEMORY, "attention: out of memory for %zu bytes of scratch",
                           bytes);
+  }
   c.scratch = mem;
   c.parts = c.scratch + threads * c.thread_floats;
+#ifdef RG_X86
+  atomic_init(&c.blk_next, 0);
+  if (c.n_blk) rg_pool_parallel_for(pool, threads, 1, blk_worker, &c);
+#endif
   atomic_init(&c.next, 0);
-  rg_pool_parallel_for(pool, threads, 1, attn_worker, &c);
+  if (c.n_items) rg_pool_parallel_for(pool, threads, 1, attn_worker, &c);
   if (c.splits > 1) rg_pool_parallel_for(pool, items, 1, attn_merge, &c);
   free(mem);
+  free(lists);
   return NULL;
 }

@@ -111,7 +111,10 @@ void rg__gemv_q8_0_vnni(const rg__mm_job_t *j, int64_t r0, int64_t r1);
 void rg__amx_pack_x(rg_pool_t *pool, rg__mm_job_t *j);
 // Pool worker: claims blocks of j->amx_rows weight rows and runs the tiles.
 void rg__amx_worker(void *ctx, size_t me, size_t unused, int thread);
-// Elements of one thread's panel for k and the rows per item.
+// Weight rows per work item for m, k and the pool's threads (a multiple of
+// 32, at most 256).
+int64_t rg__amx_rows(const rg__mm_job_t *j, size_t threads);
+// Elements of one thread's panels for k and the rows per item.
 size_t rg__amx_panel_elems(const rg__mm_job_t *j);
 
 #endif  // RG_OPS_CPU_CPU_IMPL_H

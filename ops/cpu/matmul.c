@@ -980,19 +980,9 @@ static rg_status_t run_tiles(rg_pool_t *pool, job_t *j) {
   const size_t threads = (size_t)rg_pool_threads(pool);
   j->kp = (j->k + 31) / 32 * 32;
   j->mp = j->m <= 16 ? 16 : (j->m + 31) / 32 * 32;
-  // Rows of weights per item. Decode batches (m <= 16) reuse nothing, so 32
-  // rows balance best. Larger m reuse each block of weights for every row
-  // of x, and all of x streams from L3 once per item, which at 128 rows was
-  // as slow as the tiles themselves (L3 gives a core ~25 GB/s): so up to 256
-  // rows, as long as the panel stays near 1 MiB (half of L2), and at least 2
-  // items per thread so they rebalance.
-  int64_t rows = 32;
-  if (j->m > 16) {
-    rows = ((int64_t)1 << 20) / (2 * j->kp) / 32 * 32;
-    rows = rows < 32 ? 32 : rows > 256 ? 256 : rows;  // 256: matmul_amx.c's MAX_NSUB blocks
-    while (rows > 32 && (j->n + rows - 1) / rows < 2 * (int64_t)threads) rows -= 32;
-  }
-  j->amx_rows = rows;
+  // Rows of weights per item: the tiles' blocking decides (matmul_amx.c).
+  j->amx_rows = rg__amx_rows(j, threads);
+  const int64_t rows = j->amx_rows;
   j->panel_elems = rg__amx_panel_elems(j);
   const size_t xbytes = (size_t)(j->mp / 16) * (size_t)(j->kp / 32) * 1024;
   uint16_t *xpack = aligned_alloc(64, xbytes);
