@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/pool.h"
 #include "ops/convert.h"
@@ -116,5 +117,22 @@ void rg__amx_worker(void *ctx, size_t me, size_t unused, int thread);
 int64_t rg__amx_rows(const rg__mm_job_t *j, size_t threads);
 // Elements of one thread's panels for k and the rows per item.
 size_t rg__amx_panel_elems(const rg__mm_job_t *j);
+
+// The 8 scales (bytes of out[0..1]) and 8 mins (out[2..3]) of a q4_K
+// block's 12 packed bytes, four at a time in 32-bit words: sub-blocks 0-3
+// keep the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 take the
+// low (scales) or high (mins) nibble of bytes 8-11 plus the top 2 bits of
+// bytes 0-3 or 4-7. Same values as rg_q4_K_scale_min; inline here for the
+// GEMV kernels of kquants.c and gemv_kquant.c.
+static inline void rg__q4_K_unpack_scales(const uint8_t *p, uint32_t out[4]) {
+  uint32_t u0, u1, u2;
+  memcpy(&u0, p, 4);
+  memcpy(&u1, p + 4, 4);
+  memcpy(&u2, p + 8, 4);
+  out[0] = u0 & 0x3f3f3f3fu;
+  out[1] = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+  out[2] = u1 & 0x3f3f3f3fu;
+  out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+}
 
 #endif  // RG_OPS_CPU_CPU_IMPL_H

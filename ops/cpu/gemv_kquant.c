@@ -135,20 +135,6 @@ void rg__prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *x
     }
 }
 
-// The 8 scales (bytes 0-7 of out) and 8 mins (bytes 8-15) of a q4_K block's
-// 12 packed bytes; the same values as rg_q4_K_scale_min (see kquants.c's
-// q4_K_unpack_scales, which this duplicates to stay inline).
-static inline void q4_K_scales(const uint8_t *p, uint32_t out[4]) {
-  uint32_t u0, u1, u2;
-  memcpy(&u0, p, 4);
-  memcpy(&u1, p + 4, 4);
-  memcpy(&u2, p + 8, 4);
-  out[0] = u0 & 0x3f3f3f3fu;
-  out[1] = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-  out[2] = u1 & 0x3f3f3f3fu;
-  out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-}
-
 // Σ of the 8 products W[s] · x (x at xq, 256 int16) into one int32 vector;
 // with few rows of x, two chains, so that they do not wait on vpdpwssd's
 // latency.
@@ -195,7 +181,7 @@ INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t t
       memcpy(&hm, blk + 2, 2);
       d = _cvtsh_ss(hd);
       uint32_t sm[4];
-      q4_K_scales(blk + 4, sm);
+      rg__q4_K_unpack_scales(blk + 4, sm);
       // Scales as int16, all 8 in each 128-bit lane, so that vpshufb
       // broadcasts sub-block s's (bytes 2s, 2s + 1) to all 32 lanes; mins as
       // floats.

@@ -193,22 +193,6 @@ static void bf16_ints_init(void) {
   for (int v = 0; v < 64; v++) bf16_ints[32 + v] = rg_f32_to_bf16((float)(v - 32));
 }
 
-// The 8 scales (bytes of out[0..1]) and 8 mins (out[2..3]) of a q4_K
-// block's 12 packed bytes, four at a time in 32-bit words: sub-blocks 0-3
-// keep the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 take the
-// low (scales) or high (mins) nibble of bytes 8-11 plus the top 2 bits of
-// bytes 0-3 or 4-7. Same values as rg_q4_K_scale_min.
-static inline void q4_K_unpack_scales(const uint8_t *p, uint32_t out[4]) {
-  uint32_t u0, u1, u2;
-  memcpy(&u0, p, 4);
-  memcpy(&u1, p + 4, 4);
-  memcpy(&u2, p + 8, 4);
-  out[0] = u0 & 0x3f3f3f3fu;
-  out[1] = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-  out[2] = u1 & 0x3f3f3f3fu;
-  out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-}
-
 // Σ over one weight row's q4_K super-block b of w·x for up to 4 rows of x.
 // The 8 scales and mins are unpacked and multiplied by d and dmin once per
 // super-block as vectors (the products are exact), the min terms go into an
@@ -224,7 +208,7 @@ INLINE __attribute__((target(T_AVX512BF16))) void q4_K_dot(const job_t *j, const
   memcpy(&hm, blk + 2, 2);
   const uint8_t *q = blk + 16;
   uint32_t sm[4];
-  q4_K_unpack_scales(blk + 4, sm);
+  rg__q4_K_unpack_scales(blk + 4, sm);
   const __m256 dsc =
       _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)),
                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)sm))));
