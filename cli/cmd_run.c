@@ -1058,6 +1058,23 @@ static void calibrate_devices(const run_args_t *a, const rg_cli_common_t *common
   rg_catalog_destroy(cat);
 }
 
+// The host's read bandwidth measured in this run replaces the one a CPU
+// class was profiled with: a calibration cached while the machine was busy
+// (or quiet) would otherwise predict this run at that machine's speed. The
+// efficiencies and fixed costs keep their profiled values.
+static void use_run_bandwidth(predict_t *P, double read_bandwidth) {
+  for (int k = 0; k < P->n_cal; k++) {
+    rg_cli_calibration_t *c = &P->cal[k];
+    if (!c->calibrated || strncmp(c->device, "cpu:", 4) || c->cls.mem[0].bandwidth <= 0) continue;
+    double was = c->cls.mem[0].bandwidth;
+    c->cls.mem[0].bandwidth = read_bandwidth;
+    size_t at = strlen(c->note);
+    snprintf(c->note + at, sizeof c->note - at,
+             "; read bandwidth %.3g GB/s as measured in this run (%.3g GB/s when profiled)",
+             read_bandwidth / 1e9, was / 1e9);
+  }
+}
+
 static rg_status_t predict_stages(const backend_t *b, const recorder_t *rec, rg_dtype_t kv,
                                   predict_t *P) {
   size_t n = stage_count(b);
@@ -1230,6 +1247,7 @@ static void predict_json(const predict_t *P, cJSON *root, int *bad) {
     if (c->path[0]) rg_json_str(d, "cache", c->path, bad);
     rg_json_str(d, "source", c->calibrated ? c->cls.calibration_source : "datasheet", bad);
     rg_json_str(d, "note", c->note, bad);
+    rg_json_num(d, "read_bandwidth", c->cls.mem[0].bandwidth, bad);
   }
 }
 
@@ -1600,6 +1618,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   if (!a->no_measure && (st = rg_limits_measure(be.e ? rg_engine_pool(be.e) : be.pool, 0.3, &lim)))
     goto done;
   int measured = !a->no_measure && lim.read_bandwidth > 0 && lim.fma_peak > 0;
+  if (pr.on && measured) use_run_bandwidth(&pr, lim.read_bandwidth);
   if (!quiet && be.e) {
     char wb[32];
     fprintf(stderr, "ridge run: %s (%s; %s of weights)\n", model_path, rg_engine_describe(be.e),
