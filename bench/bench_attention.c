@@ -117,6 +117,22 @@ static uint32_t next32(void) {
   return (uint32_t)(rng >> 32);
 }
 
+// The best time of one attention call, repeated for about half a second
+// (at least 3 times).
+static double best_of(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_attn_batch_t *b,
+                      const rg_attn_params_t *prm, const float *q, float *o) {
+  double best = 1e30, t_end = now() + 0.5;
+  int reps = 0;
+  do {
+    double t0 = now();
+    rg_status_free(rg_op_attention(pool, kv, b, prm, q, o));
+    double dt = now() - t0;
+    if (dt < best) best = dt;
+    reps++;
+  } while (now() < t_end || reps < 3);
+  return best;
+}
+
 static void run_case(rg_pool_t *pool, const case_t *cs, rg_dtype_t dtype, double roof) {
   const size_t bs = 16;
   size_t per_seq = (cs->context + bs - 1) / bs, n_blocks = per_seq * cs->n_seqs;
@@ -180,15 +196,7 @@ static void run_case(rg_pool_t *pool, const case_t *cs, rg_dtype_t dtype, double
       break;
     }
     // Repeat for about half a second; report the best run.
-    double best_dt = 1e30, t_end = now() + 0.5;
-    int reps = 0;
-    do {
-      double t0 = now();
-      rg_status_free(rg_op_attention(pool, &kv, &b, &prm, q, o));
-      double dt = now() - t0;
-      if (dt < best_dt) best_dt = dt;
-      reps++;
-    } while (now() < t_end || reps < 3);
+    double best_dt = best_of(pool, &kv, &b, &prm, q, o);
     double gbs = kv_bytes / best_dt / 1e9;
     printf("  %-24s %-4s %-6s %8.3f ms  %7.2f GB/s  %5.2f of read bandwidth\n", cs->name,
            rg_dtype_name(dtype), rg_cpu_isa_name(levels[li]), best_dt * 1e3, gbs,
@@ -240,15 +248,7 @@ static void prefill_case(rg_pool_t *pool, const char *name, size_t n_heads, size
   for (int li = 0; li < 2; li++) {
     if (levels[li] > best) continue;
     rg_status_free(rg_ops_set_isa(levels[li]));
-    double best_dt = 1e30, t_end = now() + 0.5;
-    int reps = 0;
-    do {
-      double t0 = now();
-      rg_status_free(rg_op_attention(pool, &kv, &b, &prm, q, o));
-      double dt = now() - t0;
-      if (dt < best_dt) best_dt = dt;
-      reps++;
-    } while (now() < t_end || reps < 3);
+    double best_dt = best_of(pool, &kv, &b, &prm, q, o);
     double gf = flops / best_dt / 1e9;
     printf("  %-24s %-4s %-6s %8.3f ms  %7.1f GFLOP/s  %5.2f of f32 FMA peak\n", name,
            rg_dtype_name(dtype), rg_cpu_isa_name(levels[li]), best_dt * 1e3, gf,
