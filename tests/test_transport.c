@@ -510,19 +510,25 @@ static size_t kv_cache_bad(const float *cache) {
   return bad;
 }
 
+// Side B registers cache as the RMA target and sends A its descriptor.
+static int b_offer_cache(side_t *b, float *cache, rg_transport_region_t **g) {
+  B_OK(
+      rg_transport_region_register(b->ep, cache, dst_region_bytes(), RG_TRANSPORT_WRITE_TARGET, g));
+  rg_transport_region_desc_t d;
+  rg_transport_region_desc(*g, &d);
+  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
+  rg_transport_desc_encode(&d, enc);
+  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
+  return 0;
+}
+
 // Side B for RMA cases: registers the cache, sends its descriptor, then for
 // each write A announces receives the notice and checks (or reports) it.
 static int b_rma(side_t *b) {
   float *cache = calloc(dst_array_elems() * KV_LAYERS * 2, sizeof(float));
   B_CHECK(cache);
   rg_transport_region_t *g;
-  B_OK(rg_transport_region_register(b->ep, cache, dst_region_bytes(), RG_TRANSPORT_WRITE_TARGET,
-                                    &g));
-  rg_transport_region_desc_t d;
-  rg_transport_region_desc(g, &d);
-  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
-  rg_transport_desc_encode(&d, enc);
-  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
+  if (b_offer_cache(b, cache, &g)) return 1;
   char cmd[64];
   long n;
   while ((n = ctl_recv(b->ctl, cmd, sizeof(cmd) - 1, 10000)) > 0) {
@@ -714,13 +720,7 @@ static int b_shared(side_t *b) {
   uint8_t *buf = malloc(SHARED_MSG_BYTES);
   B_CHECK(cache && buf);
   rg_transport_region_t *g;
-  B_OK(rg_transport_region_register(b->ep, cache, dst_region_bytes(), RG_TRANSPORT_WRITE_TARGET,
-                                    &g));
-  rg_transport_region_desc_t d;
-  rg_transport_region_desc(g, &d);
-  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
-  rg_transport_desc_encode(&d, enc);
-  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
+  if (b_offer_cache(b, cache, &g)) return 1;
   b_notices_t x = {.b = b, .cache = cache};
   pthread_t th;
   B_CHECK(pthread_create(&th, NULL, b_notices, &x) == 0);
