@@ -82,11 +82,11 @@ typedef struct {
   // bytes may be 0. Called only when bytes <= the device's memory.
   rg_status_t (*buffer_alloc)(rg_device_t *dev, size_t bytes, rg_buffer_t **out);
   rg_status_t (*queue_create)(rg_device_t *dev, rg_queue_t **out);
-  int (*supports_op)(rg_device_t *dev, rg_op_kind_t op);             // optional
-  rg_status_t (*check_op)(rg_device_t *dev, const rg_op_t *op);     // optional
+  int (*supports_op)(rg_device_t *dev, rg_op_kind_t op);         // optional
+  rg_status_t (*check_op)(rg_device_t *dev, const rg_op_t *op);  // optional
   rg_status_t (*buffer_wrap)(rg_device_t *dev, void *ptr, size_t len, void (*release_fn)(void *),
-                             void *ctx, rg_buffer_t **out);          // optional
-  rg_pool_t *(*cpu_pool)(rg_device_t *dev);                          // optional
+                             void *ctx, rg_buffer_t **out);  // optional
+  rg_pool_t *(*cpu_pool)(rg_device_t *dev);                  // optional
 } rg_device_vtable_t;
 
 struct rg_device_s {
@@ -126,19 +126,22 @@ void rg__buffer_init(rg_buffer_t *buf, const rg_buffer_vtable_t *vt, rg_device_t
 // host's (the CPU). Its destroy slot frees the memory.
 RG_MUST_USE rg_status_t rg__host_buffer_alloc(rg_device_t *dev, size_t bytes, rg_buffer_t **out);
 // The device.buffer_wrap slot for host-memory backends.
-RG_MUST_USE rg_status_t rg__host_buffer_wrap(rg_device_t *dev, void *ptr, size_t len, void (*release_fn)(void *),
-                                             void *ctx, rg_buffer_t **out);
+RG_MUST_USE rg_status_t rg__host_buffer_wrap(rg_device_t *dev, void *ptr, size_t len,
+                                             void (*release_fn)(void *), void *ctx,
+                                             rg_buffer_t **out);
 
 // ----- Queue -------------------------------------------------------------------
 
 typedef struct {
-  void (*destroy)(rg_queue_t *q);  // after the wrapper has waited
+  void (*destroy)(rg_queue_t *q);                           // after the wrapper has waited
   rg_status_t (*submit)(rg_queue_t *q, const rg_op_t *op);  // optional
   // Same-device copy (src and dst on q's device); optional.
-  rg_status_t (*copy)(rg_queue_t *q, rg_buffer_t *dst, size_t dst_off, rg_buffer_t *src, size_t src_off,
-                      size_t len);
-  rg_status_t (*write)(rg_queue_t *q, rg_buffer_t *dst, size_t off, const void *src, size_t len);  // optional
-  rg_status_t (*read)(rg_queue_t *q, rg_buffer_t *src, size_t off, void *dst, size_t len);         // optional
+  rg_status_t (*copy)(rg_queue_t *q, rg_buffer_t *dst, size_t dst_off, rg_buffer_t *src,
+                      size_t src_off, size_t len);
+  rg_status_t (*write)(rg_queue_t *q, rg_buffer_t *dst, size_t off, const void *src,
+                       size_t len);  // optional
+  rg_status_t (*read)(rg_queue_t *q, rg_buffer_t *src, size_t off, void *dst,
+                      size_t len);  // optional
   // An event for the work so far (rg__event_init on it); optional.
   rg_status_t (*record)(rg_queue_t *q, rg_event_t **out);
   // Make later work wait for ev when ev is this backend's; return
@@ -192,6 +195,15 @@ void rg__copy(char *dst, size_t cap, const char *src);
 const char *rg__gpu_class_hint(const char *name);
 
 // ----- Vendor libraries --------------------------------------------------------
+
+// Waits for an event whose driver can only be polled, or whose blocking wait
+// has no deadline (cuda, hip): query says whether the work is done (non-OK
+// when it failed); naps grow from 20 us to 1 ms, so a short wait costs
+// little latency and a long one little CPU, and after timeout_s it fails
+// naming the device, so a wedged GPU cannot hang ridge.
+typedef rg_status_t (*rg__event_query_fn)(rg_event_t *e, int *done);
+RG_MUST_USE rg_status_t rg__event_poll_wait(rg_event_t *e, double timeout_s,
+                                            rg__event_query_fn query);
 
 // Opens the first library in names[0..n) that loads (dlopen, RTLD_NOW |
 // RTLD_LOCAL). When the environment variable `env` is set, its value is the

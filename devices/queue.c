@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "devices/backend.h"
 
 // ----- Ops -----------------------------------------------------------------------
@@ -175,6 +176,22 @@ rg_status_t rg_event_wait(rg_event_t *ev, double timeout_s) {
   if (!(timeout_s >= 0))
     return rg_status_make(RG_INVALID_ARGUMENT, "event wait: a timeout of %g s", timeout_s);
   return ev->vt->wait(ev, timeout_s);
+}
+
+rg_status_t rg__event_poll_wait(rg_event_t *e, double timeout_s, rg__event_query_fn query) {
+  double deadline = rg_clock_now() + timeout_s, nap = 20e-6;
+  for (;;) {
+    int done = 0;
+    rg_status_t s = query(e, &done);
+    if (s) return rg_status_wrap(s, "waiting for an event on %s", e->device->label);
+    if (done) return NULL;
+    if (rg_clock_now() >= deadline)
+      return rg_status_make(RG_UNAVAILABLE,
+                            "waiting for an event on %s: the work is not done after %g s",
+                            e->device->label, timeout_s);
+    rg_clock_sleep(nap);
+    if (nap < 1e-3) nap *= 2;
+  }
 }
 
 rg_status_t rg_queue_wait_event(rg_queue_t *q, rg_event_t *ev) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "planner/planner_impl.h"
 
 #define MAX_CLASSES 16
@@ -793,8 +794,7 @@ static rg_status_t check_constraints(const search_t *s) {
 
 rg_status_t rg_plan_solve(const rg_plan_request_t *req, rg_plan_t *out) {
   memset(out, 0, sizeof(*out));
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double t0 = rg_clock_now();
   search_t s = {.req = req};
   const rg_fleet_t *f = req->fleet;
   for (int i = 0; i < f->n_nodes; i++)
@@ -852,7 +852,6 @@ rg_status_t rg_plan_solve(const rg_plan_request_t *req, rg_plan_t *out) {
   // LeakSanitizer (run without TLS roots, see scripts/test.sh) reports at
   // exit: free it, since no problem outlives the solve.
   glp_free_env();
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  out->solve_seconds = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+  out->solve_seconds = rg_clock_now() - t0;
   return st;
 }

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "planner/planner_impl.h"
 #include "planner/sim_impl.h"
 
@@ -222,15 +223,9 @@ typedef struct {
   int64_t goodput_requests, goodput_tokens;
   int64_t done_requests;
   double next_sample;
-  struct timespec wall0;
+  double wall0;  // rg_clock_now at the start
   int64_t events;
 } sim_t;
-
-static double wall_since(const struct timespec *t0) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
-}
 
 static uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -999,7 +994,7 @@ static void progress(sim_t *S) {
   if (!S->o.progress) return;
   rg_sim_progress_t p = {S->now,           S->end_arrivals < NO_TIME ? S->end_arrivals : 0,
                          S->done_requests, S->trace ? (int64_t)S->trace->n : 0,
-                         S->r->iterations, wall_since(&S->wall0)};
+                         S->r->iterations, rg_clock_now() - S->wall0};
   S->o.progress(S->o.progress_ctx, &p);
 }
 
@@ -1362,7 +1357,7 @@ static void fill_report(sim_t *S) {
     r->session_mean_s /= (double)S->r->sessions_finished;
   }
   r->events = S->events;
-  r->wall_seconds = wall_since(&S->wall0);
+  r->wall_seconds = rg_clock_now() - S->wall0;
 }
 
 // What the tier's hits saved: the prefill time of the tokens they brought
@@ -1584,7 +1579,7 @@ rg_status_t rg_simulate(const rg_plan_request_t *req, const rg_plan_option_t *pl
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
     goto fail;
   }
-  clock_gettime(CLOCK_MONOTONIC, &S->wall0);
+  S->wall0 = rg_clock_now();
   S->req = req;
   S->plan = plan;
   S->o = *o;

@@ -169,7 +169,8 @@ static void cuda_event_destroy(rg_event_t *e) {
 
 // 1: complete; 0: pending; the status when the query fails (a failed
 // kernel shows here).
-static rg_status_t query(cuda_event_t *e, int *out_done) {
+static rg_status_t query(rg_event_t *ev, int *out_done) {
+  cuda_event_t *e = (cuda_event_t *)ev;
   cuda_device_t *d = cuda_dev(e->base.device);
   RG_RETURN_IF_ERROR(push(d));
   rg_cu_result_t r = d->cu->cuEventQuery(e->ev);
@@ -180,36 +181,14 @@ static rg_status_t query(cuda_event_t *e, int *out_done) {
 
 static int cuda_event_done(rg_event_t *e) {
   int done = 0;
-  rg_status_t s = query((cuda_event_t *)e, &done);
+  rg_status_t s = query(e, &done);
   rg_status_free(s);  // failed work counts as done: rg_event_wait reports it
   return done;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-// Polls cuEventQuery: cuEventSynchronize has no deadline, and a wedged GPU
-// must not hang ridge. The sleep grows from 20 us to 1 ms, so a short wait
-// costs little latency and a long one little CPU.
+// cuEventSynchronize has no deadline: cuEventQuery is polled instead.
 static rg_status_t cuda_event_wait(rg_event_t *e, double timeout_s) {
-  double deadline = now_s() + timeout_s;
-  long sleep_ns = 20000;
-  for (;;) {
-    int done = 0;
-    rg_status_t s = query((cuda_event_t *)e, &done);
-    if (s) return rg_status_wrap(s, "waiting for an event on %s", e->device->label);
-    if (done) return NULL;
-    if (now_s() >= deadline)
-      return rg_status_make(RG_UNAVAILABLE,
-                            "waiting for an event on %s: the work is not done after %g s",
-                            e->device->label, timeout_s);
-    struct timespec ts = {0, sleep_ns};
-    nanosleep(&ts, NULL);
-    if (sleep_ns < 1000000) sleep_ns *= 2;
-  }
+  return rg__event_poll_wait(e, timeout_s, query);
 }
 
 static const rg_event_vtable_t cuda_event_vt = {

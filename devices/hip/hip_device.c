@@ -133,7 +133,8 @@ static void hip_event_destroy(rg_event_t *e) {
   free(e);
 }
 
-static rg_status_t query(hip_event_t *e, int *out_done) {
+static rg_status_t query(rg_event_t *ev, int *out_done) {
+  hip_event_t *e = (hip_event_t *)ev;
   hip_device_t *d = hip_dev(e->base.device);
   RG_RETURN_IF_ERROR(use(d));
   rg_hip_error_t r = d->hip->hipEventQuery(e->ev);
@@ -143,34 +144,13 @@ static rg_status_t query(hip_event_t *e, int *out_done) {
 
 static int hip_event_done(rg_event_t *e) {
   int done = 0;
-  rg_status_free(query((hip_event_t *)e, &done));
+  rg_status_free(query(e, &done));
   return done;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-// Polls with a deadline, as the cuda backend does (a wedged GPU must not
-// hang ridge).
+// hipEventSynchronize has no deadline: hipEventQuery is polled instead.
 static rg_status_t hip_event_wait(rg_event_t *e, double timeout_s) {
-  double deadline = now_s() + timeout_s;
-  long sleep_ns = 20000;
-  for (;;) {
-    int done = 0;
-    rg_status_t s = query((hip_event_t *)e, &done);
-    if (s) return rg_status_wrap(s, "waiting for an event on %s", e->device->label);
-    if (done) return NULL;
-    if (now_s() >= deadline)
-      return rg_status_make(RG_UNAVAILABLE,
-                            "waiting for an event on %s: the work is not done after %g s",
-                            e->device->label, timeout_s);
-    struct timespec ts = {0, sleep_ns};
-    nanosleep(&ts, NULL);
-    if (sleep_ns < 1000000) sleep_ns *= 2;
-  }
+  return rg__event_poll_wait(e, timeout_s, query);
 }
 
 static const rg_event_vtable_t hip_event_vt = {

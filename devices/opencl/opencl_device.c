@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "devices/opencl/opencl_impl.h"
 
 static rg__cl_device_t *cl_dev(rg_device_t *d) {
@@ -167,12 +168,6 @@ static rg_status_t cl_buffer_alloc(rg_device_t *dev, size_t bytes, rg_buffer_t *
 
 // ----- Events ----------------------------------------------------------------------
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static rg_status_t event_status(rg__cl_event_t *e, rg_cl_int *status) {
   const rg_cl_syms_t *cl = cl_dev(e->base.device)->cl;
   return RG_CL_CALL(cl, clGetEventInfo, e->ev, RG_CL_EVENT_COMMAND_EXECUTION_STATUS,
@@ -190,7 +185,7 @@ static int cl_event_done(rg_event_t *ev) {
 // return soon after the work does, long ones cost little host time.
 static rg_status_t cl_event_wait(rg_event_t *ev, double timeout_s) {
   rg__cl_event_t *e = (rg__cl_event_t *)ev;
-  double deadline = now_s() + timeout_s, nap = 20e-6;
+  double deadline = rg_clock_now() + timeout_s, nap = 20e-6;
   for (;;) {
     rg_cl_int st;
     RG_RETURN_IF_ERROR(
@@ -199,7 +194,7 @@ static rg_status_t cl_event_wait(rg_event_t *ev, double timeout_s) {
     if (st < 0)
       return rg_status_make(RG_INTERNAL, "%s: the work before this event failed: %s (%d)",
                             ev->device->label, rg__cl_error_name(st), (int)st);
-    double left = deadline - now_s();
+    double left = deadline - rg_clock_now();
     if (left <= 0)
       return rg_status_make(RG_UNAVAILABLE,
                             "%s: the work before this event was not done after %g s (the wait's "

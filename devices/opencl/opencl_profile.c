@@ -6,13 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "devices/opencl/opencl_impl.h"
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static rg_status_t opencl_only(rg_device_t *dev, const char *what) {
   if (!dev) return rg_status_make(RG_INVALID_ARGUMENT, "%s: no device", what);
@@ -63,10 +58,10 @@ rg_status_t rg_opencl_measure_read(rg_device_t *dev, size_t bytes, int reps,
     rg__cl_arg_int(&a, d->cx->cpu_shapes);
     size_t l = 64;
     s = rg_queue_wait(q);
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     if (!s) s = rg__cl_launch((rg__cl_queue_t *)q, &a, 1, &items, &l);
     if (!s) s = rg_queue_wait(q);
-    double t = now_s() - t0;
+    double t = rg_clock_now() - t0;
     if (r >= 0 && t < best) best = t;  // pass -1 warms up
   }
   if (!s) *out = (rg_opencl_measure_t){best, (double)bytes, (double)bytes / best, (double)bytes};
@@ -103,10 +98,10 @@ rg_status_t rg_opencl_measure_write(rg_device_t *dev, size_t bytes, int reps,
     rg__cl_arg_int(&a, d->cx->cpu_shapes);
     rg__cl_arg_float(&a, (float)r);
     size_t l = 64;
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     s = rg__cl_launch((rg__cl_queue_t *)q, &a, 1, &items, &l);
     if (!s) s = rg_queue_wait(q);
-    double t = now_s() - t0;
+    double t = rg_clock_now() - t0;
     if (r >= 0 && t < best) best = t;  // pass -1 compiles and backs the pages
   }
   if (!s) *out = (rg_opencl_measure_t){best, (double)bytes, (double)bytes / best, (double)bytes};
@@ -129,10 +124,10 @@ rg_status_t rg_opencl_measure_copy(rg_device_t *dev, size_t bytes, int reps,
   if (!s) s = rg_queue_create(dev, &q);
   double best = 1e30;
   for (int r = -1; r < reps && !s; r++) {
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     s = rg_queue_copy(q, r % 2 ? a : b, 0, r % 2 ? b : a, 0, bytes);
     if (!s) s = rg_queue_wait(q);
-    double t = now_s() - t0;
+    double t = rg_clock_now() - t0;
     if (r >= 0 && t < best) best = t;
   }
   if (!s) *out = (rg_opencl_measure_t){best, (double)bytes, (double)bytes / best, 2.0 * bytes};
@@ -154,9 +149,9 @@ rg_status_t rg_opencl_measure_host_copy(rg_device_t *dev, size_t bytes, int to_d
   if (host) memset(host, 1, bytes);  // backed, so the copy is not also faulting pages in
   double best = 1e30;
   for (int r = -1; r < reps && !s; r++) {
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     s = to_device ? rg_buffer_write(b, 0, host, bytes) : rg_buffer_read(b, 0, host, bytes);
-    double t = now_s() - t0;
+    double t = rg_clock_now() - t0;
     if (r >= 0 && t < best) best = t;
   }
   if (!s) *out = (rg_opencl_measure_t){best, (double)bytes, (double)bytes / best, (double)bytes};
@@ -226,10 +221,10 @@ rg_status_t rg_opencl_measure_attention(rg_device_t *dev, rg_dtype_t kv, int64_t
   op.attention.n_heads = n_heads;
   double best = 1e30;
   for (int r = -1; r < reps && !s; r++) {
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     s = rg_queue_submit(qu, &op);
     if (!s) s = rg_queue_wait(qu);
-    double t = now_s() - t0;
+    double t = rg_clock_now() - t0;
     if (r >= 0 && t < best) best = t;
   }
   double read = 2.0 * (double)context * (double)(n_kv_heads * head_dim * n_seqs) * (double)es;
@@ -267,10 +262,10 @@ rg_status_t rg_opencl_measure_fma(rg_device_t *dev, int reps, rg_opencl_measure_
     rg__cl_arg_int(&a, iters);
     rg__cl_arg_float(&a, 0.999f);
     size_t l = 64;
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     s = rg__cl_launch((rg__cl_queue_t *)q, &a, 1, &items, &l);
     if (!s) s = rg_queue_wait(q);
-    double t = now_s() - t0;
+    double t = rg_clock_now() - t0;
     // The first pass compiles and sizes the work: about 0.2 s a pass after.
     if (r == -2 && t > 0) {
       double scale = 0.2 / t;
@@ -332,7 +327,7 @@ rg_status_t rg_opencl_measure_matmul(rg_device_t *dev, rg_dtype_t wtype, int64_t
   }
   double best = 1e30;
   for (int r = -1; r < reps && !s; r++) {
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     for (int c = 0; c < copies && !s; c++) {
       rg_op_t op = {.kind = RG_OP_MATMUL,
                     .label = "measure",
@@ -340,7 +335,7 @@ rg_status_t rg_opencl_measure_matmul(rg_device_t *dev, rg_dtype_t wtype, int64_t
       s = rg_queue_submit(q, &op);
     }
     if (!s) s = rg_queue_wait(q);
-    double t = (now_s() - t0) / copies;
+    double t = (rg_clock_now() - t0) / copies;
     if (r >= 0 && t < best) best = t;
   }
   if (!s) {
@@ -372,10 +367,10 @@ rg_status_t rg_opencl_measure_launch(rg_device_t *dev, int n, double *out_second
   rg_op_t op = {.kind = RG_OP_ADD, .label = "measure", .add = {{b, 0}, {b, 0}, {b, 0}, 16}};
   double best = 1e30;
   for (int r = 0; r < 3 && !s; r++) {
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     for (int i = 0; i < n && !s; i++) s = rg_queue_submit(q, &op);
     if (!s) s = rg_queue_wait(q);
-    double t = (now_s() - t0) / n;
+    double t = (rg_clock_now() - t0) / n;
     if (t < best) best = t;
   }
   if (!s) *out_seconds = best;

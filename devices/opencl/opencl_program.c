@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "base/clock.h"
 #include "devices/opencl/opencl_impl.h"
 #include "ops/opencl/opencl_sources.h"
 #include "ops/ops.h"
@@ -56,12 +57,6 @@ _Static_assert(sizeof kernel_info / sizeof kernel_info[0] == RG__CLK_COUNT,
 
 const char *rg__cl_kernel_name(rg__cl_kernel_id_t k) {
   return (unsigned)k < RG__CLK_COUNT ? kernel_info[k].name : "?";
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 // ----- Sources and options -------------------------------------------------------
@@ -260,10 +255,10 @@ rg_status_t rg__cl_program(rg__cl_device_t *d, rg__cl_prog_t p, rg_cl_program *o
     if (origin) *origin = RG__CL_FROM_MEMORY;
   } else {
     char dir[900];
-    double t0 = now_s();
+    double t0 = rg_clock_now();
     s = rg__cl_program_build(d->cl, cx, p, cx->disk_cache ? rg__cl_cache_dir(dir, sizeof(dir)) : "",
                              &cx->programs[p], &cx->origin[p]);
-    cx->build_seconds[p] = now_s() - t0;
+    cx->build_seconds[p] = rg_clock_now() - t0;
     if (origin) *origin = cx->origin[p];
   }
   *out = cx->programs[p];
