@@ -400,17 +400,6 @@ static void json_class(cJSON *o, const rg_device_class_t *c, rg_dtype_t t, int *
   }
 }
 
-static rg_status_t parse_dtype(const char *text, rg_dtype_t *out) {
-  if (!rg_dtype_parse(text, out)) return NULL;
-  const char *names[RG_DTYPE_COMPUTE_COUNT];
-  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) names[d] = rg_dtype_name((rg_dtype_t)d);
-  const char *near = rg_nearest(text, names, RG_DTYPE_COMPUTE_COUNT);
-  return rg_status_make(
-      RG_INVALID_ARGUMENT,
-      "--dtype: unknown dtype '%s'%s%s%s; use one of f32, bf16, f16, fp8, int8, fp4", text,
-      near ? " (did you mean " : "", near ? near : "", near ? "?)" : "");
-}
-
 int rg_cmd_catalog(int argc, char **argv, const rg_cli_common_t *common) {
   enum { O_DTYPE = 1000, O_JSON, O_HELP };
   static const struct option longs[] = {
@@ -426,7 +415,7 @@ int rg_cmd_catalog(int argc, char **argv, const rg_cli_common_t *common) {
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
     switch (c) {
       case O_DTYPE: {
-        rg_status_t s = parse_dtype(optarg, &t);
+        rg_status_t s = rg_parse_dtype("--dtype", optarg, &t);
         if (s) return rg_cli_fail(CMD, s);
         break;
       }

@@ -56,24 +56,6 @@ static void usage(FILE *f) {
           DEFAULT_BATCH, DEFAULT_DECODE_CONTEXT, DEFAULT_PREFILL_TOKENS);
 }
 
-static rg_status_t parse_dtype(const char *flag, const char *text, rg_dtype_t *out) {
-  if (!rg_dtype_parse(text, out)) return NULL;
-  const char *names[RG_DTYPE_COMPUTE_COUNT];
-  char list[128] = "";
-  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) {
-    names[d] = rg_dtype_name((rg_dtype_t)d);
-    strcat(list, d ? ", " : "");
-    strcat(list, names[d]);
-  }
-  const char *near = rg_nearest(text, names, RG_DTYPE_COMPUTE_COUNT);
-  if (near)
-    return rg_status_make(RG_INVALID_ARGUMENT,
-                          "%s: unknown dtype '%s'; did you mean %s? (one of %s)", flag, text, near,
-                          list);
-  return rg_status_make(RG_INVALID_ARGUMENT, "%s: unknown dtype '%s'; use one of %s", flag, text,
-                        list);
-}
-
 typedef struct {
   const char *model;
   rg_phase_t phase;
@@ -120,11 +102,11 @@ static rg_status_t parse_args(int argc, char **argv, model_opts_t *o) {
         RG_RETURN_IF_ERROR(rg_parse_count("--new-tokens", optarg, 1, &o->new_tokens));
         break;
       case O_DTYPE:
-        RG_RETURN_IF_ERROR(parse_dtype("--dtype", optarg, &o->dtype));
+        RG_RETURN_IF_ERROR(rg_parse_dtype("--dtype", optarg, &o->dtype));
         o->have_dtype = 1;
         break;
       case O_KV_DTYPE:
-        RG_RETURN_IF_ERROR(parse_dtype("--kv-dtype", optarg, &o->kv_dtype));
+        RG_RETURN_IF_ERROR(rg_parse_dtype("--kv-dtype", optarg, &o->kv_dtype));
         o->have_kv_dtype = 1;
         break;
       case O_JSON:

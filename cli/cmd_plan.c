@@ -149,14 +149,6 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
   return NULL;
 }
 
-static rg_status_t parse_dtype(const char *flag, const char *s, rg_dtype_t *out) {
-  if (rg_dtype_parse(s, out))
-    return rg_status_make(RG_INVALID_ARGUMENT,
-                          "%s: unknown dtype '%s'; expected f32, bf16, f16, fp8, int8 or fp4", flag,
-                          s);
-  return NULL;
-}
-
 // ----- Human output --------------------------------------------------------------
 
 static void describe_fleet(const rg_fleet_t *f, char *buf, size_t len) {
@@ -650,8 +642,8 @@ static rg_status_t run(const plan_args_t *a, const rg_cli_common_t *common) {
   // weights and bf16 KV; flags win over both.
   req->weight_dtype = meta.has_weight_dtype ? meta.weight_dtype : model->weight_dtype;
   req->kv_dtype = meta.has_kv_dtype ? meta.kv_dtype : RG_BF16;
-  if (a->wdt && (st = parse_dtype("--weight-dtype", a->wdt, &req->weight_dtype))) goto done;
-  if (a->kvdt && (st = parse_dtype("--kv-dtype", a->kvdt, &req->kv_dtype))) goto done;
+  if (a->wdt && (st = rg_parse_dtype("--weight-dtype", a->wdt, &req->weight_dtype))) goto done;
+  if (a->kvdt && (st = rg_parse_dtype("--kv-dtype", a->kvdt, &req->kv_dtype))) goto done;
   if (a->placement) {
     rg_placement_meta_t again = {0};
     if ((st = rg_placement_load(a->placement, cat, req, &again))) goto done;

@@ -310,14 +310,6 @@ static rg_status_t flag_on_off(const char *flag, const char *text, int *out) {
   return rg_status_make(RG_INVALID_ARGUMENT, "%s: expected on or off, got '%s'", flag, text);
 }
 
-static rg_status_t parse_dtype(const char *flag, const char *s, rg_dtype_t *out) {
-  if (rg_dtype_parse(s, out))
-    return rg_status_make(RG_INVALID_ARGUMENT,
-                          "%s: unknown dtype '%s'; expected f32, bf16, f16, fp8, int8 or fp4", flag,
-                          s);
-  return NULL;
-}
-
 // ----- Progress --------------------------------------------------------------------
 
 typedef struct {
@@ -427,8 +419,8 @@ static rg_status_t load_world(const sim_args_t *a, const rg_cli_common_t *common
         a->objective);
   req->weight_dtype = meta.has_weight_dtype ? meta.weight_dtype : w->model->weight_dtype;
   req->kv_dtype = meta.has_kv_dtype ? meta.kv_dtype : RG_BF16;
-  if (a->wdt) RG_RETURN_IF_ERROR(parse_dtype("--weight-dtype", a->wdt, &req->weight_dtype));
-  if (a->kvdt) RG_RETURN_IF_ERROR(parse_dtype("--kv-dtype", a->kvdt, &req->kv_dtype));
+  if (a->wdt) RG_RETURN_IF_ERROR(rg_parse_dtype("--weight-dtype", a->wdt, &req->weight_dtype));
+  if (a->kvdt) RG_RETURN_IF_ERROR(rg_parse_dtype("--kv-dtype", a->kvdt, &req->kv_dtype));
   if (a->placement) {
     rg_placement_meta_t again = {0};
     RG_RETURN_IF_ERROR(rg_placement_load(a->placement, w->cat, req, &again));

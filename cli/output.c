@@ -158,6 +158,24 @@ char *rg_fmt_tokens(long long v, char *buf, size_t len) {
   return buf;
 }
 
+rg_status_t rg_parse_dtype(const char *flag, const char *text, rg_dtype_t *out) {
+  if (!rg_dtype_parse(text, out)) return NULL;
+  const char *names[RG_DTYPE_COMPUTE_COUNT];
+  char list[128] = "";
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) {
+    names[d] = rg_dtype_name((rg_dtype_t)d);
+    strcat(list, d ? ", " : "");
+    strcat(list, names[d]);
+  }
+  const char *near = rg_nearest(text, names, RG_DTYPE_COMPUTE_COUNT);
+  if (near)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "%s: unknown dtype '%s'; did you mean %s? (one of %s)", flag, text, near,
+                          list);
+  return rg_status_make(RG_INVALID_ARGUMENT, "%s: unknown dtype '%s'; use one of %s", flag, text,
+                        list);
+}
+
 rg_status_t rg_parse_count(const char *flag, const char *text, long long min, long long *out) {
   const char *s = text;
   while (isspace((unsigned char)*s)) s++;

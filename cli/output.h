@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "base/dtype.h"
 #include "base/status.h"
 
 // ----- Tables ----------------------------------------------------------------
@@ -58,6 +59,10 @@ char *rg_fmt_tokens(long long v, char *buf, size_t len);
 // least value allowed. Error messages name the flag and quote the text.
 RG_MUST_USE rg_status_t rg_parse_count(const char *flag, const char *text, long long min,
                                        long long *out);
+
+// Parses a compute dtype (f32, bf16, f16, fp8, int8, fp4) for option `flag`;
+// an unknown one is an error naming the flag, the nearest name and the list.
+RG_MUST_USE rg_status_t rg_parse_dtype(const char *flag, const char *text, rg_dtype_t *out);
 
 // ----- JSON ------------------------------------------------------------------
 
