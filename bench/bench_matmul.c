@@ -23,10 +23,10 @@
 // more lines in flight than the sum's hardware prefetchers do.
 //
 // Run it as `env -u OPENBLAS_CORETYPE build/bench_matmul [threads]
-// [--no-crossover] [--decode-only]`: this environment pins OPENBLAS_CORETYPE=Haswell, which
-// holds OpenBLAS to its AVX2 kernels, and a process cannot reliably unset it
-// for itself before OpenBLAS reads it at load time. The value seen is
-// printed, and the matmul's choice of path follows the kernels OpenBLAS uses.
+// [--no-crossover] [--decode-only] [--small-m]`: this environment pins OPENBLAS_CORETYPE=Haswell,
+// which holds OpenBLAS to its AVX2 kernels, and a process cannot reliably unset it for itself
+// before OpenBLAS reads it at load time. The value seen is printed, and the matmul's choice of path
+// follows the kernels OpenBLAS uses.
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,16 +273,18 @@ static void llama_layer(rg_pool_t *pool, double bw) {
   }
   float *x = xmalloc(8192 * 4), *y = xmalloc(8192 * 4);
   for (int i = 0; i < 8192; i++) x[i] = frand();
-  double best = 1e30;
+  double best = 1e30, best_each[7];
   for (int rep = 0; rep < 8; rep++) {
-    double t0 = now();
+    double t0 = now(), each[7] = {0};
     for (int l = 0; l < LAYERS; l++)
       for (int i = 0; i < 7; i++) {
         rg_wmat_t wm = {w[i] + (size_t)l * bytes[i], RG_BF16, mats[i][0], mats[i][1]};
+        double t1 = now();
         die(rg_matmul(pool, x, 1, &wm, NULL, y));
+        each[i] += now() - t1;
       }
     double dt = (now() - t0) / LAYERS;
-    if (dt < best) best = dt;
+    if (dt < best) best = dt, memcpy(best_each, each, sizeof each);
   }
   double gbs = (double)layer_bytes / best;
   printf(
@@ -290,6 +292,14 @@ static void llama_layer(rg_pool_t *pool, double bw) {
       "read bandwidth "
       "(goal >= 85%%)\n",
       layer_bytes / 1e6, best * 1e6, gbs / 1e9, 100 * gbs / bw);
+  // Per matrix of that best layer: the small ones pay the call's fixed cost
+  // (waking the pool, the first lines' latency) on few bytes.
+  static const char *const names[7] = {"q", "k", "v", "o", "gate", "up", "down"};
+  printf("  per matrix:");
+  for (int i = 0; i < 7; i++)
+    printf(" %s %lldx%lld %.0f us %.0f%%", names[i], (long long)mats[i][0], (long long)mats[i][1],
+           best_each[i] / LAYERS * 1e6, 100.0 * (double)bytes[i] * LAYERS / best_each[i] / bw);
+  printf("\n");
   for (int i = 0; i < 7; i++) free(w[i]);
   free(x), free(y);
 }
@@ -397,6 +407,48 @@ static void crossover(rg_pool_t *pool) {
   free(x), free(y);
 }
 
+// Small batches, n = 8192, k = 2048, from DRAM: weight GB/s (as a share of
+// read bandwidth) by m for each path that can run, so tiles_min_m() and
+// DP_MIN_M in ops/cpu/matmul.c can be checked where decode batches live.
+static void small_m(rg_pool_t *pool, double bw) {
+  const int64_t n = 8192, k = 2048, ms[] = {1, 2, 3, 4, 5, 6, 8, 12, 16};
+  enum { NM = sizeof ms / sizeof ms[0] };
+  printf(
+      "\nsmall m, n = %lld, k = %lld: weight GB/s streamed by m (read bandwidth %.1f GB/s)\n%-28s",
+      (long long)n, (long long)k, bw / 1e9, "type, path");
+  for (int i = 0; i < NM; i++) printf(" %5lld", (long long)ms[i]);
+  printf("\n");
+  float *x = xmalloc(16 * k * 4), *y = xmalloc(16 * n * 4);
+  for (int64_t i = 0; i < 16 * k; i++) x[i] = frand();
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    size_t bytes, rb;
+    die(rg_dtype_row_bytes(types[ti], k, &rb));
+    int copies = copies_for(rb * (size_t)n);
+    unsigned char *w = make_copies(types[ti], n, k, copies, &bytes);
+    const struct {
+      const char *label;
+      rg_matmul_opts_t o;
+    } rows[] = {{"default", {0}},
+                {"gemv", {.path = RG_MATMUL_GEMV}},
+                {"gemv widening (avx512)", {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV}},
+                {"tiles", {.path = RG_MATMUL_TILES}}};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+      if (r == 2 && (types[ti] != RG_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16)) continue;
+      rg_wmat_t probe = {w, types[ti], n, k};
+      if (!strcmp(rg_matmul_kernel_name_ex(&probe, 1, &rows[r].o), "invalid")) continue;
+      printf("%-4s %-23s", rg_dtype_name(types[ti]), rows[r].label);
+      for (int i = 0; i < NM; i++) {
+        double dt =
+            time_matmul(pool, x, ms[i], types[ti], n, k, w, bytes, copies, y, &rows[r].o, 3);
+        printf(" %4.0f%%", 100.0 * (double)bytes / dt / bw);
+      }
+      printf("\n");
+    }
+    free(w);
+  }
+  free(x), free(y);
+}
+
 // NMSE against the double reference for bf16 weights, per kernel: what
 // rounding x to bf16 (vdpbf16ps) costs next to widening the weights.
 static void accuracy(rg_pool_t *pool) {
@@ -466,6 +518,7 @@ int main(int argc, char **argv) {
          threads, sg / 1e9, lim.fma_peak > 0 ? 100 * sg / lim.fma_peak : 0.0);
   decode_table(pool, bw);
   llama_layer(pool, bw);
+  if (has_flag(argc, argv, "--small-m")) small_m(pool, bw);
   if (!has_flag(argc, argv, "--decode-only")) {
     prefill_table(pool, sg);
     prefill_shapes(pool);

@@ -35,6 +35,7 @@ static const char usage[] =
     "                 --workload W --num-requests N] [-n N] [--temperature T] [--top-k K] [--top-p "
     "P]\n"
     "                 [--seed S] [--chat] [--batch B] [--device D] [--threads N] [--isa I]\n"
+    "                 [--batch-invariant]\n"
     "                 [--max-seqs N] [--max-batch-tokens N] [--block-size N] [--prefix-cache "
     "on|off]\n"
     "                 [--max-context C] [--kv-tokens N] [--kv-dtype f32|bf16|f16] [--swap-tokens "
@@ -88,6 +89,10 @@ static const char usage[] =
     "  --isa I            cap the CPU kernels: scalar, avx2, avx512, avx512-bf16, amx (default: "
     "the best\n"
     "                     this CPU has; avx512 keeps the matmuls' activations in f32)\n"
+    "  --batch-invariant  CPU kernels whose results do not depend on the batch: a request's\n"
+    "                     tokens are the same alone, in any batch, or after a preemption that\n"
+    "                     recomputes it (greedy). Costs batch-1 decode speed: the matmuls keep\n"
+    "                     the batch kernel (AMX tiles where present) at every batch size\n"
     "\n"
     "Scheduling (defaults suit a CPU of this size):\n"
     "  --max-seqs N       sequences running at once (default 16; with --batch, B)\n"
@@ -172,7 +177,7 @@ typedef struct {
   long long swap_tokens, num_requests, decode_block_size, tier_tokens;
   double retention;
   double temperature, top_p, rate;
-  int chat, json, no_measure, prefix_cache, no_calibrate, recalibrate;
+  int chat, json, no_measure, prefix_cache, no_calibrate, recalibrate, batch_invariant;
 } run_args_t;
 
 static rg_status_t parse_num(const char *flag, const char *s, long long lo, long long hi,
@@ -227,7 +232,8 @@ enum {
   O_PLAN,
   O_POOL,
   O_NO_CALIBRATE,
-  O_RECALIBRATE
+  O_RECALIBRATE,
+  O_BATCH_INVARIANT
 };
 
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a,
@@ -277,6 +283,7 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                                         {"pool", required_argument, 0, O_POOL},
                                         {"no-calibrate", no_argument, 0, O_NO_CALIBRATE},
                                         {"recalibrate", no_argument, 0, O_RECALIBRATE},
+                                        {"batch-invariant", no_argument, 0, O_BATCH_INVARIANT},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
@@ -336,6 +343,9 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
         break;
       case 'A':
         a->isa = optarg;
+        break;
+      case O_BATCH_INVARIANT:
+        a->batch_invariant = 1;
         break;
       case 'c':
         a->chat = 1;
@@ -1535,6 +1545,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     RG_RETURN_IF_ERROR(rg_cpu_isa_parse("--isa", a->isa, &isa));
     eo.isa = (int)isa;
   }
+  eo.batch_invariant = a->batch_invariant;
   rg_sched_preempt_t preempt = RG_SCHED_PREEMPT_RECOMPUTE;
   if (a->preempt)
     RG_RETURN_IF_ERROR(rg_status_wrap(rg_sched_preempt_parse(a->preempt, &preempt), "--preempt"));
@@ -1623,9 +1634,9 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     char wb[32];
     fprintf(stderr, "ridge run: %s (%s; %s of weights)\n", model_path, rg_engine_describe(be.e),
             rg_fmt_quantity(rg_engine_weight_bytes(be.e), RG_UNIT_BYTES, wb, sizeof wb));
-    fprintf(stderr, "ridge run: device %s %s (class local-cpu), %d threads; %zu request%s",
-            rg_engine_device_label(be.e), rg_engine_device_name(be.e), rg_engine_threads(be.e), n,
-            n == 1 ? "" : "s");
+    fprintf(stderr, "ridge run: device %s %s (class local-cpu), %d threads%s; %zu request%s",
+            rg_engine_device_label(be.e), rg_engine_device_name(be.e), rg_engine_threads(be.e),
+            a->batch_invariant ? ", batch-invariant kernels" : "", n, n == 1 ? "" : "s");
     if (single) fprintf(stderr, ", prompt %zu tokens", rs.v[0].r.n_prompt);
     fprintf(stderr, "; KV %lld blocks of %d tokens\n", (long long)be.x.kv_blocks, be.x.block_size);
   } else if (!quiet) {
@@ -1698,6 +1709,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
       rg_json_str(root, "device_name", rg_engine_device_name(be.e), &bad);
       rg_json_str(root, "device_class", "local-cpu", &bad);
       rg_json_num(root, "threads", rg_engine_threads(be.e), &bad);
+      rg_json_bool(root, "batch_invariant", a->batch_invariant, &bad);
     } else {
       rg_json_str(root, "layout", be.plan_mode ? be.plan_mode : a->layout, &bad);
       if (a->plan) {

@@ -19,7 +19,8 @@
 
 static const char usage[] =
     "usage: ridge worker --coordinator HOST:PORT [--device D] [--name N] [--secret-file F]\n"
-    "                    [--threads N] [--isa I] [--provider P] [--connect-timeout S]\n"
+    "                    [--threads N] [--isa I] [--batch-invariant] [--provider P]\n"
+    "                    [--connect-timeout S]\n"
     "\n"
     "Runs one device's share of a model for a coordinator (`ridge run --layout L --listen\n"
     "HOST:PORT --secret-file F`): joins it over TCP, proves it knows the shared secret\n"
@@ -38,6 +39,8 @@ static const char usage[] =
     "                     the RIDGE_SECRET environment variable\n"
     "  --threads N        CPU threads (default: one per core)\n"
     "  --isa I            cap the CPU kernels: scalar, avx2, avx512, avx512-bf16, amx\n"
+    "  --batch-invariant  CPU kernels whose results do not depend on the batch (as `ridge run\n"
+    "                     --batch-invariant`; give it to every worker of the run)\n"
     "  --provider P       libfabric provider (default: $FI_PROVIDER, else shm, then tcp;ofi_rxm)\n"
     "  --connect-timeout S  seconds to keep trying to reach the coordinator (default 30)\n"
     "\n"
@@ -60,6 +63,7 @@ int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common) {
                                         {"secret-file", required_argument, 0, 'S'},
                                         {"threads", required_argument, 0, 'T'},
                                         {"isa", required_argument, 0, 'A'},
+                                        {"batch-invariant", no_argument, 0, 'B'},
                                         {"provider", required_argument, 0, 'p'},
                                         {"connect-timeout", required_argument, 0, 't'},
                                         {"help", no_argument, 0, 'h'},
@@ -70,7 +74,7 @@ int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common) {
   rg_status_t st = NULL;
   rg_cli_getopt_reset();
   int c;
-  while ((c = getopt_long(argc, argv, ":c:d:n:S:T:A:p:t:h", longs, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":c:d:n:S:T:A:Bp:t:h", longs, NULL)) != -1) {
     char *end;
     switch (c) {
       case 'c':
@@ -101,6 +105,9 @@ int rg_cmd_worker(int argc, char **argv, const rg_cli_common_t *common) {
         o.isa = (int)isa;
         break;
       }
+      case 'B':
+        o.batch_invariant = 1;
+        break;
       case 'p':
         o.provider = optarg;
         break;

@@ -140,6 +140,9 @@ typedef struct {
   // belongs to the device, so two engines in one process can run at
   // different levels. Above what the CPU has: RG_UNAVAILABLE at open.
   int isa;
+  // CPU: batch-invariant kernels (rg_matmul_opts_t.batch_invariant): a
+  // request's outputs do not depend on what it is batched with.
+  int batch_invariant;
 } rg_device_options_t;
 
 // Opens device `index` of `driver`; opts may be NULL (defaults). Errors:

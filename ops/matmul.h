@@ -52,8 +52,8 @@
 
 #include <stdint.h>
 
-#include "base/status.h"
 #include "base/pool.h"
+#include "base/status.h"
 #include "ops/convert.h"
 
 typedef struct {
@@ -73,7 +73,7 @@ typedef enum {
 #define RG_X_(p, n) p,
   RG_MATMUL_PATH_MAP(RG_X_)
 #undef RG_X_
-  RG_MATMUL_PATH_COUNT
+      RG_MATMUL_PATH_COUNT
 } rg_matmul_path_t;
 
 // Overrides for tests and benchmarks; a zeroed struct (or NULL) means the
@@ -81,6 +81,14 @@ typedef enum {
 typedef struct {
   rg_cpu_isa_t isa;       // cap on the kernels' instruction set
   rg_matmul_path_t path;  // force GEMV, GEMM or TILES regardless of m
+  // Batch invariance: each row of y comes out bit for bit the same whatever
+  // m is and wherever the row sits in x, so that a request's tokens do not
+  // depend on what it was batched with (or whether it was preempted and
+  // recomputed). AUTO then keeps one kernel for every m: the AMX tiles where
+  // the CPU has them (all types but f32), else the GEMV in its 4-row shape
+  // (vdpbf16ps for bf16 from avx512-bf16 on), never the GEMM. The price is
+  // batch-1 decode at the tiles' speed rather than the GEMV's.
+  int batch_invariant;
 } rg_matmul_opts_t;
 
 // 1 when the TILES path can run at this cap (AUTO: the best level): the CPU

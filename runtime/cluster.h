@@ -199,6 +199,7 @@ typedef struct {
   const rg_control_secret_t *secret;
   const char *provider;      // NULL: $FI_PROVIDER, else the default order
   int threads, isa;          // CPU device settings
+  int batch_invariant;       // CPU: batch-invariant kernels (rg_engine_options_t)
   double connect_timeout_s;  // 0 = 30
   int quiet;
   volatile int *stop;  // optional: set (by a signal handler) to leave between steps

@@ -60,7 +60,8 @@ static rg_status_t open_device(rg_engine_t *e, const char *name, const rg_engine
   }
   if (e->n_devs == MAX_DEVICES)
     return rg_status_make(RG_INVALID_ARGUMENT, "at most %d devices", MAX_DEVICES);
-  rg_device_options_t dopt = {.threads = o->threads, .isa = o->isa};
+  rg_device_options_t dopt = {
+      .threads = o->threads, .isa = o->isa, .batch_invariant = o->batch_invariant};
   dev_slot_t *d = &e->devs[e->n_devs];
   RG_RETURN_IF_ERROR(rg_device_open(driver, index, &dopt, &d->dev));
   e->n_devs++;

@@ -65,6 +65,11 @@ typedef struct {
   // AVX512_BF16 keeps activations in f32 in bf16 matmuls: slower, but exact
   // to f32 rounding, for checking.
   int isa;  // an rg_cpu_isa_t from ops/convert.h
+  // Batch-invariant CPU kernels: each request's tokens come out the same
+  // whatever it is batched with, or whether it was preempted and
+  // recomputed (rg_matmul_opts_t.batch_invariant). Off: batch-1 decode
+  // takes the faster GEMV.
+  int batch_invariant;
   // How CPU matrices are held: AUTO copies them into huge-page memory when
   // the weights fit in a quarter of RAM (decode streams them faster), else
   // they run from the read-only file mapping.

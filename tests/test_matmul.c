@@ -617,6 +617,53 @@ RG_TEST(matmul_oversubscribed_pool_matches_reference) {
   rg_pool_destroy(pool);
 }
 
+// Batch invariance: with opts.batch_invariant every row of y is the same
+// bits whether it is computed alone (m = 1, decode), among a small batch
+// (m = 13: whole and partial blocks of 4 rows, a leftover row) or in a
+// prefill-sized one (m = 40: the tiles' prefill loop), at every level the
+// CPU has and for every type. Without it the default choice may differ by
+// m (the GEMV at m = 1, the tiles from m = 4), which is why it exists.
+RG_TEST(matmul_batch_invariant_rows_match_at_every_m) {
+  rg_pool_t *pool;
+  RG_REQUIRE_OK(rg_pool_create(2, &pool));
+  uint64_t seed = 11;
+  enum { MB = 40, N = 70, K = 512 };
+  static const int64_t ms[] = {13, MB};
+  float *x = malloc(MB * K * sizeof(float)), *y = malloc(MB * N * sizeof(float)),
+        *one = malloc(N * sizeof(float));
+  RG_REQUIRE(x && y && one);
+  for (int i = 0; i < MB * K; i++) x[i] = rng_uniform(&seed);
+  int checked = 0;
+  for (int isa = RG_CPU_ISA_SCALAR; isa <= (int)rg_cpu_isa_best(); isa++)
+    for (int ty = 0; ty < RG_DTYPE_COUNT; ty++) {
+      if (!rg_dtype_has_codec((rg_dtype_t)ty) && ty != RG_Q4_K && ty != RG_Q6_K) continue;
+      void *wd = make_weight((rg_dtype_t)ty, N, K, &seed);
+      if (!wd) continue;
+      rg_wmat_t w = {wd, (rg_dtype_t)ty, N, K};
+      rg_matmul_opts_t o = {.isa = (rg_cpu_isa_t)isa, .batch_invariant = 1};
+      for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+        const int64_t m = ms[mi];
+        RG_REQUIRE_OK(rg_matmul_ex(pool, x, m, &w, NULL, y, &o));
+        int bad = -1;
+        for (int64_t i = 0; i < m && bad < 0; i++) {
+          RG_REQUIRE_OK(rg_matmul_ex(pool, x + i * K, 1, &w, NULL, one, &o));
+          if (memcmp(one, y + i * N, N * sizeof(float))) bad = (int)i;
+        }
+        if (bad >= 0)
+          rg_test_fail(t, __FILE__, __LINE__,
+                       "%s at %s: row %d of m = %lld differs from the same row alone (%s)",
+                       rg_dtype_name((rg_dtype_t)ty), rg_cpu_isa_name((rg_cpu_isa_t)isa), bad,
+                       (long long)m, rg_matmul_kernel_name_ex(&w, m, &o));
+        checked++;
+      }
+      free(wd);
+    }
+  printf("    %d (level, type, m) cases bit for bit\n", checked);
+  RG_CHECK(checked > 0);
+  free(x), free(y), free(one);
+  rg_pool_destroy(pool);
+}
+
 // The reference itself, on numbers small enough to check by hand.
 RG_TEST(matmul_ref_small_example) {
   // x (2, 3), W (2, 3) as f32 and bf16 (all values exact in bf16 and f16).
@@ -878,6 +925,10 @@ RG_TEST(matmul_kernel_names) {
   if (rg_matmul_tiles_available(RG_CPU_ISA_AUTO, NULL)) {
     RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&b16, 1, &tiles), "amx bf16 tiles (x in bf16)") == 0);
     RG_CHECK(strcmp(rg_matmul_kernel_name(&b16, 64), "amx bf16 tiles (x in bf16)") == 0);
+    // Batch-1 to 3 decode streams faster through the widening GEMV.
+    RG_CHECK(strstr(rg_matmul_kernel_name(&b16, 1), "bf16 gemv") != NULL);
+    RG_CHECK(strstr(rg_matmul_kernel_name(&b16, 3), "bf16 gemv") != NULL);
+    RG_CHECK(strcmp(rg_matmul_kernel_name(&b16, 4), "amx bf16 tiles (x in bf16)") == 0);
     rg_wmat_t h = {wb, RG_F16, 1, 32};
     RG_CHECK(strcmp(rg_matmul_kernel_name(&h, 64), "amx f16->bf16 tiles (x, w in bf16)") == 0);
   } else {

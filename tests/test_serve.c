@@ -55,7 +55,9 @@ static int same_outputs(const rg_serve_result_t *a, const rg_serve_result_t *b, 
 // Greedy outputs are the same whether requests run alone with room to
 // spare, or squeezed into a pool so small that the scheduler preempts them
 // (recompute), or swaps them to the host tier and back, or shares prefix
-// blocks between them.
+// blocks between them. With batch-invariant kernels, which is what that
+// option is for: by default batch-1 decode takes a faster kernel than
+// batches do, and a random-weight model's near-ties then flip.
 RG_TEST(serve_outputs_survive_preemption_swap_and_prefix_sharing) {
   const char *dir = model_dir(t, RG_TESTMODEL_LLAMA, "m");
   RG_REQUIRE(dir);
@@ -65,7 +67,7 @@ RG_TEST(serve_outputs_survive_preemption_swap_and_prefix_sharing) {
   make_requests(r, ids, N, LEN, 32, OUT);
   rg_serve_result_t base[N], got[N];
   rg_serve_stats_t st;
-  rg_engine_options_t roomy = {0};
+  rg_engine_options_t roomy = {.batch_invariant = 1};
   rg_serve_options_t so = {.max_batch_tokens = 64};
   RG_REQUIRE_OK(serve_once(dir, &roomy, &so, r, N, base, &st));
   for (size_t i = 0; i < N; i++)
@@ -73,7 +75,7 @@ RG_TEST(serve_outputs_survive_preemption_swap_and_prefix_sharing) {
   RG_CHECK(st.preempt_recompute == 0 && st.prefix_hit_tokens == 0);
 
   // A pool of 12 blocks of 16 for six requests of 64 positions: preemption.
-  rg_engine_options_t tight = {.kv_tokens = 12 * 16, .block_size = 16};
+  rg_engine_options_t tight = {.kv_tokens = 12 * 16, .block_size = 16, .batch_invariant = 1};
   RG_REQUIRE_OK(serve_once(dir, &tight, &so, r, N, got, &st));
   printf("    recompute: %lld preemptions\n", (long long)st.preempt_recompute);
   RG_CHECK(st.preempt_recompute > 0);
@@ -309,6 +311,55 @@ RG_TEST(cli_run_json_text_is_valid_utf8) {
   }
   printf("    %d replacement characters over 4 runs\n", replaced);
   RG_CHECK(replaced > 0);  // the case the fix is for did come up
+}
+
+// `ridge run --batch-invariant`: request 0's logits are the same bits
+// decoded alone (batch 1) and as one of five copies decoded together, and
+// the JSON says the run used those kernels. (Without the flag they differ
+// where the default kernel changes with the batch, as on AMX: printed.)
+static unsigned char *run_logits(rg_test_ctx_t *t, const char *dir, int batch, int invariant,
+                                 size_t *len, int *said) {
+  char cmd[2048], npy[1024], *out = NULL;
+  snprintf(npy, sizeof npy, "%s/logits-%d-%d.npy", rg_test_tmpdir(t), batch, invariant);
+  snprintf(cmd, sizeof cmd,
+           "run --model %s --prompt-ids 5,6,7,8 -n 12 --temperature 0 --batch %d %s "
+           "--dump-logits %s --no-measure --json",
+           dir, batch, invariant ? "--batch-invariant" : "", npy);
+  if (rg_test_run_ridge(t, cmd, &out) != 0) {
+    free(out);
+    return NULL;
+  }
+  cJSON *j = cJSON_Parse(out);
+  free(out);
+  *said = j && cJSON_IsTrue(cJSON_GetObjectItem(j, "batch_invariant"));
+  cJSON_Delete(j);
+  FILE *f = fopen(npy, "rb");
+  if (!f) return NULL;
+  unsigned char *buf = malloc(1 << 20);
+  *len = buf ? fread(buf, 1, 1 << 20, f) : 0;
+  fclose(f);
+  return buf;
+}
+
+RG_TEST(cli_run_batch_invariant_logits_do_not_depend_on_the_batch) {
+  const char *dir = model_dir(t, RG_TESTMODEL_LLAMA, "m");
+  RG_REQUIRE(dir);
+  size_t n1 = 0, n5 = 0, d1 = 0, d5 = 0;
+  int s1 = 0, s5 = 0, sd = 1;
+  unsigned char *alone = run_logits(t, dir, 1, 1, &n1, &s1),
+                *batched = run_logits(t, dir, 5, 1, &n5, &s5);
+  RG_REQUIRE(alone && batched);
+  RG_CHECK(s1 && s5);
+  RG_CHECK(n1 > 1000 && n1 == n5);
+  if (n1 != n5 || memcmp(alone, batched, n1))
+    rg_test_fail(t, __FILE__, __LINE__, "batch-invariant logits differ between batch 1 and 5");
+  unsigned char *dflt1 = run_logits(t, dir, 1, 0, &d1, &sd),
+                *dflt5 = run_logits(t, dir, 5, 0, &d5, &sd);
+  RG_REQUIRE(dflt1 && dflt5);
+  RG_CHECK(!sd);
+  printf("    default kernels: batch 1 and 5 logits %s\n",
+         d1 == d5 && !memcmp(dflt1, dflt5, d1) ? "the same" : "differ");
+  free(alone), free(batched), free(dflt1), free(dflt5);
 }
 
 RG_TEST(utf8_sanitize_replaces_maximal_invalid_subparts) {

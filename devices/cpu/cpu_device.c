@@ -111,6 +111,7 @@ rg_status_t rg__cpu_device_open(rg_driver_t *drv, const rg_device_info_t *info,
     return s;
   }
   cd->isa = isa;
+  cd->batch_invariant = opts->batch_invariant;
   pthread_mutex_init(&cd->pool_mu, NULL);
   rg__device_init(&cd->base, &cpu_device_vt, drv, info);
   *out = &cd->base;

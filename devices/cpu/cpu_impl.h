@@ -12,6 +12,7 @@ typedef struct {
   rg_device_t base;
   rg_pool_t *pool;
   rg_cpu_isa_t isa;         // the cap its kernels run under (resolved, never AUTO)
+  int batch_invariant;      // matmuls keep one kernel for every batch size
   pthread_mutex_t pool_mu;  // one kernel on the pool at a time; guards the scratch below
   // Host scratch for ops that need it (block tables, sampling candidates),
   // grown to the largest request and kept.

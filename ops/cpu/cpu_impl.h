@@ -42,6 +42,7 @@ typedef struct rg__mm_job_s {
   const float *bias;  // (n) or NULL
   float *y;           // (m, n)
   rg_cpu_isa_t isa;
+  int invariant;  // batch-invariant: the GEMV's 4-row shape for every row of x
   // GEMV: rows of x per pass over a thread's weight rows, so that the rows
   // of x in play stay in L2 however large m is.
   int64_t m_chunk;

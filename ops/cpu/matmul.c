@@ -446,7 +446,7 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_
         int64_t re = r + NR < r1 ? r + NR : r1;                                         \
         for (int64_t i0 = c0; i0 < c1; i0 += 4) {                                       \
           int mv = c1 - i0 < 4 ? (int)(c1 - i0) : 4;                                    \
-          if (mv > 1)                                                                   \
+          if (mv > 1 || j->invariant)                                                   \
             tile(4, 4, mv, i0, r);                                                      \
           else                                                                          \
             for (int64_t rr = r; rr < re; rr++) tile(1, 1, 1, i0, rr);                  \
@@ -744,12 +744,18 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
 // Where the AMX tiles take over from the GEMV kernels (amx level). The
 // tiles run at the same speed however many rows of x there are up to 16
 // (one tile product is 16 rows of x), so from a few rows on they win. bf16
-// weights take them from m = 1: read in place, 32 rows at a time with the
-// next block prefetched in k order, they streamed 0.86-0.92 of read
-// bandwidth on a Sapphire Rapids VM where the 1 x 1 GEMV tile (tuned on
-// Zen) reached 0.76, and in back-to-back runs at m = 1 took 700-750 against
-// 1160-1270 us for n = k = 2048. That rounds x to bf16 at m = 1 too, as
-// vdpbf16ps does from m = 8; --isa avx512-bf16 or lower keeps the GEMV.
+// weights take them from m = 4: read in place, 32 rows at a time with the
+// next block prefetched in k order, they stream 0.95-1.0 of read bandwidth
+// at every m up to 16. Below that the widening GEMV (4-row tiles, one tile
+// ahead prefetched) streams faster still: bench_matmul --small-m, n = 8192,
+// k = 2048, from DRAM, two runs on a shared Sapphire Rapids VM, share of
+// read bandwidth, GEMV / tiles:
+//           m = 1       2        3        4        5
+//   run 1   107/95   107/97   107/99   103/102   70/102
+//   run 2    89/73    93/82    90/85    86/82    59/84
+// (the machine's bandwidth moves between runs, not within one). That keeps
+// batch-1 decode exact in x as well; vdpbf16ps (from DP_MIN_M) never runs
+// where the tiles are. --isa avx512-bf16 or lower keeps the GEMV at every m.
 // The other types go through per-thread panels, whose build costs more than
 // it saves for a few rows of x (below). f32 weights stay off the tiles:
 // rounding them to bf16 would lose what an f32 checkpoint is kept for.
@@ -769,7 +775,7 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
 // the tiles' panel build at m = 12.
 static int64_t tiles_min_m(rg_dtype_t t) {
   static const int64_t min_m[RG_DTYPE_COUNT] = {
-      [RG_F32] = NEVER, [RG_BF16] = 1, [RG_F16] = 5, [RG_Q8_0] = 5, [RG_Q4_K] = 12, [RG_Q6_K] = 12};
+      [RG_F32] = NEVER, [RG_BF16] = 4, [RG_F16] = 5, [RG_Q8_0] = 5, [RG_Q4_K] = 12, [RG_Q6_K] = 12};
   return (unsigned)t < RG_DTYPE_COUNT && min_m[t] ? min_m[t] : NEVER;
 }
 
@@ -781,6 +787,14 @@ typedef struct {
 
 static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmul_opts_t *o) {
   plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0, 0};
+  if (o && o->batch_invariant) {
+    // One kernel whatever m (see rg_matmul_opts_t): the tiles, else the
+    // GEMV's 4-row shape, whose sums run in the same order for every row.
+    if (p.path == RG_MATMUL_AUTO)
+      p.path = isa >= RG_CPU_ISA_AMX && tiles_min_m(t) != NEVER ? RG_MATMUL_TILES : RG_MATMUL_GEMV;
+    p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16;
+    return p;
+  }
   if (p.path == RG_MATMUL_AUTO) {
     if (isa >= RG_CPU_ISA_AMX && m >= tiles_min_m(t))
       p.path = RG_MATMUL_TILES;
@@ -1021,6 +1035,7 @@ rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wm
              .y = y};
   RG_RETURN_IF_ERROR(rg_cpu_isa_resolve(opts ? opts->isa : RG_CPU_ISA_AUTO, &j.isa));
   RG_RETURN_IF_ERROR(check_opts(j.isa, w->type, opts));
+  j.invariant = opts && opts->batch_invariant;
   RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, w->cols, &j.row_bytes));
   if (m == 0) return NULL;
   plan_t p = plan_for(j.isa, j.type, m, opts);

@@ -202,6 +202,7 @@ static rg_status_t spawn(rg_cluster_t *c, int i) {
   if (c->o.engine.threads > 0) argv[k++] = "--threads", argv[k++] = threads;
   if (c->o.engine.isa > 0)
     argv[k++] = "--isa", argv[k++] = rg_cpu_isa_name((rg_cpu_isa_t)c->o.engine.isa);
+  if (c->o.engine.batch_invariant) argv[k++] = "--batch-invariant";
   if (c->o.provider) argv[k++] = "--provider", argv[k++] = c->o.provider;
   argv[k] = NULL;
   fflush(NULL);

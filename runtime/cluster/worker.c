@@ -1278,7 +1278,8 @@ rg_status_t rg_worker_run(const rg_worker_options_t *opt) {
   const char *dev = opt->device ? opt->device : "cpu:0";
   char driver[32];
   int index = 0;
-  rg_device_options_t dopt = {.threads = opt->threads, .isa = opt->isa};
+  rg_device_options_t dopt = {
+      .threads = opt->threads, .isa = opt->isa, .batch_invariant = opt->batch_invariant};
   uint8_t addr[RG_TRANSPORT_ADDR_MAX];
   size_t alen = 0;
   rg_control_event_t ev = {0};
