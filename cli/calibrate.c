@@ -87,7 +87,7 @@ rg_status_t rg_cli_calibrate(const rg_catalog_t *cat, const char *device,
   int index;
   rg_device_t *dev = NULL;
   RG_RETURN_IF_ERROR(rg_device_parse_name(device, driver, sizeof driver, &index));
-  rg_device_options_t dopt = {.threads = o->threads};
+  rg_device_options_t dopt = {.threads = o->threads, .batch_invariant = o->batch_invariant};
   RG_RETURN_IF_ERROR(rg_device_open(driver, index, &dopt, &dev));
   rg_status_t st = NULL;
   const rg_device_info_t *info = rg_device_info(dev);
@@ -117,10 +117,10 @@ rg_status_t rg_cli_calibrate(const rg_catalog_t *cat, const char *device,
   // class file named after its class, as the loader wants.
   // CPU threads change what each op's fork and join costs: a profile on
   // other than one thread per core is cached apart ("cpu-0-t1").
-  if (o->threads > 0)
-    snprintf(key, sizeof key, "%s-t%d", device, o->threads);
-  else
-    snprintf(key, sizeof key, "%s", device);
+  // Batch-invariant kernels are other kernels: cached apart too ("-bi").
+  snprintf(key, sizeof key, "%s", device);
+  if (o->threads > 0) snprintf(key + strlen(key), sizeof key - strlen(key), "-t%d", o->threads);
+  if (o->batch_invariant) snprintf(key + strlen(key), sizeof key - strlen(key), "-bi");
   for (char *q = key; *q; q++)
     if (*q == ':' || *q == '/') *q = '-';
   size_t dl = strlen(dir);
@@ -130,9 +130,16 @@ rg_status_t rg_cli_calibrate(const rg_catalog_t *cat, const char *device,
   char why[400] = "";
   struct stat sb;
   time_t now = time(NULL);
+  // A calibration older than the running binary measured another build's
+  // kernels (an upgrade, a rebuild): it is profiled again.
+  struct stat exe;
+  const int have_exe = stat("/proc/self/exe", &exe) == 0;
   if (!o->refresh && stat(out->path, &sb) == 0) {
     double age = difftime(now, sb.st_mtime);
-    if (age >= 0 && age < max_age) {
+    if (age >= 0 && age < max_age && have_exe && sb.st_mtime < exe.st_mtime) {
+      snprintf(why, sizeof why,
+               "the cached calibration predates this build of ridge; profiled again");
+    } else if (age >= 0 && age < max_age) {
       rg_device_class_t tmp = out->cls;
       rg_status_t ls = rg_device_class_calibrate(&tmp, out->path);
       if (!ls && !tmp.stage[RG_SLOT_ATTENTION].call && !tmp.stage[RG_SLOT_FFN].call &&

@@ -52,8 +52,10 @@ RG_MUST_USE rg_status_t rg_cli_test_model(char *out, size_t len, int quiet);
 // model's stages (runtime/profile.h), so that `ridge run` can put the cost
 // model's figure for each stage beside its measured time. The calibrated
 // class file is cached as <cache>/ridge/calibrated/<driver>-<index>/<class>.yaml
-// (<driver>-<index>-t<N> when threads is N)
-// (XDG_CACHE_HOME, else ~/.cache) and reused while younger than max_age_s.
+// (<driver>-<index>-t<N> when threads is N, then -bi for batch-invariant
+// kernels) (XDG_CACHE_HOME, else ~/.cache) and reused while younger than
+// max_age_s and than the running ridge binary (another build's kernels are
+// another device's figures).
 // A cached file that does not load is profiled again; a device that cannot
 // be profiled keeps its datasheet class. Either way `note` says what the
 // class is, from when, and why.
@@ -63,6 +65,7 @@ typedef struct {
   double max_age_s;       // 0: one day
   const char *cache_dir;  // NULL: rg_cli_calibration_dir
   int threads;            // CPU threads for the profile; 0: one per core
+  int batch_invariant;    // profile the batch-invariant CPU kernels the run uses
   int quiet;
 } rg_cli_calibrate_options_t;
 

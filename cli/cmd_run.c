@@ -1051,8 +1051,11 @@ static void calibrate_devices(const run_args_t *a, const rg_cli_common_t *common
     rg_status_free(cs);
     return;
   }
-  rg_cli_calibrate_options_t co = {
-      .skip = a->no_calibrate, .refresh = a->recalibrate, .threads = eo->threads, .quiet = 1};
+  rg_cli_calibrate_options_t co = {.skip = a->no_calibrate,
+                                   .refresh = a->recalibrate,
+                                   .threads = eo->threads,
+                                   .batch_invariant = eo->batch_invariant,
+                                   .quiet = 1};
   for (int i = 0; i < n && P->n_cal < MAX_CALIBRATED; i++) {
     int k = 0;
     while (k < P->n_cal && strcmp(P->cal[k].device, devs[i])) k++;

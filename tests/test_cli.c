@@ -450,6 +450,21 @@ RG_TEST(cli_run_calibration_cache_is_refreshed_replaced_and_falls_back) {
   RG_CHECK_CONTAINS(text, "\nstages:\n  embed: { call: ");
   RG_CHECK(strstr(text, "known figures") == NULL);
 
+  // One younger than a day but older than the running binary measured
+  // another build's kernels: profiled again.
+  write_known(t, known_cpu);
+  struct stat exe;
+  RG_REQUIRE(stat("/proc/self/exe", &exe) == 0);
+  if (difftime(time(NULL), exe.st_mtime) < 80000) {  // else "a day old" would win
+    struct utimbuf before = {exe.st_mtime - 60, exe.st_mtime - 60};
+    RG_REQUIRE(utime(path, &before) == 0);
+    j = run_json(t, args, &rc);
+    RG_REQUIRE(j && rc == 0);
+    RG_CHECK(num(device0(j), "profiled_now") == 1);
+    RG_CHECK_CONTAINS(str(device0(j), "note"), "predates this build of ridge; profiled again");
+    cJSON_Delete(j);
+  }
+
   // One that does not load is profiled again. With the stage model made
   // unusable (a file where its folder goes) that profile fails at once, so
   // the note shows both steps and the datasheet is what remains.
