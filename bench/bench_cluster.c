@@ -4,11 +4,13 @@
 //      single process on the same two cores, 16 sequences decoding:
 //      throughput ratio (goal >= 0.9), and the same split taking turns (one
 //      micro-batch, both cores per side);
-//   2. prefill-decode against colocated on a mix of long and short prompts
-//      arriving over time: TBT p99 ratio (goal <= 0.5) and throughput ratio.
+//   2. prefill-decode against colocated on a mix of long (8K-token, as the
+//      issue's workload) and 128-token prompts arriving over time: TBT p99
+//      ratio (goal <= 0.5) and throughput ratio.
 // Each side of a split gets one thread (two cores in all); the single
 // process gets two. The per-link table shows what moved and how fast.
-// Run as `env -u OPENBLAS_CORETYPE build/bench_cluster [MODEL] [LONG_PROMPT]`.
+// Run as `env -u OPENBLAS_CORETYPE build/bench_cluster [--afd | --pd] [MODEL] [LONG_PROMPT]`
+// (--afd or --pd: only that part; LONG_PROMPT default 8192; about 3 minutes in all).
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -40,7 +42,7 @@ static rg_status_t run(const char *dir, const rg_cluster_layout_t *layout, int t
                        const rg_serve_request_t *r, size_t n, const rg_serve_options_t *so,
                        figures_t *f) {
   rg_engine_options_t eo = {
-      .threads = threads, .max_seqs = 32, .max_context = 4096, .kv_tokens = 32 * 1024};
+      .threads = threads, .max_seqs = 32, .max_context = 8192 + 64, .kv_tokens = 48 * 1024};
   rg_serve_result_t *res = calloc(n, sizeof *res);
   if (!res) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
   rg_serve_stats_t st;
@@ -93,6 +95,14 @@ static void show(const char *name, const figures_t *f) {
 
 int main(int argc, char **argv) {
   char dir[2048];
+  int want_afd = 1, want_pd = 1;
+  while (argc > 1 && (!strcmp(argv[1], "--afd") || !strcmp(argv[1], "--pd"))) {
+    if (!strcmp(argv[1], "--afd"))
+      want_pd = 0;
+    else
+      want_afd = 0;
+    argv++, argc--;
+  }
   if (argc > 1) {
     snprintf(dir, sizeof dir, "%s", argv[1]);
   } else {
@@ -106,7 +116,9 @@ int main(int argc, char **argv) {
     rg_status_t s = rg_testmodel_cached(&o, dir, sizeof dir, NULL);
     if (s) return fail(s);
   }
-  int long_prompt = argc > 2 ? atoi(argv[2]) : 1024;
+  int long_prompt = argc > 2 ? atoi(argv[2]) : 8192;
+  if (long_prompt < 1 || long_prompt > 30000)
+    return fail(rg_status_make(RG_INVALID_ARGUMENT, "LONG_PROMPT: expected 1 to 30000 tokens"));
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return fail(rg_status_make(RG_IO, "cannot find this executable"));
@@ -119,51 +131,56 @@ int main(int argc, char **argv) {
   rg_model_close(m);
   printf("bench_cluster: %s; workers: %s\n", dir, ridge_bin);
 
-  // 1. Attention-FFN ping-pong, 16 sequences decoding 32 tokens each.
-  enum { SEQS = 16, PROMPT = 32, NEW = 32 };
-  static int32_t ids[SEQS][PROMPT];
-  rg_serve_request_t r[SEQS];
-  for (int i = 0; i < SEQS; i++) {
-    for (int k = 0; k < PROMPT; k++) ids[i][k] = 1 + (i * 977 + k * 31) % 30000;
-    r[i] = (rg_serve_request_t){(uint64_t)i, ids[i], PROMPT, NEW, {0, 0, 1, 0}, 0};
+  rg_cluster_layout_t l;
+  if (want_afd) {
+    // 1. Attention-FFN ping-pong, 16 sequences decoding 32 tokens each.
+    enum { SEQS = 16, PROMPT = 32, NEW = 32 };
+    static int32_t ids[SEQS][PROMPT];
+    rg_serve_request_t r[SEQS];
+    for (int i = 0; i < SEQS; i++) {
+      for (int k = 0; k < PROMPT; k++) ids[i][k] = 1 + (i * 977 + k * 31) % 30000;
+      r[i] = (rg_serve_request_t){(uint64_t)i, ids[i], PROMPT, NEW, {0, 0, 1, 0}, 0};
+    }
+    rg_serve_options_t so = {.max_batch_tokens = 1024, .max_seqs = SEQS};
+    printf("\n1. attention-FFN over shm, two micro-batches, %d sequences x %d tokens:\n", SEQS,
+           NEW);
+    // The same split without ping-pong too: one micro-batch, each worker on
+    // both cores, taking turns. Decode here is bound by memory bandwidth, which
+    // the two workers share: two micro-batches stream every weight twice per
+    // step, so on one memory bus ping-pong cannot pass half the single
+    // process (and with one core a side, FFN's two thirds of the weights on one
+    // core bound it nearer 3/8); taking turns streams each weight once at the
+    // full bandwidth and pays only the hops. A split pays its ping-pong where
+    // each side has memory of its own. The three run in interleaved rounds and
+    // each keeps its best, so on a shared machine they meet the same load.
+    enum { ROUNDS = 2 };
+    figures_t one = {0}, afd = {0}, turns = {0};
+    rg_cluster_layout_t l1;
+    if ((s = rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 2, &l))) return fail(s);
+    if ((s = rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &l1))) return fail(s);
+    for (int round = 0; round < ROUNDS; round++) {
+      figures_t f;
+      if ((s = run(dir, NULL, 2, r, SEQS, &so, &f))) return fail(s);
+      if (f.tps > one.tps) one = f;
+      if ((s = run(dir, &l, 1, r, SEQS, &so, &f))) return fail(s);
+      if (f.tps > afd.tps) afd = f;
+      if ((s = run(dir, &l1, 2, r, SEQS, &so, &f))) return fail(s);
+      if (f.tps > turns.tps) turns = f;
+    }
+    printf("  best of %d interleaved rounds:\n", ROUNDS);
+    show("single process, 2 threads", &one);
+    show("attention | ffn ping-pong, 1 thread each", &afd);
+    show("attention | ffn, 1 micro-batch, 2 threads", &turns);
+    printf(
+        "  throughput ratio, ping-pong %.2f (goal >= 0.9; one memory bus bounds it below 0.5); "
+        "taking turns %.2f\n",
+        afd.tps / one.tps, turns.tps / one.tps);
   }
-  rg_serve_options_t so = {.max_batch_tokens = 1024, .max_seqs = SEQS};
-  printf("\n1. attention-FFN over shm, two micro-batches, %d sequences x %d tokens:\n", SEQS, NEW);
-  // The same split without ping-pong too: one micro-batch, each worker on
-  // both cores, taking turns. Decode here is bound by memory bandwidth, which
-  // the two workers share: two micro-batches stream every weight twice per
-  // step, so on one memory bus ping-pong cannot pass half the single
-  // process (and with one core a side, FFN's two thirds of the weights on one
-  // core bound it nearer 3/8); taking turns streams each weight once at the
-  // full bandwidth and pays only the hops. A split pays its ping-pong where
-  // each side has memory of its own. The three run in interleaved rounds and
-  // each keeps its best, so on a shared machine they meet the same load.
-  enum { ROUNDS = 2 };
-  figures_t one = {0}, afd = {0}, turns = {0};
-  rg_cluster_layout_t l, l1;
-  if ((s = rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 2, &l))) return fail(s);
-  if ((s = rg_cluster_layout_afd(&a, "cpu:0", "cpu:0", 1, &l1))) return fail(s);
-  for (int round = 0; round < ROUNDS; round++) {
-    figures_t f;
-    if ((s = run(dir, NULL, 2, r, SEQS, &so, &f))) return fail(s);
-    if (f.tps > one.tps) one = f;
-    if ((s = run(dir, &l, 1, r, SEQS, &so, &f))) return fail(s);
-    if (f.tps > afd.tps) afd = f;
-    if ((s = run(dir, &l1, 2, r, SEQS, &so, &f))) return fail(s);
-    if (f.tps > turns.tps) turns = f;
-  }
-  printf("  best of %d interleaved rounds:\n", ROUNDS);
-  show("single process, 2 threads", &one);
-  show("attention | ffn ping-pong, 1 thread each", &afd);
-  show("attention | ffn, 1 micro-batch, 2 threads", &turns);
-  printf(
-      "  throughput ratio, ping-pong %.2f (goal >= 0.9; one memory bus bounds it below 0.5); "
-      "taking turns %.2f\n",
-      afd.tps / one.tps, turns.tps / one.tps);
+  if (!want_pd) return 0;
 
   // 2. Prefill-decode vs colocated: short chats decoding while long prompts
   // arrive (one long per eight short), all over a few seconds.
-  enum { SHORT = 24, LONGS = 3, SHORT_PROMPT = 64, SHORT_NEW = 48 };
+  enum { SHORT = 24, LONGS = 3, SHORT_PROMPT = 128, SHORT_NEW = 48 };
   size_t nr = SHORT + LONGS;
   int32_t *pid = malloc((size_t)(SHORT * SHORT_PROMPT + LONGS * long_prompt) * sizeof(int32_t));
   rg_serve_request_t *q = calloc(nr, sizeof *q);

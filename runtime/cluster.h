@@ -155,6 +155,10 @@ typedef struct {
   double step_timeout_s;              // 0 = 10: for every worker to finish a step
   const char *trace_path;  // a Chrome trace of every worker's stages and transfers, or NULL
   int quiet;               // no progress lines on stderr
+  // Most segments one KV transfer carries (0 = RG_TRANSPORT_MAX_SEGMENTS): a
+  // long prompt's pages move as several transfers, cut between position
+  // runs and layers. Tests set it small to exercise the cutting.
+  int xfer_max_segments;
 } rg_cluster_options_t;
 
 typedef struct rg_cluster_s rg_cluster_t;

@@ -585,21 +585,31 @@ RG_TEST(cluster_ridge_run_layout_matches_the_single_process_run) {
 
 // Bytes of KV pages moved by RMA over the cluster's links (from one worker,
 // or from any when from is NULL).
-static double kv_link_bytes(const rg_cluster_t *c, const char *from) {
+static double kv_link_bytes_n(const rg_cluster_t *c, const char *from, int64_t *messages) {
   double bytes = 0;
+  if (messages) *messages = 0;
   for (size_t i = 0; i < rg_cluster_link_count(c); i++) {
     rg_cluster_link_info_t li;
     rg_cluster_link_info(c, i, &li);
-    if (li.kv && (!from || !strcmp(li.from, from))) bytes += li.bytes;
+    if (li.kv && (!from || !strcmp(li.from, from))) {
+      bytes += li.bytes;
+      if (messages) *messages += li.messages;
+    }
   }
   return bytes;
+}
+
+static double kv_link_bytes(const rg_cluster_t *c, const char *from) {
+  return kv_link_bytes_n(c, from, NULL);
 }
 
 // Prefill on one worker, decode on another, the prompt's KV written by RMA
 // from the prefill worker's outbox into the decode pool: the single-process
 // tokens and logits (within rounding), with equal block sizes and with pages
 // merged (16 -> 64) and split (16 -> 8); the bytes on the link are exactly
-// the prompts' KV.
+// the prompts' KV. The last case cuts every prompt's KV into transfers of at
+// most 6 segments (a run of the 2 layers x K,V is 4), as a long prompt's is cut
+// at the notice's limit, so pieces start and end inside blocks on both sides.
 RG_TEST(cluster_prefill_decode_gives_the_single_process_logits) {
   if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
   const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
@@ -614,9 +624,9 @@ RG_TEST(cluster_prefill_decode_gives_the_single_process_logits) {
   rg_status_t st = serve_with(&x, a.vocab, &want);
   rg_engine_destroy(e);
   RG_REQUIRE_OK(st);
-  const int64_t sizes[3][2] = {{16, 16}, {16, 64}, {16, 8}};
+  const int64_t sizes[4][3] = {{16, 16, 0}, {16, 64, 0}, {16, 8, 0}, {16, 24, 6}};
   double row = (double)(a.n_kv_heads * a.head_dim) * 4.0;  // f32 KV
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     rg_cluster_layout_t l;
     RG_REQUIRE_OK(rg_cluster_layout_pd(&a, "cpu:0", "cpu:0", sizes[k][0], sizes[k][1], &l));
     rg_cluster_options_t co = {.model_path = dense,
@@ -625,18 +635,20 @@ RG_TEST(cluster_prefill_decode_gives_the_single_process_logits) {
                                .launch = 1,
                                .ridge_binary = rg_test_ridge_bin(),
                                .quiet = 1,
-                               .step_timeout_s = 60};
+                               .step_timeout_s = 60,
+                               .xfer_max_segments = (int)sizes[k][2]};
     rg_cluster_t *c;
     RG_REQUIRE_OK(rg_cluster_create(&co, &c));
     rg_executor_t cx = rg_cluster_executor(c);
     outputs_t got = {0};
     st = serve_with(&cx, a.vocab, &got);
-    double kv_bytes = kv_link_bytes(c, NULL);
+    int64_t transfers = 0;
+    double kv_bytes = kv_link_bytes_n(c, NULL, &transfers);
     rg_cluster_destroy(c);
     RG_CHECK_OK(st);
     char what[64];
-    snprintf(what, sizeof what, "prefill-decode, blocks %lld -> %lld", (long long)sizes[k][0],
-             (long long)sizes[k][1]);
+    snprintf(what, sizeof what, "prefill-decode, blocks %lld -> %lld%s", (long long)sizes[k][0],
+             (long long)sizes[k][1], sizes[k][2] ? " in pieces of 6 segments" : "");
     // Within rounding, not bit for bit: the decode side batches the requests
     // as they arrive from prefill, not as one process would, and the
     // matmuls' blocking follows the rows in a step.
@@ -644,9 +656,12 @@ RG_TEST(cluster_prefill_decode_gives_the_single_process_logits) {
     // Every prompt's KV crossed once: positions x layers x K and V.
     double prompts = 0;
     for (int i = 0; i < N_REQ; i++) prompts += LEN - i * 3;
-    printf("    %s: %.0f bytes of KV on the link (%.0f expected)\n", what, kv_bytes,
-           prompts * row * 2 * (double)a.n_layers);
+    printf("    %s: %.0f bytes of KV on the link (%.0f expected) in %lld transfers\n", what,
+           kv_bytes, prompts * row * 2 * (double)a.n_layers, (long long)transfers);
     RG_CHECK(kv_bytes == prompts * row * 2 * (double)a.n_layers);
+    // Whole prompts move as one transfer each; in pieces, one per run here
+    // (21 and 18 positions cross the source block boundary at 16).
+    RG_CHECK(sizes[k][2] ? transfers > N_REQ : transfers == N_REQ);
     free(got.logits);
   }
   free(want.logits);

@@ -1112,6 +1112,62 @@ static rg_status_t send_order(rg_cluster_t *c, int i, size_t len) {
   return NULL;
 }
 
+// Layers [l0, l1) of an imported prompt from prefill worker src into decode
+// worker dst, as transfers of at most xfer_max_segments segments each. The
+// worker makes one segment per (layer, K|V, run), a run being positions
+// inside one source and one destination block (do_xfer in worker.c); the
+// positions are walked the same way here and cut where the next run would
+// not fit, then layers are split as well if even one run of all of them
+// does not. Each piece is its own transfer and its own notice to wait for:
+// an 8K-token prompt on 16 layers in 16-token blocks is 16384 segments,
+// twice what one notice may carry.
+static rg_status_t order_pieces(rg_cluster_t *c, pipe_t *dp, const rg_pd_import_t *im,
+                                const stash_rec_t *r, int src, int dst, int slot,
+                                int64_t dst_layer_begin, int64_t l0, int64_t l1) {
+  const pipe_t *pp = &c->pipes[0];
+  const int64_t bp = pp->lim.block_size, bd = dp->lim.block_size;
+  int64_t maxs = c->o.xfer_max_segments > 0 ? c->o.xfer_max_segments : RG_TRANSPORT_MAX_SEGMENTS;
+  if (maxs > RG_TRANSPORT_MAX_SEGMENTS) maxs = RG_TRANSPORT_MAX_SEGMENTS;
+  int64_t lc = l1 - l0;
+  if (2 * lc > maxs) lc = maxs / 2 > 0 ? maxs / 2 : 1;
+  for (int64_t la = l0; la < l1; la += lc) {
+    const int64_t lb = la + lc < l1 ? la + lc : l1, per_run = 2 * (lb - la);
+    for (int64_t p0 = im->pos_begin, p1; p0 < im->pos_end; p0 = p1) {
+      int64_t segs = 0;
+      for (p1 = p0; p1 < im->pos_end && (segs + per_run <= maxs || p1 == p0);) {
+        int64_t run = bp - p1 % bp;
+        if (bd - p1 % bd < run) run = bd - p1 % bd;
+        if (im->pos_end - p1 < run) run = im->pos_end - p1;
+        p1 += run, segs += per_run;
+      }
+      const int64_t d0 = p0 / bd - im->pos_begin / bd;
+      rg__xfer_t x = {.xfer = ++c->xfer_id,
+                      .key = im->key,
+                      .to = (uint32_t)dst,
+                      .dst_layer_begin = dst_layer_begin,
+                      .dst_n_blocks = dp->lim.n_blocks,
+                      .dst_block_size = bd,
+                      .layer_begin = la,
+                      .layer_end = lb,
+                      .pos_begin = p0,
+                      .pos_end = p1,
+                      .src_block_size = bp,
+                      .src = r->blocks,
+                      .dst = (int32_t *)im->blocks + d0,
+                      .n_src = (uint32_t)r->n,
+                      .n_dst = (uint32_t)((p1 - 1) / bd - p0 / bd + 1)};
+      memcpy(x.desc, c->w[dst].kv_desc[slot], sizeof x.desc);
+      size_t len = 0;
+      RG_RETURN_IF_ERROR(rg__xfer_encode(&x, &c->xfer_buf, &c->xfer_cap, &len));
+      RG_RETURN_IF_ERROR(send_order(c, src, len));
+      RG_RETURN_IF_ERROR(grow_expect(&dp->plan));
+      dp->plan.expect[dp->plan.n_expect++] =
+          (rg__expect_t){(uint32_t)dst, (uint32_t)src, x.xfer, im->key};
+    }
+  }
+  return NULL;
+}
+
 // Orders the prefill workers to write an imported prompt's KV into the
 // decode workers that hold the same layers, and adds what each decode worker
 // must wait for to the decode step's plan.
@@ -1125,7 +1181,6 @@ static rg_status_t order_import(rg_cluster_t *c, pipe_t *dp, const rg_pd_import_
                           "request %llu imports positions up to %lld; its prefill computed %lld",
                           (unsigned long long)im->key, (long long)im->pos_end, (long long)r->n_pos);
   const rg_cluster_layout_t *L = &c->o.layout;
-  pipe_t *pp = &c->pipes[0];
   for (int src = 0; src < L->n_workers; src++) {
     if (c->w[src].pipe != 0) continue;
     for (int ss = 0; ss < L->workers[src].n_stages; ss++) {
@@ -1146,28 +1201,7 @@ static rg_status_t order_import(rg_cluster_t *c, pipe_t *dp, const rg_pd_import_
                                   "[%lld, %lld)",
                                   wname(c, dst), (long long)b->layer_begin,
                                   (long long)b->layer_end);
-          rg__xfer_t x = {.xfer = ++c->xfer_id,
-                          .key = im->key,
-                          .to = (uint32_t)dst,
-                          .dst_layer_begin = b->layer_begin,
-                          .dst_n_blocks = dp->lim.n_blocks,
-                          .dst_block_size = dp->lim.block_size,
-                          .layer_begin = l0,
-                          .layer_end = l1,
-                          .pos_begin = im->pos_begin,
-                          .pos_end = im->pos_end,
-                          .src_block_size = pp->lim.block_size,
-                          .src = r->blocks,
-                          .dst = (int32_t *)im->blocks,
-                          .n_src = (uint32_t)r->n,
-                          .n_dst = (uint32_t)im->n_blocks};
-          memcpy(x.desc, c->w[dst].kv_desc[slot], sizeof x.desc);
-          size_t len = 0;
-          RG_RETURN_IF_ERROR(rg__xfer_encode(&x, &c->xfer_buf, &c->xfer_cap, &len));
-          RG_RETURN_IF_ERROR(send_order(c, src, len));
-          RG_RETURN_IF_ERROR(grow_expect(&dp->plan));
-          dp->plan.expect[dp->plan.n_expect++] =
-              (rg__expect_t){(uint32_t)dst, (uint32_t)src, x.xfer, im->key};
+          RG_RETURN_IF_ERROR(order_pieces(c, dp, im, r, src, dst, slot, b->layer_begin, l0, l1));
         }
       }
     }
