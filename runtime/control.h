@@ -265,6 +265,10 @@ RG_MUST_USE rg_status_t rg_control_client_send(rg_control_client_t *c, const Pro
 // the timeout, or closed) and every message that came before is delivered.
 RG_MUST_USE rg_status_t rg_control_client_recv(rg_control_client_t *c, double timeout_s,
                                                rg_control_event_t *out);
+// The failure once the coordinator is lost (as recv would report it after the
+// messages before it), else NULL; takes no message. For waits that must not
+// consume control messages, such as a worker's in the middle of a step.
+RG_MUST_USE rg_status_t rg_control_client_lost(rg_control_client_t *c);
 void rg_control_client_interrupt(rg_control_client_t *c);  // async-signal-safe
 void rg_control_client_destroy(rg_control_client_t *c);
 

@@ -4,10 +4,12 @@
 // in the error, and used again once it rejoins; workers refused without the
 // secret; `ridge run --layout` end to end.
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -831,6 +833,100 @@ RG_TEST(cluster_ctrl_c_stops_the_run_and_its_workers) {
 }
 
 // ----- The capacity tier ---------------------------------------------------------------
+
+// A coordinator killed outright (no shutdown, no chance to reap) while its
+// workers are mid-generation: each worker notices its control connection
+// closed and exits within seconds, even with a step deadline of a minute
+// and a send to the coordinator that no one will ever take. This process
+// adopts the orphans (a child subreaper) to see them go.
+static double since(const struct timespec *t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static int kill_children(void) {
+  int n = 0;
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    const char *rp = strrchr(buf, ')');  // the name may hold spaces
+    int ppid = 0;
+    char state;
+    if (rp && sscanf(rp + 1, " %c %d", &state, &ppid) == 2 && ppid == getpid()) {
+      kill((pid_t)atoi(e->d_name), SIGKILL);
+      waitpid((pid_t)atoi(e->d_name), NULL, 0);
+      n++;
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+RG_TEST(cluster_workers_exit_when_the_coordinator_is_killed) {
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  char log[1100];
+  snprintf(log, sizeof log, "%s/killed.log", rg_test_tmpdir(t));
+  RG_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  fflush(NULL);
+  pid_t pid = fork();
+  RG_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
+    execl(rg_test_ridge_bin(), "ridge", "run", "--model", dense, "--layout", "attention-ffn",
+          "--workload", "chat", "--num-requests", "500", "--rate", "50", "-n", "32", "--threads",
+          "1", "--step-timeout", "60", "--no-measure", (char *)NULL);
+    _exit(127);
+  }
+  int ready = 0;
+  for (int i = 0; i < 300 && !ready; i++) {
+    char *text = NULL;
+    size_t len = 0;
+    rg_status_t s = rg_file_read_all(log, "log", 1u << 20, &text, &len);
+    ready = !s && strstr(text, "requests;");
+    rg_status_free(s);
+    free(text);
+    struct timespec ns = {0, 50000000};
+    nanosleep(&ns, NULL);
+  }
+  RG_CHECK(ready);
+  struct timespec ns = {0, 300000000};  // a few steps in
+  nanosleep(&ns, NULL);
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  kill(pid, SIGKILL);
+  RG_CHECK(waitpid(pid, NULL, 0) == pid);
+  // The two workers are this process's children now; wait up to 20 s.
+  int reaped = 0;
+  double last = 0;
+  while (since(&t0) < 20) {
+    int status;
+    pid_t w = waitpid(-1, &status, WNOHANG);
+    if (w > 0) {
+      reaped++, last = since(&t0);
+      continue;
+    }
+    if (w < 0) break;  // none left
+    struct timespec tick = {0, 20000000};
+    nanosleep(&tick, NULL);
+  }
+  // Whatever is still there hangs: kill it (our children, by /proc) so the
+  // suite goes on.
+  int hung = kill_children();
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+  if (hung) printf("    %d workers still running after 20 s: killed\n", hung);
+  printf("    %d workers exited, the last %.2f s after the coordinator was killed\n", reaped, last);
+  RG_CHECK(reaped == 2);
+  RG_CHECK(last < 10);
+}
 
 // A session that comes back after the golden time finds its prefix in the
 // capacity tier (moved there after `retention` idle seconds) and gets the

@@ -434,11 +434,22 @@ static rg_status_t reap_sends(worker_t *w, prog_t *p, int mb, int *all) {
   for (size_t i = 0; i < p->n_sends;) {
     bool done = false;
     rg_status_t s = rg_transport_test(p->sends[i], &done);
-    if (!done && !s) {
+    double t1 = rg_clock_now();
+    if (!done && !s && t1 - p->send_t0[i] > w->step_timeout) {
+      // shm completes a large send only as the receiver takes it: one that
+      // never does (a peer gone) must not hold the step forever.
+      char who[64];
+      if (p->send_peer[i] < 0)
+        snprintf(who, sizeof who, "the coordinator");
+      else
+        snprintf(who, sizeof who, "%s", w->names[p->send_peer[i]]);
+      s = rg_status_make(
+          RG_DEADLINE_EXCEEDED, "%s: %zu bytes of micro-batch %d to %s not taken within %.1f s",
+          w->names[w->me], rg_transport_req_bytes(p->sends[i]), mb, who, t1 - p->send_t0[i]);
+    } else if (!done && !s) {
       i++;
       continue;
     }
-    double t1 = rg_clock_now();
     if (!s) {
       rg__link_t *lk = link_of(w, p->send_peer[i]);
       double b = (double)rg_transport_req_bytes(p->sends[i]);
@@ -1130,6 +1141,10 @@ static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_
     }
     if (s || all_done) break;
     if (!s) s = service_xfers(w);
+    // A coordinator gone, or a signal, ends the step at once rather than
+    // after the peers' deadlines (control messages wait for the step's end).
+    if (!s) s = rg_control_client_lost(w->ctl);
+    if (!s && w->o.stop && *w->o.stop) s = rg_status_make(RG_CANCELLED, "stopped by a signal");
     if (!progress) {
       // Waiting on peers: spin briefly, then back off (a decode step waits
       // microseconds on shm; an idle wait should cost no CPU).

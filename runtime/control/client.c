@@ -554,6 +554,10 @@ rg_status_t rg_control_client_recv(rg_control_client_t *c, double timeout_s,
   return rg__control_core_recv(&c->core, timeout_s, out);
 }
 
+rg_status_t rg_control_client_lost(rg_control_client_t *c) {
+  return rg__control_core_failure(&c->core);
+}
+
 void rg_control_client_interrupt(rg_control_client_t *c) {
   rg__control_core_interrupt(&c->core);
 }

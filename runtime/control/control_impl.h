@@ -191,6 +191,8 @@ RG_MUST_USE rg_status_t rg__control_core_post(rg__control_core_t *core, uint32_t
 // Loop thread: takes the whole outbox (the caller frees the nodes).
 rg__control_out_t *rg__control_core_take_outbox(rg__control_core_t *core);
 // Caller threads: the next event, NONE after timeout_s, or the failure.
+// The loop's failure, if it has failed (a copy), else NULL; takes no event.
+RG_MUST_USE rg_status_t rg__control_core_failure(rg__control_core_t *core);
 RG_MUST_USE rg_status_t rg__control_core_recv(rg__control_core_t *core, double timeout_s,
                                               rg_control_event_t *out);
 

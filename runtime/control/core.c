@@ -274,6 +274,13 @@ rg__control_out_t *rg__control_core_take_outbox(rg__control_core_t *core) {
   return o;
 }
 
+rg_status_t rg__control_core_failure(rg__control_core_t *core) {
+  pthread_mutex_lock(&core->mu);
+  rg_status_t s = core->failed ? rg_status_make(RG_UNAVAILABLE, "%s", core->failure) : NULL;
+  pthread_mutex_unlock(&core->mu);
+  return s;
+}
+
 rg_status_t rg__control_core_recv(rg__control_core_t *core, double timeout_s,
                                   rg_control_event_t *out) {
   memset(out, 0, sizeof *out);
