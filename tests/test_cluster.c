@@ -718,8 +718,10 @@ RG_TEST(cluster_prefill_decode_single_request_is_bit_identical) {
 }
 
 // A prefix the decode side has cached is not sent again; a page corrupted in
-// transit is caught by its checksum and never used: the request is
-// recomputed on the decode side and still gives the single-process tokens.
+// transit is caught by its checksum and never used, and pages that never
+// come are waited for only until the step deadline: either way the request
+// is recomputed on the decode side and still gives the single-process
+// tokens, and the step's other requests go on.
 RG_TEST(cluster_prefill_decode_skips_cached_prefixes_and_recomputes_corrupted_pages) {
   if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
   const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
@@ -745,8 +747,11 @@ RG_TEST(cluster_prefill_decode_skips_cached_prefixes_and_recomputes_corrupted_pa
   rg_engine_destroy(e);
   RG_REQUIRE_OK(st);
   double row = (double)(a.n_kv_heads * a.head_dim) * 4.0 * 2 * (double)a.n_layers;
-  for (int corrupt = 0; corrupt < 2; corrupt++) {
-    if (corrupt) setenv("RIDGE_TEST_CORRUPT_KV_WRITE", "1", 1);
+  // 0: clean; 1: the first transfer corrupted; 2: the first transfer never
+  // written (the decode worker's wait runs out, the step's other work goes on).
+  for (int corrupt = 0; corrupt < 3; corrupt++) {
+    if (corrupt == 1) setenv("RIDGE_TEST_CORRUPT_KV_WRITE", "1", 1);
+    if (corrupt == 2) setenv("RIDGE_TEST_DROP_KV_WRITE", "1", 1);
     rg_cluster_layout_t l;
     RG_REQUIRE_OK(rg_cluster_layout_pd(&a, "cpu:0", "cpu:0", 16, 16, &l));
     rg_cluster_options_t co = {.model_path = dense,
@@ -755,10 +760,11 @@ RG_TEST(cluster_prefill_decode_skips_cached_prefixes_and_recomputes_corrupted_pa
                                .launch = 1,
                                .ridge_binary = rg_test_ridge_bin(),
                                .quiet = 1,
-                               .step_timeout_s = 60};
+                               .step_timeout_s = corrupt == 2 ? 3 : 60};
     rg_cluster_t *c;
     st = rg_cluster_create(&co, &c);
     unsetenv("RIDGE_TEST_CORRUPT_KV_WRITE");
+    unsetenv("RIDGE_TEST_DROP_KV_WRITE");
     RG_REQUIRE_OK(st);
     rg_executor_t cx = rg_cluster_executor(c);
     st = rg_serve_on(&cx, r, 2, &so, got, &ss);
@@ -770,7 +776,10 @@ RG_TEST(cluster_prefill_decode_skips_cached_prefixes_and_recomputes_corrupted_pa
       RG_CHECK(!memcmp(got[i].tokens, want[i].tokens, OUT2 * sizeof(int32_t)));
     }
     printf("    %s: %.0f bytes of KV sent, %lld recomputed\n",
-           corrupt ? "first transfer corrupted" : "clean", kv_bytes, (long long)ss.kv_recomputed);
+           corrupt == 2   ? "first transfer never written"
+           : corrupt == 1 ? "first transfer corrupted"
+                          : "clean",
+           kv_bytes, (long long)ss.kv_recomputed);
     if (!corrupt) {
       // The first prompt whole; of the second only what the decode side
       // lacked: its 32 shared tokens are cached there.

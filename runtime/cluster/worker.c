@@ -90,7 +90,7 @@ typedef struct {
   uint32_t n_bad_keys;
   // Test hook (RIDGE_TEST_CORRUPT_KV_WRITE=k): flip a bit of the k-th KV
   // transfer this worker sends, so a test can show the receiver catches it.
-  uint64_t corrupt_at, n_xfers_done;
+  uint64_t corrupt_at, drop_at, n_xfers_done;
   // Capacity tier: the tier worker's memory (host, registered both ways);
   // attention workers of a layout with a tier register their pools both
   // ways too (offloads read them, reloads write them).
@@ -236,6 +236,9 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
   w->tier_bytes = (size_t)opt_int(as, "tier_bytes", 0);
   const char *corrupt = getenv("RIDGE_TEST_CORRUPT_KV_WRITE");
   w->corrupt_at = corrupt ? strtoull(corrupt, NULL, 10) : 0;
+  // Test hook: the Nth transfer is never written (its receiver's wait runs out).
+  const char *drop = getenv("RIDGE_TEST_DROP_KV_WRITE");
+  w->drop_at = drop ? strtoull(drop, NULL, 10) : 0;
   w->n_mb = (int)opt_int(as, "micro_batches", 1);
   if (w->n_mb < 1 || w->n_mb > MAX_MB)
     return rg_status_make(RG_INVALID_ARGUMENT, "Assign: %d micro-batches", w->n_mb);
@@ -757,8 +760,12 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
   // on its inbound link (it sees the whole transfer: post to checked notice).
   uint64_t payload[2] = {x->key, (uint64_t)(x->pos_end - x->pos_begin) * row * 2 *
                                      (uint64_t)(x->layer_end - x->layer_begin)};
-  if (!st && w->corrupt_at && ++w->n_xfers_done == w->corrupt_at)
-    rg_transport_corrupt_next_write(w->tp);
+  const uint64_t nth = st ? 0 : ++w->n_xfers_done;
+  if (!st && w->corrupt_at && nth == w->corrupt_at) rg_transport_corrupt_next_write(w->tp);
+  if (!st && w->drop_at && nth == w->drop_at) {
+    free(seg);
+    return NULL;
+  }
   if (!st)
     st = rg_transport_write(w->tp, w->peer[x->to], region, &desc, seg, n,
                             rg__tag(RG__K_KVN, x->xfer, 0, 0), payload, sizeof payload, what,
@@ -1019,25 +1026,27 @@ static rg_status_t take_imports(worker_t *w) {
   // The transport's own wait keeps this side's progress going (shm has the
   // receiver copy the pages in), backing off only as it stays idle.
   double t0 = rg_clock_now();
-  if (!st && n) {
-    rg_status_t ws = rg_transport_wait_all(reqs, n, w->step_timeout);
-    if (ws && rg_status_code(ws) == RG_DEADLINE_EXCEEDED)
-      st = rg_status_wrap(ws, "%s: waited %.1f s for KV pages", w->names[w->me],
-                          rg_clock_now() - t0);
-    else
-      rg_status_free(ws);  // each one's own result is read below
-  }
+  // Each one's own result is read below.
+  if (!st && n) rg_status_free(rg_transport_wait_all(reqs, n, w->step_timeout));
   for (size_t k = 0; k < n && !st; k++) {
     bool done = false;
     rg_status_t s = rg_transport_test(reqs[k], &done);
     if (!done && !s)
       s = rg_status_make(RG_DEADLINE_EXCEEDED,
-                         "%s: the KV pages of request %llu from %s did not come", w->names[w->me],
-                         (unsigned long long)keys[k], w->names[from[k]]);
-    if (s && rg_status_code(s) == RG_DATA_CORRUPT && w->n_bad_keys < 64) {
+                         "%s: the KV pages of request %llu from %s did not come within %.1f s",
+                         w->names[w->me], (unsigned long long)keys[k], w->names[from[k]],
+                         rg_clock_now() - t0);
+    // Pages that came corrupted, or not at all, are not used: the request
+    // is recomputed here (as the coordinator does for every bad key), and
+    // the other requests of the step go on.
+    int bad =
+        s && (rg_status_code(s) == RG_DATA_CORRUPT || rg_status_code(s) == RG_DEADLINE_EXCEEDED);
+    if (bad && w->n_bad_keys < 64) {
       if (!w->o.quiet)
         fprintf(stderr, "ridge worker %s: %s\n", w->names[w->me], rg_status_message(s));
-      w->bad_keys[w->n_bad_keys++] = keys[k];
+      int seen = 0;
+      for (size_t b = 0; b < w->n_bad_keys; b++) seen |= w->bad_keys[b] == keys[k];
+      if (!seen) w->bad_keys[w->n_bad_keys++] = keys[k];
       rg_status_free(s);
     } else if (s) {
       st = s;
