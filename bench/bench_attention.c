@@ -181,7 +181,7 @@ static void run_case(rg_pool_t *pool, const case_t *cs, rg_dtype_t dtype, double
   }
   for (size_t i = 0; i < qn; i++) q[i] = (float)(int32_t)(next32() % 2001 - 1000) / 1000.0f;
   rg_attn_batch_t b = {cs->n_seqs, seq, pos, tables, cs->n_seqs};
-  rg_attn_params_t prm = {cs->n_heads, 0, 0, NULL};
+  rg_attn_params_t prm = {cs->n_heads, 0, 0, NULL, 0};
   double kv_bytes = (double)cs->n_seqs * (double)cs->context * (double)cs->n_kv_heads *
                     (double)cs->head_dim * 2.0 * (dtype == RG_F32 ? 4 : 2);
   rg_cpu_isa_t best = rg_cpu_isa_best();
@@ -236,7 +236,7 @@ static void prefill_case(rg_pool_t *pool, const char *name, size_t n_heads, size
     kvs[i] = (float)(int32_t)(next32() % 2001 - 1000) / 1000.0f;
   rg_block_table_t table = {blocks, n_blocks};
   rg_attn_batch_t b = {T, seq, pos, &table, 1};
-  rg_attn_params_t prm = {n_heads, 0, 0, NULL};
+  rg_attn_params_t prm = {n_heads, 0, 0, NULL, 0};
   if ((st = rg_op_kv_write(pool, &kv, &b, kvs, kvs + T * n_kv * hd))) {
     printf("  %-24s %-4s failed: %s\n", name, rg_dtype_name(dtype), rg_status_message(st));
     rg_status_free(st);

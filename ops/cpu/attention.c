@@ -25,11 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cpu/cpu_impl.h"
 #include "ops/ops.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define RG_X86 1
-#include <immintrin.h>
+#if RG_X86
 #define RG_T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define RG_T256 __attribute__((target("avx2,fma,f16c")))
 #endif
@@ -172,7 +171,7 @@ static void widen_scalar(const void *src, rg_dtype_t dtype, float *dst, size_t n
   }
 }
 
-#ifdef RG_X86
+#if RG_X86
 RG_T512 static inline __mmask16 tail16(size_t n) {
   return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
@@ -370,7 +369,7 @@ static void attn_range_scalar(const attn_job_t *J, size_t j0, size_t j1, float *
   }
 }
 
-#ifdef RG_X86
+#if RG_X86
 #include "ops/cpu/simd_exp.h"
 
 // out[j] = sum of the lanes of a[j], j < 16: a transpose folded into adds
@@ -716,6 +715,7 @@ typedef struct {
   const uint8_t *blk_len;
   size_t n_blk, blk_floats;
   atomic_size_t blk_next;
+  int amx;  // blocks run on the AMX tiles (attention_amx.c)
 } attn_ctx_t;
 
 static size_t part_floats(const attn_ctx_t *c) {
@@ -843,7 +843,7 @@ static void attn_merge(void *vc, size_t begin, size_t end, int thread) {
   }
 }
 
-#ifdef RG_X86
+#if RG_X86
 // ---------------------------------------------------------------------------
 // Prefill blocks
 //
@@ -1007,15 +1007,44 @@ RG_T512 static void blk_item(const attn_ctx_t *c, size_t bi, size_t h, float *ba
     attn_finish_cols(c, t0 + r / G, h * G + r % G, m[r], l[r], acc + r * hdp, 0);
 }
 
+// One item on the tiles: block bi, kv head h.
+static void blk_item_amx(const attn_ctx_t *c, size_t bi, size_t h, float *base) {
+  const rg_kv_layer_t *kv = c->kv;
+  const size_t t0 = (size_t)c->blk[bi], hd = kv->head_dim;
+  rg__attn_amx_block_t a = {.k = kv->k,
+                            .v = kv->v,
+                            .n_kv_heads = kv->n_kv_heads,
+                            .block_size = kv->block_size,
+                            .head_dim = hd,
+                            .blocks = c->b->tables[c->b->seq[t0]].blocks,
+                            .h = h,
+                            .G = c->G,
+                            .T = c->blk_len[bi],
+                            .P0 = (size_t)c->b->pos[t0],
+                            .window = c->window,
+                            .scale = c->scale,
+                            .q = c->q + (t0 * c->n_heads + h * c->G) * hd,
+                            .o = c->o + (t0 * c->n_heads + h * c->G) * hd,
+                            .q_stride = c->n_heads * hd,
+                            .sinks = c->sinks ? c->sinks + h * c->G : NULL,
+                            .scratch = base};
+  rg__attn_amx_run(&a);
+}
+
 static void blk_worker(void *vc, size_t begin, size_t end, int thread) {
   attn_ctx_t *c = vc;
   size_t nkv = c->kv->n_kv_heads;
   float *base = c->scratch + (size_t)thread * c->blk_floats;
+  if (c->amx) rg__attn_amx_begin();
   for (;;) {
     size_t it = atomic_fetch_add_explicit(&c->blk_next, 1, memory_order_relaxed);
     if (it >= c->n_blk * nkv) break;
-    blk_item(c, it / nkv, it % nkv, base);
+    if (c->amx)
+      blk_item_amx(c, it / nkv, it % nkv, base);
+    else
+      blk_item(c, it / nkv, it % nkv, base);
   }
+  if (c->amx) rg__attn_amx_end();
 }
 #endif
 
@@ -1040,7 +1069,7 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   c.scale = params->scale != 0 ? params->scale : 1.0f / sqrtf((float)kv->head_dim);
   c.hdp = (kv->head_dim + 31) / 32 * 32;
   c.range = attn_range_scalar;
-#ifdef RG_X86
+#if RG_X86
   switch (rg_ops_isa()) {
     case RG_CPU_ISA_AVX512:
     case RG_CPU_ISA_AVX512_BF16:
@@ -1058,9 +1087,15 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   // Prefill runs (AVX-512 levels) go to blocks; the rest to per-token items.
   void *lists = NULL;
   size_t n_tok = b->n_tokens;
-#ifdef RG_X86
-  const size_t blk_max = QROWS / c.G;
-  if (c.range == attn_range_avx512 && c.hdp <= 128 && blk_max >= 2) {
+#if RG_X86
+  // bf16 KV at the amx level runs its blocks on the tiles, unless the
+  // device must keep one numerical path per query row (see
+  // rg_attn_params_t.batch_invariant): head_dim a multiple of 32 (a tile
+  // step) up to 256.
+  c.amx = rg_ops_isa() == RG_CPU_ISA_AMX && kv->dtype == RG_BF16 && kv->head_dim % 32 == 0 &&
+          kv->head_dim <= 256 && !params->batch_invariant;
+  const size_t blk_max = (c.amx ? RG__ATTN_AMX_ROWS : QROWS) / c.G;
+  if (c.range == attn_range_avx512 && (c.amx || c.hdp <= 128) && blk_max >= 2) {
     lists = malloc(b->n_tokens * (2 * sizeof(int32_t) + 1));
     if (!lists)
       return rg_status_make(RG_OUT_OF_MEMORY, "attention: out of memory for %zu tokens' lists",
@@ -1104,9 +1139,10 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   c.thread_floats =
       (2 * c.G * c.hdp + 2 * TILE * c.hdp + c.G * TILE + 3 * c.G + c.hdp + 15) / 16 * 16;
   if (c.thread_floats < c.hdp) c.thread_floats = c.hdp;  // merge uses one row
-#ifdef RG_X86
+#if RG_X86
   if (c.n_blk) {
-    c.blk_floats = blk_scratch_floats(c.hdp);
+    c.blk_floats = c.amx ? (rg__attn_amx_scratch_bytes(kv->head_dim) + 63) / 64 * 16
+                         : blk_scratch_floats(c.hdp);
     if (c.thread_floats < c.blk_floats) c.thread_floats = c.blk_floats;
     c.blk_floats = c.thread_floats;
   }
@@ -1121,7 +1157,7 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   }
   c.scratch = mem;
   c.parts = c.scratch + threads * c.thread_floats;
-#ifdef RG_X86
+#if RG_X86
   atomic_init(&c.blk_next, 0);
   if (c.n_blk) rg_pool_parallel_for(pool, threads, 1, blk_worker, &c);
 #endif

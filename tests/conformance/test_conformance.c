@@ -453,7 +453,7 @@ static void case_attention(conf_t *c) {
             *sinks = rand_f32(c, (size_t)nh, -1, 1);
       rg_kv_layer_t ref = {kt, (size_t)blocks, (size_t)bs, (size_t)nkv, (size_t)hd, k0, v0};
       rg_attn_batch_t ab = {(size_t)b.n_tokens, b.seq, b.pos, b.tables, 3};
-      rg_attn_params_t ap = {(size_t)nh, 0, variant == 1 ? 8 : 0, variant == 2 ? sinks : NULL};
+      rg_attn_params_t ap = {(size_t)nh, 0, variant == 1 ? 8 : 0, variant == 2 ? sinks : NULL, 0};
       rg_status_free(rg_op_attention_ref(NULL, &ref, &ab, &ap, q, want));
       rg_op_t op = {.kind = RG_OP_ATTENTION};
       op.attention.kv = (rg_kv_ref_t){

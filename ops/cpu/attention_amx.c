@@ -1,0 +1,345 @@
+// ops/cpu/attention_amx.c — prefill blocks of attention on the AMX tiles,
+// for bf16 KV (attention.c picks this at the amx level; see "Prefill
+// blocks" there for what a block is).
+//
+// A block is R <= 128 query rows (tokens x the GQA heads of one kv head)
+// against the positions they see, 32 positions at a time, flash-attention
+// style: S = Q K^T on the tiles, the online softmax in f32 with AVX-512,
+// O += P V on the tiles. Both products are computed transposed, so that no
+// key is ever rearranged and the softmax needs no reduction across lanes:
+//   S^T (16 positions x 16 rows) = K (16 positions x 32 dims, the A
+//       operand, read where it lies: a 16-position run of one cache block
+//       is 16 rows head_dim * 2 bytes apart) times Q^T (32 dims x 16 rows,
+//       the B operand in its pair-interleaved layout, packed once per
+//       block, q * scale rounded to bf16);
+//   O^T (16 dims x 16 rows) += V^T (16 dims x 32 positions, A) times P^T
+//       (32 positions x 16 rows, B, pair-interleaved: two position vectors
+//       rounded to bf16 and interleaved, one permute per pair).
+// S^T comes out of a tile as 16 vectors of 16 rows, one per position,
+// which is the layout the AVX-512 block kernel's softmax already uses: max
+// and sums run down positions, a row per lane, the causal and window
+// masks per lane. O^T's rows are dims with rows in lanes, so the online
+// softmax's correction per row is one vector multiply per tile row.
+//
+// V^T is the one operand packed: a 32-position slice of V is pair-
+// interleaved and transposed (16 vpermw and 4 x 16 x 4 shuffles at head_dim
+// 64) once per slice and shared by every group of 16 rows of the block;
+// with 128 rows that is 8 groups, against ~600 vector instructions of
+// softmax each group spends on the slice, so the pack is ~5 % of the
+// vector work. The exps, not the tiles, bound this kernel: 16 x 32 exps per
+// group and slice (~800 instructions with max, mask, sum and the bf16
+// interleave) against 8 tile products (head_dim 64) of 16 cycles.
+//
+// Lazy rescale: O^T is multiplied by the correction only when some row's
+// max moved in this slice (exp(0) is exactly 1, so skipping is exact); in
+// a long causal context the max settles after a few slices.
+//
+// Accuracy: Q and P are rounded to bf16 (8 significant bits), the products
+// sum in f32. Measured against the reference (tests/test_ops.c) the NMSE is
+// ~1e-5, against 1e-9 for the f32 kernels.
+#include <math.h>
+#include <string.h>
+
+#include "ops/cpu/cpu_impl.h"
+
+enum { ROWS = RG__ATTN_AMX_ROWS, GROUPS = ROWS / 16, SLICE = 32, MAX_HD = 256 };
+
+// Scratch, 64-byte aligned pieces, for head_dim hd:
+//   qT    GROUPS x hd/32 B tiles (1 KiB each): Q^T per group of 16 rows
+//   accT  GROUPS x hd/16 C tiles (1 KiB): O^T per group
+//   vT    hd/16 A tiles (1 KiB): V^T of the current slice
+//   kbuf  SLICE x hd bf16: K rows of a slice gathered where they do not lie
+//         16 to a block run
+//   zero  hd bf16 zeros: V rows outside the positions in play
+//   sbuf  SLICE x 16 f32: S^T of one group and slice; pbuf: P^T's B tile
+//   m, l  (ROWS) f32; lo, wd (ROWS) int32: each row's first visible
+//         position and how many it sees
+static size_t off_accT(size_t hd) {
+  return (size_t)GROUPS * hd / 32 * 1024;
+}
+static size_t off_vT(size_t hd) {
+  return off_accT(hd) + (size_t)GROUPS * hd / 16 * 1024;
+}
+static size_t off_kbuf(size_t hd) {
+  return off_vT(hd) + hd / 16 * 1024;
+}
+static size_t off_zero(size_t hd) {
+  return off_kbuf(hd) + SLICE * hd * 2;
+}
+static size_t off_sbuf(size_t hd) {
+  return off_zero(hd) + (hd * 2 + 63) / 64 * 64;
+}
+static size_t off_pbuf(size_t hd) {
+  return off_sbuf(hd) + SLICE * 16 * 4;
+}
+static size_t off_rows(size_t hd) {
+  return off_pbuf(hd) + 1024;
+}
+
+size_t rg__attn_amx_scratch_bytes(size_t head_dim) {
+  return off_rows(head_dim) + 4 * ROWS * 4;
+}
+
+#if RG_X86
+#define RG_T512 __attribute__((target(T_AMX)))
+#include "ops/cpu/simd_exp.h"
+
+// Tile registers: 0, 1 the two S^T halves of a slice, 2, 3 their K tiles,
+// 4 a Q^T tile, 5 an O^T tile, 6 its V^T tile, 7 the P^T tile. GCC pastes
+// the tile number into the instruction's text, so these must be literals.
+#define T_S0 0
+#define T_S1 1
+#define T_K0 2
+#define T_K1 3
+#define T_Q 4
+#define T_O 5
+#define T_V 6
+#define T_P 7
+
+typedef struct {
+  uint8_t palette, start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tilecfg_t;
+
+// Static, not built on the stack: GCC 12 does not see ldtilecfg read the
+// whole 64 bytes and dropped the stores of colsb and rows as dead, leaving a
+// configuration with no tiles (the first tile instruction then faults).
+static const tilecfg_t tilecfg = {
+    .palette = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+RG_T512 void rg__attn_amx_begin(void) {
+  _tile_loadconfig(&tilecfg);
+}
+
+RG_T512 void rg__attn_amx_end(void) {
+  // Back to the init state, so the kernel need not save 8 KiB of tiles
+  // when this thread is switched out.
+  _tile_release();
+}
+
+// vpermw indices: pairs (a_i, b_i) of two 32-element vectors, i in [0, 16)
+// (lo) or [16, 32) (hi); and, of one vector holding a in elements 0-15 and
+// b in 16-31, the pairs (a_i, b_i).
+static const uint16_t il_lo[32]
+    __attribute__((aligned(64))) = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                    8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+static const uint16_t il_hi[32]
+    __attribute__((aligned(64))) = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                    24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+static const uint16_t il_one[32]
+    __attribute__((aligned(64))) = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+// Where position p's row of K (or V) of head h starts.
+static inline size_t row_at(const rg__attn_amx_block_t *b, size_t p) {
+  const size_t bs = b->block_size;
+  return (((size_t)b->blocks[p / bs] * b->n_kv_heads + b->h) * bs + p % bs) * b->head_dim;
+}
+
+// Q^T of group g into its B tiles: rows 16g .. 16g + 15, scaled and rounded
+// to bf16; rows past R are zero.
+RG_T512 static void pack_q(const rg__attn_amx_block_t *b, size_t g, size_t R, uint16_t *qT) {
+  const size_t hd = b->head_dim, G = b->G;
+  for (size_t s = 0; s < hd / 32; s++) {
+    __m512i r[16];
+    const __m512 sc = _mm512_set1_ps(b->scale);
+    for (size_t i = 0; i < 16; i++) {
+      const size_t row = 16 * g + i;
+      if (row >= R) {
+        r[i] = _mm512_setzero_si512();
+        continue;
+      }
+      const float *q = b->q + row / G * b->q_stride + row % G * hd + 32 * s;
+      r[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(q + 16), sc),
+                                          _mm512_mul_ps(_mm512_loadu_ps(q), sc));
+    }
+    rg__transpose16(r);
+    for (int kk = 0; kk < 16; kk++) _mm512_store_si512(qT + s * 512 + kk * 32, r[kk]);
+  }
+}
+
+// V^T of the slice whose 32 rows are vrow[]: A tile d holds dims 16d ..
+// 16d + 15, each a row of the 32 positions in order.
+RG_T512 static void pack_v(const uint16_t *const *vrow, size_t hd, uint16_t *vT) {
+  const __m512i ilo = _mm512_load_si512(il_lo), ihi = _mm512_load_si512(il_hi);
+  for (size_t d = 0; d < hd / 16; d++) {
+    __m512i r[16];
+    const __m512i idx = d & 1 ? ihi : ilo;
+    // r[p] holds, for dims 16d .. 16d + 15, the pairs (position 2p, 2p + 1).
+    for (int p = 0; p < 16; p++)
+      r[p] = _mm512_permutex2var_epi16(_mm512_loadu_si512(vrow[2 * p] + 32 * (d / 2)), idx,
+                                       _mm512_loadu_si512(vrow[2 * p + 1] + 32 * (d / 2)));
+    rg__transpose16(r);
+    for (int i = 0; i < 16; i++) _mm512_store_si512(vT + d * 512 + i * 32, r[i]);
+  }
+}
+
+RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
+  const size_t hd = b->head_dim, G = b->G, R = b->T * G, ng = (R + 15) / 16;
+  const size_t ks = hd / 32, ds = hd / 16, bs = b->block_size;
+  unsigned char *base = b->scratch;
+  uint16_t *qT = (uint16_t *)base, *vT = (uint16_t *)(base + off_vT(hd)),
+           *kbuf = (uint16_t *)(base + off_kbuf(hd)), *zero = (uint16_t *)(base + off_zero(hd)),
+           *pbuf = (uint16_t *)(base + off_pbuf(hd));
+  float *accT = (float *)(base + off_accT(hd)), *sbuf = (float *)(base + off_sbuf(hd));
+  float *m = (float *)(base + off_rows(hd)), *l = m + ROWS;
+  int32_t *lo = (int32_t *)(l + ROWS), *wd = lo + ROWS;
+  // Each row's visible positions [lo, lo + wd); the padding rows of the
+  // last group copy the last row's, so that they force no masking (their
+  // zero queries give finite scores, and they are never written out).
+  size_t glo_min[GROUPS] = {0}, glo_max[GROUPS] = {0}, ghi_min[GROUPS] = {0}, ghi_max[GROUPS] = {0};
+  for (size_t r = 0; r < ng * 16; r++) {
+    const size_t t = (r < R ? r : R - 1) / G, p = b->P0 + t;
+    const size_t first = b->window && p + 1 > b->window ? p + 1 - b->window : 0;
+    lo[r] = (int32_t)first, wd[r] = (int32_t)(p + 1 - first);
+    m[r] = -INFINITY, l[r] = 0;
+    const size_t g = r / 16, hi = p + 1;
+    if (r % 16 == 0) glo_min[g] = glo_max[g] = first, ghi_min[g] = ghi_max[g] = hi;
+    glo_min[g] = first < glo_min[g] ? first : glo_min[g];
+    glo_max[g] = first > glo_max[g] ? first : glo_max[g];
+    ghi_min[g] = hi < ghi_min[g] ? hi : ghi_min[g];
+    ghi_max[g] = hi > ghi_max[g] ? hi : ghi_max[g];
+  }
+  for (size_t g = 0; g < ng; g++) pack_q(b, g, R, qT + g * ks * 512);
+  memset(accT, 0, ng * ds * 1024);
+  memset(zero, 0, hd * 2);
+  // Positions in play: from the first row's first to the last row's own.
+  const size_t j_lo = glo_min[0], j_hi = b->P0 + b->T;
+  const long kstride = (long)(hd * 2);
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+  const __m512i il1 = _mm512_load_si512(il_one);
+  for (size_t jb = j_lo / SLICE * SLICE; jb < j_hi; jb += SLICE) {
+    // K: each half of the slice straight from the cache when its 16
+    // positions are one run of a block and all in play, else gathered.
+    const uint16_t *ksrc[2], *vrow[SLICE];
+    for (size_t hf = 0; hf < 2; hf++) {
+      const size_t p0 = jb + 16 * hf;
+      if (bs % 16 == 0 && p0 >= j_lo && p0 + 16 <= j_hi) {
+        ksrc[hf] = b->k + row_at(b, p0);
+        for (size_t i = 0; i < 16; i++) vrow[16 * hf + i] = b->v + row_at(b, p0) + i * hd;
+        continue;
+      }
+      uint16_t *dst = kbuf + 16 * hf * hd;
+      for (size_t i = 0; i < 16; i++) {
+        const size_t p = p0 + i;
+        if (p >= j_lo && p < j_hi) {
+          memcpy(dst + i * hd, b->k + row_at(b, p), hd * 2);
+          vrow[16 * hf + i] = b->v + row_at(b, p);
+        } else {
+          memset(dst + i * hd, 0, hd * 2);
+          vrow[16 * hf + i] = zero;
+        }
+      }
+      ksrc[hf] = dst;
+    }
+    pack_v(vrow, hd, vT);
+    for (size_t g = 0; g < ng; g++) {
+      if (jb >= ghi_max[g] || jb + SLICE <= glo_min[g]) continue;  // sees none of the slice
+      const int masked = jb < glo_max[g] || jb + SLICE > ghi_min[g];
+      const uint16_t *qg = qT + g * ks * 512;
+      float *ag = accT + g * ds * 256;
+      _tile_zero(T_S0);
+      _tile_zero(T_S1);
+      for (size_t s = 0; s < ks; s++) {
+        _tile_loadd(T_Q, qg + s * 512, 64);
+        _tile_loadd(T_K0, ksrc[0] + 32 * s, kstride);
+        _tile_loadd(T_K1, ksrc[1] + 32 * s, kstride);
+        _tile_dpbf16ps(T_S0, T_K0, T_Q);
+        _tile_dpbf16ps(T_S1, T_K1, T_Q);
+      }
+      _tile_stored(T_S0, sbuf, 64);
+      _tile_stored(T_S1, sbuf + 256, 64);
+      // The online softmax for the group's 16 rows (lanes) over the slice's
+      // 32 positions; positions a row does not see are -inf.
+      __mmask16 vis[SLICE];
+      __m512 mx = ninf;
+      if (masked) {
+        const __m512i lov = _mm512_load_si512(lo + 16 * g), wdv = _mm512_load_si512(wd + 16 * g);
+        for (int cc = 0; cc < SLICE; cc++) {
+          const __m512i d = _mm512_sub_epi32(_mm512_set1_epi32((int32_t)(jb + (size_t)cc)), lov);
+          vis[cc] = _mm512_cmplt_epu32_mask(d, wdv);
+          mx = _mm512_mask_max_ps(mx, vis[cc], mx, _mm512_load_ps(sbuf + 16 * cc));
+        }
+      } else {
+        for (int cc = 0; cc < SLICE; cc++) {
+          vis[cc] = 0xffff;
+          mx = _mm512_max_ps(mx, _mm512_load_ps(sbuf + 16 * cc));
+        }
+      }
+      float *mg = m + 16 * g, *lg = l + 16 * g;
+      const __m512 mo = _mm512_load_ps(mg), mn = _mm512_max_ps(mo, mx);
+      const __mmask16 live = _mm512_cmp_ps_mask(mn, ninf, _CMP_GT_OQ);
+      const __m512 mz = _mm512_maskz_mov_ps(live, mn);  // 0 where no row state yet
+      const __mmask16 moved = _mm512_mask_cmp_ps_mask(live, mn, mo, _CMP_NEQ_UQ);
+      __m512 sum = _mm512_setzero_ps();
+      for (int kk = 0; kk < SLICE / 2; kk++) {
+        const __m512 p0 = _mm512_maskz_mov_ps(
+                         vis[2 * kk], exp512(_mm512_sub_ps(_mm512_load_ps(sbuf + 32 * kk), mz))),
+                     p1 = _mm512_maskz_mov_ps(
+                         vis[2 * kk + 1],
+                         exp512(_mm512_sub_ps(_mm512_load_ps(sbuf + 32 * kk + 16), mz)));
+        sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+        _mm512_store_si512(pbuf + 32 * kk,
+                           _mm512_permutexvar_epi16(il1, (__m512i)_mm512_cvtne2ps_pbh(p1, p0)));
+      }
+      __m512 cr = one;
+      if (moved) {
+        cr = _mm512_mask_blend_ps(live, one, exp512(_mm512_sub_ps(mo, mz)));
+        for (size_t i = 0; i < ds * 16; i++)
+          _mm512_store_ps(ag + 16 * i, _mm512_mul_ps(_mm512_load_ps(ag + 16 * i), cr));
+      }
+      _mm512_store_ps(lg, _mm512_fmadd_ps(_mm512_load_ps(lg), cr, sum));
+      _mm512_store_ps(mg, mn);
+      _tile_loadd(T_P, pbuf, 64);
+      for (size_t d = 0; d < ds; d++) {
+        _tile_loadd(T_O, ag + d * 256, 64);
+        _tile_loadd(T_V, vT + d * 512, 64);
+        _tile_dpbf16ps(T_O, T_V, T_P);
+        _tile_stored(T_O, ag + d * 256, 64);
+      }
+    }
+  }
+  // o = O / l per row, sinks folded into the denominator (as attention.c's
+  // attn_finish_cols); O^T's tiles transposed back into rows.
+  for (size_t g = 0; g < ng; g++) {
+    float sc[16] __attribute__((aligned(64)));
+    for (size_t i = 0; i < 16; i++) {
+      const size_t r = 16 * g + i;
+      float mm = m[r], ll = l[r];
+      if (b->sinks && r < R) {
+        const float sk = b->sinks[r % G], mx = mm > sk ? mm : sk, cm = expf(mm - mx);
+        ll = ll * cm + expf(sk - mx);
+        sc[i] = ll > 0 ? cm / ll : 0;
+      } else {
+        sc[i] = ll > 0 ? 1.0f / ll : 0;
+      }
+    }
+    const __m512 scv = _mm512_load_ps(sc);
+    const float *ag = accT + g * ds * 256;
+    for (size_t d = 0; d < ds; d++) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(ag + d * 256 + 16 * i), scv));
+      rg__transpose16(r);
+      for (size_t i = 0; i < 16 && 16 * g + i < R; i++) {
+        const size_t row = 16 * g + i;
+        _mm512_storeu_si512(b->o + row / G * b->q_stride + row % G * hd + 16 * d, r[i]);
+      }
+    }
+  }
+}
+
+#else  // !RG_X86: the amx level is never reached.
+
+void rg__attn_amx_begin(void) {}
+void rg__attn_amx_end(void) {}
+void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
+  (void)b;
+}
+
+#endif  // RG_X86
