@@ -1039,8 +1039,10 @@ static void blk_worker(void *vc, size_t begin, size_t end, int thread) {
   for (;;) {
     size_t it = atomic_fetch_add_explicit(&c->blk_next, 1, memory_order_relaxed);
     if (it >= c->n_blk * nkv) break;
+    // On the tiles kv head by kv head, so that one head's keys and values
+    // stay in L2 for all of its blocks (it is the tiles' main stream).
     if (c->amx)
-      blk_item_amx(c, it / nkv, it % nkv, base);
+      blk_item_amx(c, it % c->n_blk, it / c->n_blk, base);
     else
       blk_item(c, it / nkv, it % nkv, base);
   }
