@@ -3,10 +3,11 @@
 // blocks" there for what a block is).
 //
 // A block is R <= 128 query rows (tokens x the GQA heads of one kv head)
-// against the positions they see, 32 positions at a time, flash-attention
-// style: S = Q K^T on the tiles, the online softmax in f32 with AVX-512,
-// O += P V on the tiles. Both products are computed transposed, so that no
-// key is ever rearranged and the softmax needs no reduction across lanes:
+// against the positions they see, 64 positions (a slice) at a time,
+// flash-attention style: S = Q K^T on the tiles, the online softmax in f32
+// with AVX-512, O += P V on the tiles. Both products are computed
+// transposed, so that no key is ever rearranged and the softmax needs no
+// reduction across lanes:
 //   S^T (16 positions x 16 rows) = K (16 positions x 32 dims, the A
 //       operand, read where it lies: a 16-position run of one cache block
 //       is 16 rows head_dim * 2 bytes apart) times Q^T (32 dims x 16 rows,
@@ -21,37 +22,37 @@
 // masks per lane. O^T's rows are dims with rows in lanes, so the online
 // softmax's correction per row is one vector multiply per tile row.
 //
-// V^T is the one operand packed: a 32-position slice of V is pair-
-// interleaved and transposed (16 vpermw and 4 x 16 x 4 shuffles at head_dim
-// 64) once per slice and shared by every group of 16 rows of the block;
-// with 128 rows that is 8 groups, against ~600 vector instructions of
-// softmax each group spends on the slice, so the pack is ~5 % of the
-// vector work. The exps, not the tiles, bound this kernel: 16 x 32 exps per
-// group and slice (~800 instructions with max, mask, sum and the bf16
-// interleave) against 8 tile products (head_dim 64) of 16 cycles.
+// V^T is the one operand packed: each 32 positions of V pair-interleaved
+// and transposed (16 vpermw and 4 x 16 x 4 shuffles at head_dim 64), once
+// per slice for every group of 16 rows of the block (8 with 128 rows).
 //
-// Lazy rescale: O^T is multiplied by the correction only when some row's
-// max moved in this slice (exp(0) is exactly 1, so skipping is exact); in
-// a long causal context the max settles after a few slices.
+// Where the time goes (head_dim 64, context 2048, chunk 512, one thread,
+// CPU time; parts left out one at a time): of ~20 ms, the softmax alone
+// ~9 (its exps ~3), the tile products with their loads and stores ~10,
+// the V^T pack ~2. Blocks of 64 rows fit L1 better but pack twice as
+// often, and ran 5-10 % slower; 256 rows no faster. Slices of 64 positions
+// ran 8-10 % faster than 32 (half the O^T loads and stores per product).
+// Issuing the next group's S^T tiles before this group's softmax (software
+// pipelining) made no difference.
 //
 // Accuracy: Q and P are rounded to bf16 (8 significant bits), the products
 // sum in f32. Measured against the reference (tests/test_ops.c) the NMSE is
-// ~1e-5, against 1e-9 for the f32 kernels.
+// 2e-6 to 4e-6, against ~1e-14 for the f32 kernels.
 #include <math.h>
 #include <string.h>
 
 #include "ops/cpu/cpu_impl.h"
 
-enum { ROWS = RG__ATTN_AMX_ROWS, GROUPS = ROWS / 16, SLICE = 32, MAX_HD = 256 };
+enum { ROWS = RG__ATTN_AMX_ROWS, GROUPS = ROWS / 16, SLICE = 64 };
 
 // Scratch, 64-byte aligned pieces, for head_dim hd:
 //   qT    GROUPS x hd/32 B tiles (1 KiB each): Q^T per group of 16 rows
 //   accT  GROUPS x hd/16 C tiles (1 KiB): O^T per group
-//   vT    hd/16 A tiles (1 KiB): V^T of the current slice
+//   vT    SLICE/32 x hd/16 A tiles (1 KiB): V^T of the current slice
 //   kbuf  SLICE x hd bf16: K rows of a slice gathered where they do not lie
 //         16 to a block run
 //   zero  hd bf16 zeros: V rows outside the positions in play
-//   sbuf  SLICE x 16 f32: S^T of one group and slice; pbuf: P^T's B tile
+//   sbuf  SLICE x 16 f32: S^T of one group and slice; pbuf: P^T's B tiles
 //   m, l  (ROWS) f32; lo, wd (ROWS) int32: each row's first visible
 //         position and how many it sees
 static size_t off_accT(size_t hd) {
@@ -61,7 +62,7 @@ static size_t off_vT(size_t hd) {
   return off_accT(hd) + (size_t)GROUPS * hd / 16 * 1024;
 }
 static size_t off_kbuf(size_t hd) {
-  return off_vT(hd) + hd / 16 * 1024;
+  return off_vT(hd) + SLICE / 32 * hd / 16 * 1024;
 }
 static size_t off_zero(size_t hd) {
   return off_kbuf(hd) + SLICE * hd * 2;
@@ -73,7 +74,7 @@ static size_t off_pbuf(size_t hd) {
   return off_sbuf(hd) + SLICE * 16 * 4;
 }
 static size_t off_rows(size_t hd) {
-  return off_pbuf(hd) + 1024;
+  return off_pbuf(hd) + SLICE / 32 * 1024;
 }
 
 size_t rg__attn_amx_scratch_bytes(size_t head_dim) {
@@ -111,17 +112,22 @@ static const float LOG2E = 1.44269504088896341f;
 // 1024 positions, each rescale a load, multiply and store per O^T row.
 static const float LAZY = 8.0f;
 
-// Tile registers: 0, 1 the two S^T halves of a slice, 2, 3 their K tiles,
-// 4 a Q^T tile, 5 an O^T tile, 6 its V^T tile, 7 the P^T tile. GCC pastes
+// Tile registers. S^T: 0-3 the slice's four 16-position quarters, 4 and 6
+// their K tiles in turn, 5 a Q^T tile. O^T += V^T P^T: 0 an O^T tile, 4
+// and 5 the V^T tiles of the slice's two halves, 6 and 7 P^T's. GCC pastes
 // the tile number into the instruction's text, so these must be literals.
 #define T_S0 0
 #define T_S1 1
-#define T_K0 2
-#define T_K1 3
-#define T_Q 4
-#define T_O 5
-#define T_V 6
-#define T_P 7
+#define T_S2 2
+#define T_S3 3
+#define T_K0 4
+#define T_K1 6
+#define T_Q 5
+#define T_O 0
+#define T_V0 4
+#define T_V1 5
+#define T_P0 6
+#define T_P1 7
 
 typedef struct {
   uint8_t palette, start_row;
@@ -242,10 +248,10 @@ RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
                lazy = _mm512_set1_ps(LAZY);
   const __m512i il1 = _mm512_load_si512(il_one);
   for (size_t jb = j_lo / SLICE * SLICE; jb < j_hi; jb += SLICE) {
-    // K: each half of the slice straight from the cache when its 16
+    // K: each quarter of the slice straight from the cache when its 16
     // positions are one run of a block and all in play, else gathered.
-    const uint16_t *ksrc[2], *vrow[SLICE];
-    for (size_t hf = 0; hf < 2; hf++) {
+    const uint16_t *ksrc[SLICE / 16], *vrow[SLICE];
+    for (size_t hf = 0; hf < SLICE / 16; hf++) {
       const size_t p0 = jb + 16 * hf;
       if (bs % 16 == 0 && p0 >= j_lo && p0 + 16 <= j_hi) {
         ksrc[hf] = b->k + row_at(b, p0);
@@ -265,7 +271,7 @@ RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
       }
       ksrc[hf] = dst;
     }
-    pack_v(vrow, hd, vT);
+    for (size_t hf = 0; hf < SLICE / 32; hf++) pack_v(vrow + 32 * hf, hd, vT + hf * ds * 512);
     for (size_t g = 0; g < ng; g++) {
       if (jb >= ghi_max[g] || jb + SLICE <= glo_min[g]) continue;  // sees none of the slice
       const int masked = jb < glo_max[g] || jb + SLICE > ghi_min[g];
@@ -273,15 +279,23 @@ RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
       float *ag = accT + g * ds * 256;
       _tile_zero(T_S0);
       _tile_zero(T_S1);
+      _tile_zero(T_S2);
+      _tile_zero(T_S3);
       for (size_t s = 0; s < ks; s++) {
         _tile_loadd(T_Q, qg + s * 512, 64);
         _tile_loadd(T_K0, ksrc[0] + 32 * s, kstride);
-        _tile_loadd(T_K1, ksrc[1] + 32 * s, kstride);
         _tile_dpbf16ps(T_S0, T_K0, T_Q);
+        _tile_loadd(T_K1, ksrc[1] + 32 * s, kstride);
         _tile_dpbf16ps(T_S1, T_K1, T_Q);
+        _tile_loadd(T_K0, ksrc[2] + 32 * s, kstride);
+        _tile_dpbf16ps(T_S2, T_K0, T_Q);
+        _tile_loadd(T_K1, ksrc[3] + 32 * s, kstride);
+        _tile_dpbf16ps(T_S3, T_K1, T_Q);
       }
       _tile_stored(T_S0, sbuf, 64);
       _tile_stored(T_S1, sbuf + 256, 64);
+      _tile_stored(T_S2, sbuf + 512, 64);
+      _tile_stored(T_S3, sbuf + 768, 64);
       // The online softmax for the group's 16 rows (lanes) over the slice's
       // 32 positions; positions a row does not see are -inf.
       // Four running maxima and two sums, so that neither waits on a chain
@@ -332,11 +346,14 @@ RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
       }
       _mm512_store_ps(lg, _mm512_fmadd_ps(_mm512_load_ps(lg), cr, sum));
       _mm512_store_ps(mg, mn);
-      _tile_loadd(T_P, pbuf, 64);
+      _tile_loadd(T_P0, pbuf, 64);
+      _tile_loadd(T_P1, pbuf + 512, 64);
       for (size_t d = 0; d < ds; d++) {
         _tile_loadd(T_O, ag + d * 256, 64);
-        _tile_loadd(T_V, vT + d * 512, 64);
-        _tile_dpbf16ps(T_O, T_V, T_P);
+        _tile_loadd(T_V0, vT + d * 512, 64);
+        _tile_loadd(T_V1, vT + (ds + d) * 512, 64);
+        _tile_dpbf16ps(T_O, T_V0, T_P0);
+        _tile_dpbf16ps(T_O, T_V1, T_P1);
         _tile_stored(T_O, ag + d * 256, 64);
       }
     }
