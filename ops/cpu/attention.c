@@ -716,7 +716,21 @@ typedef struct {
   size_t n_blk, blk_floats;
   atomic_size_t blk_next;
   int amx;  // blocks run on the AMX tiles (attention_amx.c)
+  // On the tiles: the runs of the blocks (blk_run[block]), and V^T of
+  // every run and kv head, packed once for all of the run's blocks.
+  const struct amx_run_s *runs;
+  const int32_t *blk_run;
+  size_t n_runs, vt_units;
+  uint16_t *vt;  // (vt_units, SLICE, head_dim) bf16
 } attn_ctx_t;
+
+// A prefill run as the tiles see it: its positions [lo, hi), packed in
+// slices of RG__ATTN_AMX_SLICE from jb0; units [u0, u0 + n_kv_heads *
+// slices) of vt are its kv heads' slices, head by head.
+typedef struct amx_run_s {
+  size_t jb0, lo, hi, slices, u0;
+  int32_t t0;  // its first token
+} amx_run_t;
 
 static size_t part_floats(const attn_ctx_t *c) {
   return c->G * (2 + c->hdp);
@@ -1028,7 +1042,32 @@ static void blk_item_amx(const attn_ctx_t *c, size_t bi, size_t h, float *base) 
                             .q_stride = c->n_heads * hd,
                             .sinks = c->sinks ? c->sinks + h * c->G : NULL,
                             .scratch = base};
+  const amx_run_t *r = &c->runs[c->blk_run[bi]];
+  a.vt = c->vt + (r->u0 + h * r->slices) * RG__ATTN_AMX_SLICE * hd;
+  a.vt_lo = r->jb0;
   rg__attn_amx_run(&a);
+}
+
+// Packs V^T units [begin, end) (see amx_run_t).
+static void vt_worker(void *vc, size_t begin, size_t end, int thread) {
+  const attn_ctx_t *c = vc;
+  const rg_kv_layer_t *kv = c->kv;
+  const size_t se = RG__ATTN_AMX_SLICE * kv->head_dim;
+  size_t r = 0;
+  while (r + 1 < c->n_runs && c->runs[r + 1].u0 <= begin) r++;
+  for (size_t u = begin; u < end; u++) {
+    while (r + 1 < c->n_runs && c->runs[r + 1].u0 <= u) r++;
+    const amx_run_t *rn = &c->runs[r];
+    const size_t local = u - rn->u0;
+    rg__attn_amx_block_t a = {.v = kv->v,
+                              .n_kv_heads = kv->n_kv_heads,
+                              .block_size = kv->block_size,
+                              .head_dim = kv->head_dim,
+                              .blocks = c->b->tables[c->b->seq[rn->t0]].blocks,
+                              .h = local / rn->slices};
+    rg__attn_amx_pack_vt(&a, rn->jb0 + local % rn->slices * RG__ATTN_AMX_SLICE, rn->lo, rn->hi,
+                         c->vt + u * se);
+  }
 }
 
 static void blk_worker(void *vc, size_t begin, size_t end, int thread) {
@@ -1098,12 +1137,16 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
           kv->head_dim <= 256 && !params->batch_invariant;
   const size_t blk_max = (c.amx ? RG__ATTN_AMX_ROWS : QROWS) / c.G;
   if (c.range == attn_range_avx512 && (c.amx || c.hdp <= 128) && blk_max >= 2) {
-    lists = malloc(b->n_tokens * (2 * sizeof(int32_t) + 1));
+    // runs; tok, blk, blk_run (int32); blk_len (uint8).
+    lists = malloc((b->n_tokens / BLK_MIN + 1) * sizeof(amx_run_t) +
+                   b->n_tokens * (3 * sizeof(int32_t) + 1));
     if (!lists)
       return rg_status_make(RG_OUT_OF_MEMORY, "attention: out of memory for %zu tokens' lists",
                             b->n_tokens);
-    int32_t *tok = lists, *blk = tok + b->n_tokens;
-    uint8_t *blk_len = (uint8_t *)(blk + b->n_tokens);
+    amx_run_t *runs = lists;
+    int32_t *tok = (int32_t *)(runs + b->n_tokens / BLK_MIN + 1), *blk = tok + b->n_tokens,
+            *blk_run = blk + b->n_tokens;
+    uint8_t *blk_len = (uint8_t *)(blk_run + b->n_tokens);
     n_tok = 0;
     for (size_t t = 0; t < b->n_tokens;) {
       size_t e = t + 1;
@@ -1114,11 +1157,17 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
       }
       for (size_t a = t; a < e; a += blk_max) {
         blk[c.n_blk] = (int32_t)a;
+        blk_run[c.n_blk] = (int32_t)c.n_runs;
         blk_len[c.n_blk++] = (uint8_t)(e - a < blk_max ? e - a : blk_max);
       }
+      const size_t lo = attn_start(&c, t), jb0 = lo / RG__ATTN_AMX_SLICE * RG__ATTN_AMX_SLICE,
+                   hi = (size_t)b->pos[e - 1] + 1;
+      const size_t slices = (hi - jb0 + RG__ATTN_AMX_SLICE - 1) / RG__ATTN_AMX_SLICE;
+      runs[c.n_runs++] = (amx_run_t){jb0, lo, hi, slices, c.vt_units, (int32_t)t};
+      c.vt_units += slices * nkv;
       t = e;
     }
-    c.tok = tok, c.blk = blk, c.blk_len = blk_len;
+    c.tok = tok, c.blk = blk, c.blk_len = blk_len, c.blk_run = blk_run, c.runs = runs;
   }
 #endif
   size_t threads = (size_t)rg_pool_threads(pool), items = n_tok * nkv;
@@ -1161,7 +1210,20 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   c.parts = c.scratch + threads * c.thread_floats;
 #if RG_X86
   atomic_init(&c.blk_next, 0);
+  if (c.n_blk && c.amx) {
+    size_t vt_bytes = c.vt_units * RG__ATTN_AMX_SLICE * kv->head_dim * 2;
+    void *vt = NULL;
+    if (posix_memalign(&vt, 64, vt_bytes)) {
+      free(mem);
+      free(lists);
+      return rg_status_make(RG_OUT_OF_MEMORY,
+                            "attention: out of memory for %zu bytes of packed values", vt_bytes);
+    }
+    c.vt = vt;
+    rg_pool_parallel_for(pool, c.vt_units, 8, vt_worker, &c);
+  }
   if (c.n_blk) rg_pool_parallel_for(pool, threads, 1, blk_worker, &c);
+  free(c.vt);
 #endif
   atomic_init(&c.next, 0);
   if (c.n_items) rg_pool_parallel_for(pool, threads, 1, attn_worker, &c);

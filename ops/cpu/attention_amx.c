@@ -23,14 +23,16 @@
 // softmax's correction per row is one vector multiply per tile row.
 //
 // V^T is the one operand packed: each 32 positions of V pair-interleaved
-// and transposed (16 vpermw and 4 x 16 x 4 shuffles at head_dim 64), once
-// per slice for every group of 16 rows of the block (8 with 128 rows).
+// and transposed (16 vpermw and 4 x 16 x 4 shuffles at head_dim 64), by
+// attention.c once per prefill run and kv head before the blocks run
+// (rg__attn_amx_pack_vt), so all the run's blocks share it; packed per
+// block instead it was ~10 % of the time at chunk 512.
 //
 // Where the time goes (head_dim 64, context 2048, chunk 512, one thread,
 // CPU time; parts left out one at a time): of ~20 ms, the softmax alone
 // ~9 (its exps ~3), the tile products with their loads and stores ~10,
-// the V^T pack ~2. Blocks of 64 rows fit L1 better but pack twice as
-// often, and ran 5-10 % slower; 256 rows no faster. Slices of 64 positions
+// the V^T pack (then per block) ~2. Blocks of 64 rows fit L1 better but
+// ran 5-10 % slower; 256 rows no faster. Slices of 64 positions
 // ran 8-10 % faster than 32 (half the O^T loads and stores per product).
 // Issuing the next group's S^T tiles before this group's softmax (software
 // pipelining) made no difference.
@@ -43,32 +45,24 @@
 
 #include "ops/cpu/cpu_impl.h"
 
-enum { ROWS = RG__ATTN_AMX_ROWS, GROUPS = ROWS / 16, SLICE = 64 };
+enum { ROWS = RG__ATTN_AMX_ROWS, GROUPS = ROWS / 16, SLICE = RG__ATTN_AMX_SLICE };
 
 // Scratch, 64-byte aligned pieces, for head_dim hd:
 //   qT    GROUPS x hd/32 B tiles (1 KiB each): Q^T per group of 16 rows
 //   accT  GROUPS x hd/16 C tiles (1 KiB): O^T per group
-//   vT    SLICE/32 x hd/16 A tiles (1 KiB): V^T of the current slice
 //   kbuf  SLICE x hd bf16: K rows of a slice gathered where they do not lie
 //         16 to a block run
-//   zero  hd bf16 zeros: V rows outside the positions in play
 //   sbuf  SLICE x 16 f32: S^T of one group and slice; pbuf: P^T's B tiles
 //   m, l  (ROWS) f32; lo, wd (ROWS) int32: each row's first visible
 //         position and how many it sees
 static size_t off_accT(size_t hd) {
   return (size_t)GROUPS * hd / 32 * 1024;
 }
-static size_t off_vT(size_t hd) {
+static size_t off_kbuf(size_t hd) {
   return off_accT(hd) + (size_t)GROUPS * hd / 16 * 1024;
 }
-static size_t off_kbuf(size_t hd) {
-  return off_vT(hd) + SLICE / 32 * hd / 16 * 1024;
-}
-static size_t off_zero(size_t hd) {
-  return off_kbuf(hd) + SLICE * hd * 2;
-}
 static size_t off_sbuf(size_t hd) {
-  return off_zero(hd) + (hd * 2 + 63) / 64 * 64;
+  return off_kbuf(hd) + SLICE * hd * 2;
 }
 static size_t off_pbuf(size_t hd) {
   return off_sbuf(hd) + SLICE * 16 * 4;
@@ -212,12 +206,25 @@ RG_T512 static void pack_v(const uint16_t *const *vrow, size_t hd, uint16_t *vT)
   }
 }
 
+// Zeros for the V rows outside a run's positions.
+static const uint16_t zero_row[256] __attribute__((aligned(64)));
+
+RG_T512 void rg__attn_amx_pack_vt(const rg__attn_amx_block_t *b, size_t jb, size_t lo, size_t hi,
+                                  uint16_t *dst) {
+  const size_t hd = b->head_dim;
+  const uint16_t *vrow[SLICE];
+  for (size_t i = 0; i < SLICE; i++) {
+    const size_t p = jb + i;
+    vrow[i] = p >= lo && p < hi ? b->v + row_at(b, p) : zero_row;
+  }
+  for (size_t hf = 0; hf < SLICE / 32; hf++) pack_v(vrow + 32 * hf, hd, dst + hf * hd / 16 * 512);
+}
+
 RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
   const size_t hd = b->head_dim, G = b->G, R = b->T * G, ng = (R + 15) / 16;
   const size_t ks = hd / 32, ds = hd / 16, bs = b->block_size;
   unsigned char *base = b->scratch;
-  uint16_t *qT = (uint16_t *)base, *vT = (uint16_t *)(base + off_vT(hd)),
-           *kbuf = (uint16_t *)(base + off_kbuf(hd)), *zero = (uint16_t *)(base + off_zero(hd)),
+  uint16_t *qT = (uint16_t *)base, *kbuf = (uint16_t *)(base + off_kbuf(hd)),
            *pbuf = (uint16_t *)(base + off_pbuf(hd));
   float *accT = (float *)(base + off_accT(hd)), *sbuf = (float *)(base + off_sbuf(hd));
   float *m = (float *)(base + off_rows(hd)), *l = m + ROWS;
@@ -240,7 +247,6 @@ RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
   }
   for (size_t g = 0; g < ng; g++) pack_q(b, g, R, qT + g * ks * 512);
   memset(accT, 0, ng * ds * 1024);
-  memset(zero, 0, hd * 2);
   // Positions in play: from the first row's first to the last row's own.
   const size_t j_lo = glo_min[0], j_hi = b->P0 + b->T;
   const long kstride = (long)(hd * 2);
@@ -250,28 +256,24 @@ RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
   for (size_t jb = j_lo / SLICE * SLICE; jb < j_hi; jb += SLICE) {
     // K: each quarter of the slice straight from the cache when its 16
     // positions are one run of a block and all in play, else gathered.
-    const uint16_t *ksrc[SLICE / 16], *vrow[SLICE];
+    const uint16_t *ksrc[SLICE / 16];
     for (size_t hf = 0; hf < SLICE / 16; hf++) {
       const size_t p0 = jb + 16 * hf;
       if (bs % 16 == 0 && p0 >= j_lo && p0 + 16 <= j_hi) {
         ksrc[hf] = b->k + row_at(b, p0);
-        for (size_t i = 0; i < 16; i++) vrow[16 * hf + i] = b->v + row_at(b, p0) + i * hd;
         continue;
       }
       uint16_t *dst = kbuf + 16 * hf * hd;
       for (size_t i = 0; i < 16; i++) {
         const size_t p = p0 + i;
-        if (p >= j_lo && p < j_hi) {
+        if (p >= j_lo && p < j_hi)
           memcpy(dst + i * hd, b->k + row_at(b, p), hd * 2);
-          vrow[16 * hf + i] = b->v + row_at(b, p);
-        } else {
+        else
           memset(dst + i * hd, 0, hd * 2);
-          vrow[16 * hf + i] = zero;
-        }
       }
       ksrc[hf] = dst;
     }
-    for (size_t hf = 0; hf < SLICE / 32; hf++) pack_v(vrow + 32 * hf, hd, vT + hf * ds * 512);
+    const uint16_t *vT = b->vt + (jb - b->vt_lo) * hd;
     for (size_t g = 0; g < ng; g++) {
       if (jb >= ghi_max[g] || jb + SLICE <= glo_min[g]) continue;  // sees none of the slice
       const int masked = jb < glo_max[g] || jb + SLICE > ghi_min[g];
@@ -395,6 +397,10 @@ void rg__attn_amx_begin(void) {}
 void rg__attn_amx_end(void) {}
 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
   (void)b;
+}
+void rg__attn_amx_pack_vt(const rg__attn_amx_block_t *b, size_t jb, size_t lo, size_t hi,
+                          uint16_t *dst) {
+  (void)b, (void)jb, (void)lo, (void)hi, (void)dst;
 }
 
 #endif  // RG_X86

@@ -176,7 +176,7 @@ INLINE __attribute__((target(T_AVX512))) void rg__transpose16(__m512i r[16]) {
 // with the G query heads of kv head h, so R = T * G query rows (row r is
 // token r / G, head h * G + r % G), R <= RG__ATTN_AMX_ROWS. The KV is bf16
 // in the paged layout of ops/ops.h.
-enum { RG__ATTN_AMX_ROWS = 128 };
+enum { RG__ATTN_AMX_ROWS = 128, RG__ATTN_AMX_SLICE = 64 };
 typedef struct {
   const uint16_t *k, *v;  // the layer's (n_blocks, n_kv_heads, block_size, head_dim)
   size_t n_kv_heads, block_size, head_dim;  // head_dim: a multiple of 32, <= 256
@@ -188,8 +188,19 @@ typedef struct {
   float *o;            // output, the same layout
   size_t q_stride;     // floats between tokens' rows: n_heads * head_dim
   const float *sinks;  // NULL, or the G heads' sink logits
-  void *scratch;       // rg__attn_amx_scratch_bytes(head_dim), 64-byte aligned
+  // V^T of kv head h packed by rg__attn_amx_pack_vt, slice by slice from
+  // position vt_lo (a multiple of RG__ATTN_AMX_SLICE), SLICE x head_dim
+  // bf16 each, over at least the positions the block sees.
+  const uint16_t *vt;
+  size_t vt_lo;
+  void *scratch;  // rg__attn_amx_scratch_bytes(head_dim), 64-byte aligned
 } rg__attn_amx_block_t;
+// Packs V^T of the slice [jb, jb + SLICE) of b's kv head h into dst (SLICE
+// x head_dim bf16, 64-byte aligned); positions outside [lo, hi) are zero.
+// Only b's k, v, layout, blocks and h are read. Once per run and kv head,
+// shared by the run's blocks.
+void rg__attn_amx_pack_vt(const rg__attn_amx_block_t *b, size_t jb, size_t lo, size_t hi,
+                          uint16_t *dst);
 // Bytes of one thread's scratch for blocks of this head_dim.
 size_t rg__attn_amx_scratch_bytes(size_t head_dim);
 // Configures the tiles on the calling thread (before its first block; the
