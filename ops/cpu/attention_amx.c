@@ -34,8 +34,10 @@
 // the V^T pack (then per block) ~2. Blocks of 64 rows fit L1 better but
 // ran 5-10 % slower; 256 rows no faster. Slices of 64 positions
 // ran 8-10 % faster than 32 (half the O^T loads and stores per product).
-// Issuing the next group's S^T tiles before this group's softmax (software
-// pipelining) made no difference.
+// Software pipelining made no difference, measured both ways: the next
+// group's S^T tiles issued before this group's softmax, and that plus the
+// previous group's P V tiles after it (so that no tile load waits on the
+// vector stores just before it, nor vector loads on tile stores).
 //
 // Accuracy: Q and P are rounded to bf16 (8 significant bits), the products
 // sum in f32. Measured against the reference (tests/test_ops.c) the NMSE is
@@ -220,6 +222,105 @@ RG_T512 void rg__attn_amx_pack_vt(const rg__attn_amx_block_t *b, size_t jb, size
   for (size_t hf = 0; hf < SLICE / 32; hf++) pack_v(vrow + 32 * hf, hd, dst + hf * hd / 16 * 512);
 }
 
+// S^T of one group and slice into sbuf (SLICE x 16 f32): the slice's K
+// quarters (16 rows kstride bytes apart each) times the group's Q^T tiles.
+INLINE __attribute__((target(T_AMX))) void s_tiles(const uint16_t *qg, const uint16_t *const *ksrc,
+                                                   size_t ks, long kstride, float *sbuf) {
+  _tile_zero(T_S0);
+  _tile_zero(T_S1);
+  _tile_zero(T_S2);
+  _tile_zero(T_S3);
+  for (size_t s = 0; s < ks; s++) {
+    _tile_loadd(T_Q, qg + s * 512, 64);
+    _tile_loadd(T_K0, ksrc[0] + 32 * s, kstride);
+    _tile_dpbf16ps(T_S0, T_K0, T_Q);
+    _tile_loadd(T_K1, ksrc[1] + 32 * s, kstride);
+    _tile_dpbf16ps(T_S1, T_K1, T_Q);
+    _tile_loadd(T_K0, ksrc[2] + 32 * s, kstride);
+    _tile_dpbf16ps(T_S2, T_K0, T_Q);
+    _tile_loadd(T_K1, ksrc[3] + 32 * s, kstride);
+    _tile_dpbf16ps(T_S3, T_K1, T_Q);
+  }
+  _tile_stored(T_S0, sbuf, 64);
+  _tile_stored(T_S1, sbuf + 256, 64);
+  _tile_stored(T_S2, sbuf + 512, 64);
+  _tile_stored(T_S3, sbuf + 768, 64);
+}
+
+// O^T (ds tiles at ag) += V^T (the slice's tiles at vT) times P^T (pb).
+INLINE __attribute__((target(T_AMX))) void pv_tiles(float *ag, const uint16_t *vT,
+                                                    const uint16_t *pb, size_t ds) {
+  _tile_loadd(T_P0, pb, 64);
+  _tile_loadd(T_P1, pb + 512, 64);
+  for (size_t d = 0; d < ds; d++) {
+    _tile_loadd(T_O, ag + d * 256, 64);
+    _tile_loadd(T_V0, vT + d * 512, 64);
+    _tile_loadd(T_V1, vT + (ds + d) * 512, 64);
+    _tile_dpbf16ps(T_O, T_V0, T_P0);
+    _tile_dpbf16ps(T_O, T_V1, T_P1);
+    _tile_stored(T_O, ag + d * 256, 64);
+  }
+}
+
+// The online softmax of one group's 16 rows (lanes) over the slice from
+// position jb: S^T in sb, P^T's B tiles out to pb, the rows' m and l
+// updated and their O^T (ag) rescaled where a max moved. masked: some
+// position of the slice is outside some row's [lo, lo + wd). Four running
+// maxima and two sums, so that neither waits on a chain of dependent
+// instructions.
+INLINE __attribute__((target(T_AMX))) void softmax(const float *sb, uint16_t *pb, float *ag,
+                                                   size_t ds, float *mg, float *lg,
+                                                   const int32_t *lo, const int32_t *wd, size_t jb,
+                                                   int masked) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+  __mmask16 vis[SLICE];
+  __m512 mx4[4] = {ninf, ninf, ninf, ninf};
+  if (masked) {
+    const __m512i lov = _mm512_load_si512(lo), wdv = _mm512_load_si512(wd);
+    for (int cc = 0; cc < SLICE; cc++) {
+      const __m512i d = _mm512_sub_epi32(_mm512_set1_epi32((int32_t)(jb + (size_t)cc)), lov);
+      vis[cc] = _mm512_cmplt_epu32_mask(d, wdv);
+      mx4[cc & 3] =
+          _mm512_mask_max_ps(mx4[cc & 3], vis[cc], mx4[cc & 3], _mm512_load_ps(sb + 16 * cc));
+    }
+  } else {
+    for (int cc = 0; cc < SLICE; cc++) {
+      vis[cc] = 0xffff;
+      mx4[cc & 3] = _mm512_max_ps(mx4[cc & 3], _mm512_load_ps(sb + 16 * cc));
+    }
+  }
+  const __m512 mx = _mm512_max_ps(_mm512_max_ps(mx4[0], mx4[1]), _mm512_max_ps(mx4[2], mx4[3]));
+  const __m512 mo = _mm512_load_ps(mg);
+  const __mmask16 up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, _mm512_set1_ps(LAZY)), _CMP_GT_OQ);
+  const __m512 mn = _mm512_mask_mov_ps(mo, up, mx);
+  const __mmask16 live = _mm512_cmp_ps_mask(mn, ninf, _CMP_GT_OQ);
+  const __m512 mz = _mm512_maskz_mov_ps(live, mn);  // 0 where no row state yet
+  // Rows with state whose max moved; a row's first max needs none (its O
+  // and l are 0).
+  const __mmask16 moved = _mm512_mask_cmp_ps_mask(up, mo, ninf, _CMP_GT_OQ);
+  const __m512i il1 = _mm512_load_si512(il_one);
+  __m512 sum2[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int kk = 0; kk < SLICE / 2; kk++) {
+    const __m512 p0 = _mm512_maskz_mov_ps(
+                     vis[2 * kk], exp2_512(_mm512_sub_ps(_mm512_load_ps(sb + 32 * kk), mz))),
+                 p1 = _mm512_maskz_mov_ps(
+                     vis[2 * kk + 1],
+                     exp2_512(_mm512_sub_ps(_mm512_load_ps(sb + 32 * kk + 16), mz)));
+    sum2[kk & 1] = _mm512_add_ps(sum2[kk & 1], _mm512_add_ps(p0, p1));
+    _mm512_store_si512(pb + 32 * kk,
+                       _mm512_permutexvar_epi16(il1, (__m512i)_mm512_cvtne2ps_pbh(p1, p0)));
+  }
+  const __m512 sum = _mm512_add_ps(sum2[0], sum2[1]);
+  __m512 cr = one;
+  if (moved) {
+    cr = _mm512_mask_mov_ps(one, moved, exp2_512(_mm512_sub_ps(mo, mn)));
+    for (size_t i = 0; i < ds * 16; i++)
+      _mm512_store_ps(ag + 16 * i, _mm512_mul_ps(_mm512_load_ps(ag + 16 * i), cr));
+  }
+  _mm512_store_ps(lg, _mm512_fmadd_ps(_mm512_load_ps(lg), cr, sum));
+  _mm512_store_ps(mg, mn);
+}
+
 RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
   const size_t hd = b->head_dim, G = b->G, R = b->T * G, ng = (R + 15) / 16;
   const size_t ks = hd / 32, ds = hd / 16, bs = b->block_size;
@@ -250,9 +351,6 @@ RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
   // Positions in play: from the first row's first to the last row's own.
   const size_t j_lo = glo_min[0], j_hi = b->P0 + b->T;
   const long kstride = (long)(hd * 2);
-  const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f),
-               lazy = _mm512_set1_ps(LAZY);
-  const __m512i il1 = _mm512_load_si512(il_one);
   for (size_t jb = j_lo / SLICE * SLICE; jb < j_hi; jb += SLICE) {
     // K: each quarter of the slice straight from the cache when its 16
     // positions are one run of a block and all in play, else gathered.
@@ -276,88 +374,11 @@ RG_T512 void rg__attn_amx_run(const rg__attn_amx_block_t *b) {
     const uint16_t *vT = b->vt + (jb - b->vt_lo) * hd;
     for (size_t g = 0; g < ng; g++) {
       if (jb >= ghi_max[g] || jb + SLICE <= glo_min[g]) continue;  // sees none of the slice
-      const int masked = jb < glo_max[g] || jb + SLICE > ghi_min[g];
-      const uint16_t *qg = qT + g * ks * 512;
       float *ag = accT + g * ds * 256;
-      _tile_zero(T_S0);
-      _tile_zero(T_S1);
-      _tile_zero(T_S2);
-      _tile_zero(T_S3);
-      for (size_t s = 0; s < ks; s++) {
-        _tile_loadd(T_Q, qg + s * 512, 64);
-        _tile_loadd(T_K0, ksrc[0] + 32 * s, kstride);
-        _tile_dpbf16ps(T_S0, T_K0, T_Q);
-        _tile_loadd(T_K1, ksrc[1] + 32 * s, kstride);
-        _tile_dpbf16ps(T_S1, T_K1, T_Q);
-        _tile_loadd(T_K0, ksrc[2] + 32 * s, kstride);
-        _tile_dpbf16ps(T_S2, T_K0, T_Q);
-        _tile_loadd(T_K1, ksrc[3] + 32 * s, kstride);
-        _tile_dpbf16ps(T_S3, T_K1, T_Q);
-      }
-      _tile_stored(T_S0, sbuf, 64);
-      _tile_stored(T_S1, sbuf + 256, 64);
-      _tile_stored(T_S2, sbuf + 512, 64);
-      _tile_stored(T_S3, sbuf + 768, 64);
-      // The online softmax for the group's 16 rows (lanes) over the slice's
-      // 32 positions; positions a row does not see are -inf.
-      // Four running maxima and two sums, so that neither waits on a chain
-      // of 32 dependent instructions.
-      __mmask16 vis[SLICE];
-      __m512 mx4[4] = {ninf, ninf, ninf, ninf};
-      if (masked) {
-        const __m512i lov = _mm512_load_si512(lo + 16 * g), wdv = _mm512_load_si512(wd + 16 * g);
-        for (int cc = 0; cc < SLICE; cc++) {
-          const __m512i d = _mm512_sub_epi32(_mm512_set1_epi32((int32_t)(jb + (size_t)cc)), lov);
-          vis[cc] = _mm512_cmplt_epu32_mask(d, wdv);
-          mx4[cc & 3] =
-              _mm512_mask_max_ps(mx4[cc & 3], vis[cc], mx4[cc & 3], _mm512_load_ps(sbuf + 16 * cc));
-        }
-      } else {
-        for (int cc = 0; cc < SLICE; cc++) {
-          vis[cc] = 0xffff;
-          mx4[cc & 3] = _mm512_max_ps(mx4[cc & 3], _mm512_load_ps(sbuf + 16 * cc));
-        }
-      }
-      const __m512 mx = _mm512_max_ps(_mm512_max_ps(mx4[0], mx4[1]), _mm512_max_ps(mx4[2], mx4[3]));
-      float *mg = m + 16 * g, *lg = l + 16 * g;
-      const __m512 mo = _mm512_load_ps(mg);
-      const __mmask16 up = _mm512_cmp_ps_mask(mx, _mm512_add_ps(mo, lazy), _CMP_GT_OQ);
-      const __m512 mn = _mm512_mask_mov_ps(mo, up, mx);
-      const __mmask16 live = _mm512_cmp_ps_mask(mn, ninf, _CMP_GT_OQ);
-      const __m512 mz = _mm512_maskz_mov_ps(live, mn);  // 0 where no row state yet
-      // Rows with state whose max moved; a row's first max needs none (its
-      // O and l are 0).
-      const __mmask16 moved = _mm512_mask_cmp_ps_mask(up, mo, ninf, _CMP_GT_OQ);
-      __m512 sum2[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-      for (int kk = 0; kk < SLICE / 2; kk++) {
-        const __m512 p0 = _mm512_maskz_mov_ps(
-                         vis[2 * kk], exp2_512(_mm512_sub_ps(_mm512_load_ps(sbuf + 32 * kk), mz))),
-                     p1 = _mm512_maskz_mov_ps(
-                         vis[2 * kk + 1],
-                         exp2_512(_mm512_sub_ps(_mm512_load_ps(sbuf + 32 * kk + 16), mz)));
-        sum2[kk & 1] = _mm512_add_ps(sum2[kk & 1], _mm512_add_ps(p0, p1));
-        _mm512_store_si512(pbuf + 32 * kk,
-                           _mm512_permutexvar_epi16(il1, (__m512i)_mm512_cvtne2ps_pbh(p1, p0)));
-      }
-      const __m512 sum = _mm512_add_ps(sum2[0], sum2[1]);
-      __m512 cr = one;
-      if (moved) {
-        cr = _mm512_mask_mov_ps(one, moved, exp2_512(_mm512_sub_ps(mo, mn)));
-        for (size_t i = 0; i < ds * 16; i++)
-          _mm512_store_ps(ag + 16 * i, _mm512_mul_ps(_mm512_load_ps(ag + 16 * i), cr));
-      }
-      _mm512_store_ps(lg, _mm512_fmadd_ps(_mm512_load_ps(lg), cr, sum));
-      _mm512_store_ps(mg, mn);
-      _tile_loadd(T_P0, pbuf, 64);
-      _tile_loadd(T_P1, pbuf + 512, 64);
-      for (size_t d = 0; d < ds; d++) {
-        _tile_loadd(T_O, ag + d * 256, 64);
-        _tile_loadd(T_V0, vT + d * 512, 64);
-        _tile_loadd(T_V1, vT + (ds + d) * 512, 64);
-        _tile_dpbf16ps(T_O, T_V0, T_P0);
-        _tile_dpbf16ps(T_O, T_V1, T_P1);
-        _tile_stored(T_O, ag + d * 256, 64);
-      }
+      s_tiles(qT + g * ks * 512, ksrc, ks, kstride, sbuf);
+      softmax(sbuf, pbuf, ag, ds, m + 16 * g, l + 16 * g, lo + 16 * g, wd + 16 * g, jb,
+              jb < glo_max[g] || jb + SLICE > ghi_min[g]);
+      pv_tiles(ag, vT, pbuf, ds);
     }
   }
   // o = O / l per row, sinks folded into the denominator (as attention.c's
