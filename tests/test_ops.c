@@ -570,8 +570,8 @@ static void attention_case_amx(rg_test_ctx_t *t, rg_pool_t *pool, const size_t *
 RG_TEST(ops_attention_prefill_amx) {
   const char *why;
   if (!rg_matmul_tiles_available(RG_CPU_ISA_AUTO, &why)) RG_SKIP(why);
-  // The shapes of ops_attention_prefill_blocks, and a chunk of 150 tokens
-  // after 200 positions (blocks of 32 and 64 tokens, slices crossing cache
+  // The shapes of ops_attention_prefill_blocks, and a chunk of 100 tokens
+  // after 130 positions (blocks of 32 and 64 tokens, slices crossing cache
   // blocks of 16 and 48 positions), head_dim 64, 128 and 256.
   rg_pool_t *pool = make_pool(t);
   static const size_t lens[] = {70, 160, 40};
@@ -588,12 +588,12 @@ RG_TEST(ops_attention_prefill_amx) {
   attention_case_amx(t, pool, lens, 3, 16, (heads_t){8, 2, 64}, qseq, qpos, n_q, 24, 1, 44, 1);
   attention_case_amx(t, NULL, lens, 3, 5, (heads_t){6, 3, 64}, qseq, qpos, n_q, 7, 0, 45, 1);
   attention_case_amx(t, NULL, lens, 3, 5, (heads_t){6, 3, 17}, qseq, qpos, n_q, 7, 0, 46, 0);
-  static const size_t lens2[] = {350};
-  int32_t qseq2[150], qpos2[150];
-  for (int32_t i = 0; i < 150; i++) qseq2[i] = 0, qpos2[i] = 200 + i;
-  attention_case_amx(t, pool, lens2, 1, 48, (heads_t){32, 8, 64}, qseq2, qpos2, 150, 0, 0, 47, 1);
-  attention_case_amx(t, pool, lens2, 1, 16, (heads_t){4, 2, 128}, qseq2, qpos2, 150, 100, 1, 48, 1);
-  attention_case_amx(t, pool, lens2, 1, 16, (heads_t){2, 2, 256}, qseq2, qpos2, 150, 0, 0, 49, 1);
+  static const size_t lens2[] = {230};
+  int32_t qseq2[100], qpos2[100];
+  for (int32_t i = 0; i < 100; i++) qseq2[i] = 0, qpos2[i] = 130 + i;
+  attention_case_amx(t, pool, lens2, 1, 48, (heads_t){32, 8, 64}, qseq2, qpos2, 100, 0, 0, 47, 1);
+  attention_case_amx(t, pool, lens2, 1, 16, (heads_t){4, 2, 128}, qseq2, qpos2, 100, 70, 1, 48, 1);
+  attention_case_amx(t, pool, lens2, 1, 16, (heads_t){2, 1, 256}, qseq2, qpos2, 100, 0, 0, 49, 1);
   rg_pool_destroy(pool);
 }
 
