@@ -258,7 +258,7 @@ RG_TEST(cuda_gpu_attention_long_contexts_split_and_merge) {
   RG_CHECK_OK(rg_buffer_write(bk2, 2, k16, pool * 2));
   RG_CHECK_OK(rg_buffer_write(bv2, 2, v16, pool * 2));
   for (int variant = 0; variant < 3; variant++) {
-    rg_attn_params_t ap = {(size_t)nh, 0, variant == 1 ? 200 : 0, variant == 1 ? sinks : NULL};
+    rg_attn_params_t ap = {(size_t)nh, 0, variant == 1 ? 200 : 0, variant == 1 ? sinks : NULL, 0};
     RG_CHECK_OK(rg_op_attention_ref(NULL, &ref, &ab, &ap, q, want));
     rg_op_t op = {.kind = RG_OP_ATTENTION};
     op.attention.kv = variant == 2

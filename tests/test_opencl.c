@@ -476,7 +476,7 @@ RG_TEST(opencl_attention_over_many_tiles_and_wide_groups) {
         cases[c / 2].t, (size_t)blocks, (size_t)bs, (size_t)nkv, (size_t)hd, kp, vp};
     rg_attn_batch_t ab = {3, seq, pos, tabs, 2};
     rg_attn_params_t ap = {(size_t)nh, 0, (size_t)cases[c / 2].window,
-                           cases[c / 2].sinks ? sinks : NULL};
+                           cases[c / 2].sinks ? sinks : NULL, 0};
     RG_CHECK_OK(rg_op_attention_ref(NULL, &ref, &ab, &ap, qv, want));
     rg_buffer_t *bk = upload(t, dev, kp, pool_bytes), *bv = upload(t, dev, vp, pool_bytes),
                 *bs_ = upload(t, dev, seq, sizeof seq), *bp = upload(t, dev, pos, sizeof pos),

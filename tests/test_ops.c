@@ -11,6 +11,8 @@
 //   attention (any KV dtype)        1e-9   both read the same stored values;
 //                                          online softmax in f32 vs double
 //   attention bf16 / f16 KV vs f32  1e-4 / 1e-6  storage rounding (8 / 11 bits)
+//   attention on the AMX tiles      2e-5   queries and probabilities rounded
+//                                          to bf16 (measured <= 4.3e-6)
 //   embed, kv write, moe group,     exact  copies and conversions
 //   gather, sample filter
 //   moe route weights               1e-6 relative, expert ids exact
@@ -20,6 +22,7 @@
 #include <string.h>
 
 #include "base/pool.h"
+#include "ops/matmul.h"
 #include "ops/ops.h"
 #include "tests/test.h"
 
@@ -411,7 +414,7 @@ static void attention_case(rg_test_ctx_t *t, rg_pool_t *pool, const size_t *lens
   fill(&s, qv, qn, -2, 2);  // large enough for peaked attention
   fill(&s, sink, hh.n_heads, -1, 3);
   rg_attn_batch_t b = {n_q, qseq, qpos, q.tables, n_seqs};
-  rg_attn_params_t prm = {hh.n_heads, 0, window, sinks ? sink : NULL};
+  rg_attn_params_t prm = {hh.n_heads, 0, window, sinks ? sink : NULL, 0};
   static const rg_dtype_t dts[] = {RG_F32, RG_BF16, RG_F16};
   for (size_t d = 0; d < 3; d++) {
     rg_kv_cache_t *cache, *cache_ref;
@@ -509,6 +512,91 @@ RG_TEST(ops_attention_prefill_blocks) {
   rg_pool_destroy(pool);
 }
 
+// The AMX prefill blocks (bf16 KV at the amx level) round queries and
+// probabilities to bf16 (8 significant bits), so they have their own bound
+// against the reference: measured NMSE 1.9e-6 to 4.3e-6 over the shapes
+// below (the f32 kernels: ~1e-14), bound AMX_TOL = 2e-5. Each case also
+// runs in batch-invariant mode, which must keep the f32 path (1e-9), and so
+// differ from the tiles' output wherever a block ran (tiles = 1) or match it
+// bit for bit where none can (tiles = 0: head_dim not a multiple of 32).
+#define AMX_TOL 2e-5
+static void attention_case_amx(rg_test_ctx_t *t, rg_pool_t *pool, const size_t *lens, size_t n_seqs,
+                               size_t bs, heads_t hh, const int32_t *qseq, const int32_t *qpos,
+                               size_t n_q, size_t window, int sinks, uint64_t seed, int tiles) {
+  uint64_t s = seed;
+  size_t total = 0, n_blocks = 0;
+  for (size_t i = 0; i < n_seqs; i++) {
+    total += lens[i];
+    n_blocks += (lens[i] + bs - 1) / bs;
+  }
+  n_blocks += 3;
+  seqs_t q;
+  make_seqs(&q, lens, n_seqs, bs, n_blocks, &s);
+  size_t row = hh.n_kv_heads * hh.head_dim, qn = n_q * hh.n_heads * hh.head_dim;
+  float *kvsrc = malloc(2 * total * row * 4), *qv = malloc(qn * 4), *o = malloc(qn * 4);
+  float *ref = malloc(qn * 4), *inv = malloc(qn * 4), sink[64];
+  fill(&s, kvsrc, 2 * total * row, -1, 1);
+  fill(&s, qv, qn, -2, 2);
+  fill(&s, sink, hh.n_heads, -1, 3);
+  rg_attn_batch_t b = {n_q, qseq, qpos, q.tables, n_seqs};
+  rg_attn_params_t prm = {hh.n_heads, 0, window, sinks ? sink : NULL, 0};
+  rg_kv_cache_t *cache;
+  RG_REQUIRE_OK(rg_kv_cache_create(RG_BF16, 1, n_blocks, bs, hh.n_kv_heads, hh.head_dim, &cache));
+  rg_kv_layer_t kv = rg_kv_cache_layer(cache, 0);
+  RG_REQUIRE_OK(fill_cache(NULL, &kv, &q, kvsrc, 1));
+  RG_REQUIRE_OK(rg_op_attention_ref(NULL, &kv, &b, &prm, qv, ref));
+  RG_REQUIRE_OK(rg_ops_set_isa(RG_CPU_ISA_AMX));
+  memset(o, 0xff, qn * 4);
+  RG_CHECK_OK(rg_op_attention(pool, &kv, &b, &prm, qv, o));
+  CHECK_NMSE(o, ref, qn, AMX_TOL, "amx attention heads %zu/%zu hd %zu window %zu sinks %d",
+             hh.n_heads, hh.n_kv_heads, hh.head_dim, window, sinks);
+  if (getenv("RG_TEST_PRINT_NMSE"))
+    fprintf(stderr, "amx attention heads %zu/%zu hd %zu window %zu sinks %d: nmse %.3g\n",
+            hh.n_heads, hh.n_kv_heads, hh.head_dim, window, sinks, nmse(o, ref, qn));
+  prm.batch_invariant = 1;
+  memset(inv, 0xff, qn * 4);
+  RG_CHECK_OK(rg_op_attention(pool, &kv, &b, &prm, qv, inv));
+  CHECK_NMSE(inv, ref, qn, 1e-9, "batch-invariant attention at amx, heads %zu/%zu hd %zu",
+             hh.n_heads, hh.n_kv_heads, hh.head_dim);
+  if (tiles)
+    RG_CHECK(nmse(o, inv, qn) > 0);
+  else
+    RG_CHECK(memcmp(o, inv, qn * 4) == 0);
+  reset_level();
+  rg_kv_cache_destroy(cache);
+  free(kvsrc), free(qv), free(o), free(ref), free(inv), free(q.blocks);
+}
+
+RG_TEST(ops_attention_prefill_amx) {
+  const char *why;
+  if (!rg_matmul_tiles_available(RG_CPU_ISA_AUTO, &why)) RG_SKIP(why);
+  // The shapes of ops_attention_prefill_blocks, and a chunk of 100 tokens
+  // after 130 positions (blocks of 32 and 64 tokens, slices crossing cache
+  // blocks of 16 and 48 positions), head_dim 64, 128 and 256.
+  rg_pool_t *pool = make_pool(t);
+  static const size_t lens[] = {70, 160, 40};
+  int32_t qseq[160], qpos[160];
+  size_t n_q = 0;
+  for (int32_t p = 0; p < 70; p++) qseq[n_q] = 0, qpos[n_q++] = p;
+  for (int32_t p = 130; p < 160; p++) qseq[n_q] = 1, qpos[n_q++] = p;
+  for (int32_t p = 10; p < 13; p++) qseq[n_q] = 2, qpos[n_q++] = p;
+  qseq[n_q] = 2, qpos[n_q++] = 39;
+  for (int32_t p = 14; p < 35; p++) qseq[n_q] = 2, qpos[n_q++] = p;
+  attention_case_amx(t, pool, lens, 3, 16, (heads_t){8, 2, 64}, qseq, qpos, n_q, 0, 0, 41, 1);
+  attention_case_amx(t, pool, lens, 3, 16, (heads_t){8, 1, 96}, qseq, qpos, n_q, 0, 1, 42, 1);
+  attention_case_amx(t, pool, lens, 3, 16, (heads_t){4, 4, 128}, qseq, qpos, n_q, 0, 0, 43, 1);
+  attention_case_amx(t, pool, lens, 3, 16, (heads_t){8, 2, 64}, qseq, qpos, n_q, 24, 1, 44, 1);
+  attention_case_amx(t, NULL, lens, 3, 5, (heads_t){6, 3, 64}, qseq, qpos, n_q, 7, 0, 45, 1);
+  attention_case_amx(t, NULL, lens, 3, 5, (heads_t){6, 3, 17}, qseq, qpos, n_q, 7, 0, 46, 0);
+  static const size_t lens2[] = {230};
+  int32_t qseq2[100], qpos2[100];
+  for (int32_t i = 0; i < 100; i++) qseq2[i] = 0, qpos2[i] = 130 + i;
+  attention_case_amx(t, pool, lens2, 1, 48, (heads_t){32, 8, 64}, qseq2, qpos2, 100, 0, 0, 47, 1);
+  attention_case_amx(t, pool, lens2, 1, 16, (heads_t){4, 2, 128}, qseq2, qpos2, 100, 70, 1, 48, 1);
+  attention_case_amx(t, pool, lens2, 1, 16, (heads_t){2, 1, 256}, qseq2, qpos2, 100, 0, 0, 49, 1);
+  rg_pool_destroy(pool);
+}
+
 RG_TEST(ops_attention_window_and_sinks) {
   rg_pool_t *pool = make_pool(t);
   static const size_t lens[] = {3, 200, 1500};
@@ -534,7 +622,7 @@ RG_TEST(ops_attention_closed_form) {
   float q[4] = {0.3f, -0.2f, 1, 1}, o[4];
   int32_t qs[2] = {0, 0}, qp[2] = {4, 2};
   rg_attn_batch_t bq = {2, qs, qp, &tb, 1};
-  rg_attn_params_t prm = {1, 0, 0, NULL};
+  rg_attn_params_t prm = {1, 0, 0, NULL, 0};
   RG_REQUIRE_OK(rg_op_attention(NULL, &kv, &bq, &prm, q, o));
   RG_CHECK_NEAR(o[0], 3, 1e-6);
   RG_CHECK_NEAR(o[1], 30, 1e-6);
@@ -542,13 +630,13 @@ RG_TEST(ops_attention_closed_form) {
   RG_CHECK_NEAR(o[3], 20, 1e-6);
   // A sink logit equal to each key's logit takes one share of the mass.
   float sink = 0.1f / sqrtf(2.0f);
-  rg_attn_params_t ps = {1, 0, 0, &sink};
+  rg_attn_params_t ps = {1, 0, 0, &sink, 0};
   float q1[4] = {0.05f, 0.05f, 0.05f, 0.05f};
   RG_REQUIRE_OK(rg_op_attention(NULL, &kv, &bq, &ps, q1, o));
   RG_CHECK_NEAR(o[0], 15.0 / 6, 1e-5);
   RG_CHECK_NEAR(o[2], 6.0 / 4, 1e-5);
   // Window 2 at position 4: positions 3 and 4.
-  rg_attn_params_t pw = {1, 0, 2, NULL};
+  rg_attn_params_t pw = {1, 0, 2, NULL, 0};
   RG_REQUIRE_OK(rg_op_attention(NULL, &kv, &bq, &pw, q, o));
   RG_CHECK_NEAR(o[0], 4.5, 1e-6);
   RG_CHECK_NEAR(o[3], 25, 1e-6);
@@ -564,7 +652,7 @@ RG_TEST(ops_attention_bad_input) {
   int32_t seq[1] = {0}, pos[1] = {32};
   float q[4 * 8] = {0}, o[4 * 8], k[2 * 8] = {0};
   rg_attn_batch_t b = {1, seq, pos, &tb, 1};
-  rg_attn_params_t prm = {4, 0, 0, NULL};
+  rg_attn_params_t prm = {4, 0, 0, NULL, 0};
   RG_CHECK_ERR(rg_op_attention(NULL, &kv, &b, &prm, q, o),
                "token 0 is at position 32 of sequence 0, whose block table holds 2 blocks of 16 "
                "positions (0..31)");

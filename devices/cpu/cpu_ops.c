@@ -132,7 +132,8 @@ rg_status_t rg__cpu_run_op(rg__cpu_device_t *cd, const rg_op_t *op) {
       rg_kv_layer_t kv = kv_view(&o->kv);
       rg_attn_batch_t b;
       RG_RETURN_IF_ERROR(batch_view(cd, &o->meta, &b));
-      rg_attn_params_t ap = {(size_t)o->n_heads, o->scale, (size_t)o->window, P(&o->sinks)};
+      rg_attn_params_t ap = {(size_t)o->n_heads, o->scale, (size_t)o->window, P(&o->sinks),
+                             cd->batch_invariant};
       return rg_op_attention(pool, &kv, &b, &ap, P(&o->q), P(&o->o));
     }
     case RG_OP_SWIGLU:

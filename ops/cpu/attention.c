@@ -25,11 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cpu/cpu_impl.h"
 #include "ops/ops.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define RG_X86 1
-#include <immintrin.h>
+#if RG_X86
 #define RG_T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define RG_T256 __attribute__((target("avx2,fma,f16c")))
 #endif
@@ -172,7 +171,7 @@ static void widen_scalar(const void *src, rg_dtype_t dtype, float *dst, size_t n
   }
 }
 
-#ifdef RG_X86
+#if RG_X86
 RG_T512 static inline __mmask16 tail16(size_t n) {
   return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
@@ -370,7 +369,7 @@ static void attn_range_scalar(const attn_job_t *J, size_t j0, size_t j1, float *
   }
 }
 
-#ifdef RG_X86
+#if RG_X86
 #include "ops/cpu/simd_exp.h"
 
 // out[j] = sum of the lanes of a[j], j < 16: a transpose folded into adds
@@ -716,7 +715,22 @@ typedef struct {
   const uint8_t *blk_len;
   size_t n_blk, blk_floats;
   atomic_size_t blk_next;
+  int amx;  // blocks run on the AMX tiles (attention_amx.c)
+  // On the tiles: the runs of the blocks (blk_run[block]), and V^T of
+  // every run and kv head, packed once for all of the run's blocks.
+  const struct amx_run_s *runs;
+  const int32_t *blk_run;
+  size_t n_runs, vt_units;
+  uint16_t *vt;  // (vt_units, SLICE, head_dim) bf16
 } attn_ctx_t;
+
+// A prefill run as the tiles see it: its positions [lo, hi), packed in
+// slices of RG__ATTN_AMX_SLICE from jb0; units [u0, u0 + n_kv_heads *
+// slices) of vt are its kv heads' slices, head by head.
+typedef struct amx_run_s {
+  size_t jb0, lo, hi, slices, u0;
+  int32_t t0;  // its first token
+} amx_run_t;
 
 static size_t part_floats(const attn_ctx_t *c) {
   return c->G * (2 + c->hdp);
@@ -843,7 +857,7 @@ static void attn_merge(void *vc, size_t begin, size_t end, int thread) {
   }
 }
 
-#ifdef RG_X86
+#if RG_X86
 // ---------------------------------------------------------------------------
 // Prefill blocks
 //
@@ -1007,15 +1021,71 @@ RG_T512 static void blk_item(const attn_ctx_t *c, size_t bi, size_t h, float *ba
     attn_finish_cols(c, t0 + r / G, h * G + r % G, m[r], l[r], acc + r * hdp, 0);
 }
 
+// One item on the tiles: block bi, kv head h.
+static void blk_item_amx(const attn_ctx_t *c, size_t bi, size_t h, float *base) {
+  const rg_kv_layer_t *kv = c->kv;
+  const size_t t0 = (size_t)c->blk[bi], hd = kv->head_dim;
+  rg__attn_amx_block_t a = {.k = kv->k,
+                            .v = kv->v,
+                            .n_kv_heads = kv->n_kv_heads,
+                            .block_size = kv->block_size,
+                            .head_dim = hd,
+                            .blocks = c->b->tables[c->b->seq[t0]].blocks,
+                            .h = h,
+                            .G = c->G,
+                            .T = c->blk_len[bi],
+                            .P0 = (size_t)c->b->pos[t0],
+                            .window = c->window,
+                            .scale = c->scale,
+                            .q = c->q + (t0 * c->n_heads + h * c->G) * hd,
+                            .o = c->o + (t0 * c->n_heads + h * c->G) * hd,
+                            .q_stride = c->n_heads * hd,
+                            .sinks = c->sinks ? c->sinks + h * c->G : NULL,
+                            .scratch = base};
+  const amx_run_t *r = &c->runs[c->blk_run[bi]];
+  a.vt = c->vt + (r->u0 + h * r->slices) * RG__ATTN_AMX_SLICE * hd;
+  a.vt_lo = r->jb0;
+  rg__attn_amx_run(&a);
+}
+
+// Packs V^T units [begin, end) (see amx_run_t).
+static void vt_worker(void *vc, size_t begin, size_t end, int thread) {
+  const attn_ctx_t *c = vc;
+  const rg_kv_layer_t *kv = c->kv;
+  const size_t se = RG__ATTN_AMX_SLICE * kv->head_dim;
+  size_t r = 0;
+  while (r + 1 < c->n_runs && c->runs[r + 1].u0 <= begin) r++;
+  for (size_t u = begin; u < end; u++) {
+    while (r + 1 < c->n_runs && c->runs[r + 1].u0 <= u) r++;
+    const amx_run_t *rn = &c->runs[r];
+    const size_t local = u - rn->u0;
+    rg__attn_amx_block_t a = {.v = kv->v,
+                              .n_kv_heads = kv->n_kv_heads,
+                              .block_size = kv->block_size,
+                              .head_dim = kv->head_dim,
+                              .blocks = c->b->tables[c->b->seq[rn->t0]].blocks,
+                              .h = local / rn->slices};
+    rg__attn_amx_pack_vt(&a, rn->jb0 + local % rn->slices * RG__ATTN_AMX_SLICE, rn->lo, rn->hi,
+                         c->vt + u * se);
+  }
+}
+
 static void blk_worker(void *vc, size_t begin, size_t end, int thread) {
   attn_ctx_t *c = vc;
   size_t nkv = c->kv->n_kv_heads;
   float *base = c->scratch + (size_t)thread * c->blk_floats;
+  if (c->amx) rg__attn_amx_begin();
   for (;;) {
     size_t it = atomic_fetch_add_explicit(&c->blk_next, 1, memory_order_relaxed);
     if (it >= c->n_blk * nkv) break;
-    blk_item(c, it / nkv, it % nkv, base);
+    // On the tiles kv head by kv head, so that one head's keys and values
+    // stay in L2 for all of its blocks (it is the tiles' main stream).
+    if (c->amx)
+      blk_item_amx(c, it % c->n_blk, it / c->n_blk, base);
+    else
+      blk_item(c, it / nkv, it % nkv, base);
   }
+  if (c->amx) rg__attn_amx_end();
 }
 #endif
 
@@ -1040,7 +1110,7 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   c.scale = params->scale != 0 ? params->scale : 1.0f / sqrtf((float)kv->head_dim);
   c.hdp = (kv->head_dim + 31) / 32 * 32;
   c.range = attn_range_scalar;
-#ifdef RG_X86
+#if RG_X86
   switch (rg_ops_isa()) {
     case RG_CPU_ISA_AVX512:
     case RG_CPU_ISA_AVX512_BF16:
@@ -1058,15 +1128,25 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   // Prefill runs (AVX-512 levels) go to blocks; the rest to per-token items.
   void *lists = NULL;
   size_t n_tok = b->n_tokens;
-#ifdef RG_X86
-  const size_t blk_max = QROWS / c.G;
-  if (c.range == attn_range_avx512 && c.hdp <= 128 && blk_max >= 2) {
-    lists = malloc(b->n_tokens * (2 * sizeof(int32_t) + 1));
+#if RG_X86
+  // bf16 KV at the amx level runs its blocks on the tiles, unless the
+  // device must keep one numerical path per query row (see
+  // rg_attn_params_t.batch_invariant): head_dim a multiple of 32 (a tile
+  // step) up to 256.
+  c.amx = rg_ops_isa() == RG_CPU_ISA_AMX && kv->dtype == RG_BF16 && kv->head_dim % 32 == 0 &&
+          kv->head_dim <= 256 && !params->batch_invariant;
+  const size_t blk_max = (c.amx ? RG__ATTN_AMX_ROWS : QROWS) / c.G;
+  if (c.range == attn_range_avx512 && (c.amx || c.hdp <= 128) && blk_max >= 2) {
+    // runs; tok, blk, blk_run (int32); blk_len (uint8).
+    lists = malloc((b->n_tokens / BLK_MIN + 1) * sizeof(amx_run_t) +
+                   b->n_tokens * (3 * sizeof(int32_t) + 1));
     if (!lists)
       return rg_status_make(RG_OUT_OF_MEMORY, "attention: out of memory for %zu tokens' lists",
                             b->n_tokens);
-    int32_t *tok = lists, *blk = tok + b->n_tokens;
-    uint8_t *blk_len = (uint8_t *)(blk + b->n_tokens);
+    amx_run_t *runs = lists;
+    int32_t *tok = (int32_t *)(runs + b->n_tokens / BLK_MIN + 1), *blk = tok + b->n_tokens,
+            *blk_run = blk + b->n_tokens;
+    uint8_t *blk_len = (uint8_t *)(blk_run + b->n_tokens);
     n_tok = 0;
     for (size_t t = 0; t < b->n_tokens;) {
       size_t e = t + 1;
@@ -1077,11 +1157,17 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
       }
       for (size_t a = t; a < e; a += blk_max) {
         blk[c.n_blk] = (int32_t)a;
+        blk_run[c.n_blk] = (int32_t)c.n_runs;
         blk_len[c.n_blk++] = (uint8_t)(e - a < blk_max ? e - a : blk_max);
       }
+      const size_t lo = attn_start(&c, t), jb0 = lo / RG__ATTN_AMX_SLICE * RG__ATTN_AMX_SLICE,
+                   hi = (size_t)b->pos[e - 1] + 1;
+      const size_t slices = (hi - jb0 + RG__ATTN_AMX_SLICE - 1) / RG__ATTN_AMX_SLICE;
+      runs[c.n_runs++] = (amx_run_t){jb0, lo, hi, slices, c.vt_units, (int32_t)t};
+      c.vt_units += slices * nkv;
       t = e;
     }
-    c.tok = tok, c.blk = blk, c.blk_len = blk_len;
+    c.tok = tok, c.blk = blk, c.blk_len = blk_len, c.blk_run = blk_run, c.runs = runs;
   }
 #endif
   size_t threads = (size_t)rg_pool_threads(pool), items = n_tok * nkv;
@@ -1104,9 +1190,10 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   c.thread_floats =
       (2 * c.G * c.hdp + 2 * TILE * c.hdp + c.G * TILE + 3 * c.G + c.hdp + 15) / 16 * 16;
   if (c.thread_floats < c.hdp) c.thread_floats = c.hdp;  // merge uses one row
-#ifdef RG_X86
+#if RG_X86
   if (c.n_blk) {
-    c.blk_floats = blk_scratch_floats(c.hdp);
+    c.blk_floats = c.amx ? (rg__attn_amx_scratch_bytes(kv->head_dim) + 63) / 64 * 16
+                         : blk_scratch_floats(c.hdp);
     if (c.thread_floats < c.blk_floats) c.thread_floats = c.blk_floats;
     c.blk_floats = c.thread_floats;
   }
@@ -1121,9 +1208,22 @@ rg_status_t rg_op_attention(rg_pool_t *pool, const rg_kv_layer_t *kv, const rg_a
   }
   c.scratch = mem;
   c.parts = c.scratch + threads * c.thread_floats;
-#ifdef RG_X86
+#if RG_X86
   atomic_init(&c.blk_next, 0);
+  if (c.n_blk && c.amx) {
+    size_t vt_bytes = c.vt_units * RG__ATTN_AMX_SLICE * kv->head_dim * 2;
+    void *vt = NULL;
+    if (posix_memalign(&vt, 64, vt_bytes)) {
+      free(mem);
+      free(lists);
+      return rg_status_make(RG_OUT_OF_MEMORY,
+                            "attention: out of memory for %zu bytes of packed values", vt_bytes);
+    }
+    c.vt = vt;
+    rg_pool_parallel_for(pool, c.vt_units, 8, vt_worker, &c);
+  }
   if (c.n_blk) rg_pool_parallel_for(pool, threads, 1, blk_worker, &c);
+  free(c.vt);
 #endif
   atomic_init(&c.next, 0);
   if (c.n_items) rg_pool_parallel_for(pool, threads, 1, attn_worker, &c);

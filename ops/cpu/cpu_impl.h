@@ -136,4 +136,78 @@ static inline void rg__q4_K_unpack_scales(const uint8_t *p, uint32_t out[4]) {
   out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
 }
 
+// ---- Shared by the AMX files -----------------------------------------------
+#if RG_X86
+// Transposes a 16 × 16 matrix of 32-bit elements held as 16 rows: how a
+// block of 16 rows of 32 bf16 values becomes a B tile (row kk holds the
+// pair 2kk, 2kk + 1 of each of the 16 rows), and how a C tile's columns
+// become rows.
+INLINE __attribute__((target(T_AVX512))) void rg__transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[4b + c] holds, in 128-bit lane L, column 4L + c of rows 4b..4b+3.
+  __m512i u[16];
+  for (int b = 0; b < 16; b += 4) {
+    u[b] = _mm512_unpacklo_epi64(t[b], t[b + 2]);
+    u[b + 1] = _mm512_unpackhi_epi64(t[b], t[b + 2]);
+    u[b + 2] = _mm512_unpacklo_epi64(t[b + 1], t[b + 3]);
+    u[b + 3] = _mm512_unpackhi_epi64(t[b + 1], t[b + 3]);
+  }
+  // Column 4L + c is lane L of u[c], u[4 + c], u[8 + c], u[12 + c].
+  for (int c = 0; c < 4; c++) {
+    __m512i ab0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44),
+            ab1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee),
+            cd0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44),
+            cd1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(ab0, cd0, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(ab0, cd0, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(ab1, cd1, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(ab1, cd1, 0xdd);
+  }
+}
+#endif
+
+// ---- Attention prefill blocks on the tiles (attention_amx.c) ---------------
+// One block of a prefill run for one kv head, as attention.c hands it over:
+// T consecutive tokens of one sequence at positions P0 .. P0 + T - 1, each
+// with the G query heads of kv head h, so R = T * G query rows (row r is
+// token r / G, head h * G + r % G), R <= RG__ATTN_AMX_ROWS. The KV is bf16
+// in the paged layout of ops/ops.h.
+enum { RG__ATTN_AMX_ROWS = 128, RG__ATTN_AMX_SLICE = 64 };
+typedef struct {
+  const uint16_t *k, *v;  // the layer's (n_blocks, n_kv_heads, block_size, head_dim)
+  size_t n_kv_heads, block_size, head_dim;  // head_dim: a multiple of 32, <= 256
+  const int32_t *blocks;                    // the sequence's block table
+  size_t h, G, T, P0;
+  size_t window;       // 0: causal; W: a token at p sees p - W + 1 .. p
+  float scale;         // logit scale
+  const float *q;      // query row (t, g) at q + t * q_stride + g * head_dim
+  float *o;            // output, the same layout
+  size_t q_stride;     // floats between tokens' rows: n_heads * head_dim
+  const float *sinks;  // NULL, or the G heads' sink logits
+  // V^T of kv head h packed by rg__attn_amx_pack_vt, slice by slice from
+  // position vt_lo (a multiple of RG__ATTN_AMX_SLICE), SLICE x head_dim
+  // bf16 each, over at least the positions the block sees.
+  const uint16_t *vt;
+  size_t vt_lo;
+  void *scratch;  // rg__attn_amx_scratch_bytes(head_dim), 64-byte aligned
+} rg__attn_amx_block_t;
+// Packs V^T of the slice [jb, jb + SLICE) of b's kv head h into dst (SLICE
+// x head_dim bf16, 64-byte aligned); positions outside [lo, hi) are zero.
+// Only b's k, v, layout, blocks and h are read. Once per run and kv head,
+// shared by the run's blocks.
+void rg__attn_amx_pack_vt(const rg__attn_amx_block_t *b, size_t jb, size_t lo, size_t hi,
+                          uint16_t *dst);
+// Bytes of one thread's scratch for blocks of this head_dim.
+size_t rg__attn_amx_scratch_bytes(size_t head_dim);
+// Configures the tiles on the calling thread (before its first block; the
+// process has AMX permission at the amx level), and releases them after.
+void rg__attn_amx_begin(void);
+void rg__attn_amx_end(void);
+// Runs one block: writes the R rows of o.
+void rg__attn_amx_run(const rg__attn_amx_block_t *b);
+
 #endif  // RG_OPS_CPU_CPU_IMPL_H
