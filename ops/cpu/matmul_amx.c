@@ -110,34 +110,6 @@ size_t rg__amx_panel_elems(const job_t *j) {
   return e;
 }
 
-// Transposes a 16 × 16 matrix of 32-bit elements held as 16 rows.
-INLINE __attribute__((target(T_AMX))) void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // u[4b + c] holds, in 128-bit lane L, column 4L + c of rows 4b..4b+3.
-  __m512i u[16];
-  for (int b = 0; b < 16; b += 4) {
-    u[b] = _mm512_unpacklo_epi64(t[b], t[b + 2]);
-    u[b + 1] = _mm512_unpackhi_epi64(t[b], t[b + 2]);
-    u[b + 2] = _mm512_unpacklo_epi64(t[b + 1], t[b + 3]);
-    u[b + 3] = _mm512_unpackhi_epi64(t[b + 1], t[b + 3]);
-  }
-  // Column 4L + c is lane L of u[c], u[4 + c], u[8 + c], u[12 + c].
-  for (int c = 0; c < 4; c++) {
-    __m512i ab0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44),
-            ab1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee),
-            cd0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44),
-            cd1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
-    r[c] = _mm512_shuffle_i32x4(ab0, cd0, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(ab0, cd0, 0xdd);
-    r[8 + c] = _mm512_shuffle_i32x4(ab1, cd1, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(ab1, cd1, 0xdd);
-  }
-}
-
 INLINE __mmask16 mask16(int64_t rem) {
   return rem >= 16 ? (__mmask16)0xffff : rem > 0 ? (__mmask16)((1u << rem) - 1) : 0;
 }
@@ -172,7 +144,7 @@ __attribute__((target(T_AMX))) static void pack_x_blocks(void *ctx, size_t b0, s
         r[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, xr + 16),
                                             _mm512_maskz_loadu_ps(m0, xr));
       }
-      transpose16(r);
+      rg__transpose16(r);
       uint16_t *dst = xtile(j, (int64_t)b, s);
       for (int kk = 0; kk < 16; kk++) _mm512_store_si512(dst + kk * 32, r[kk]);
     }
@@ -238,7 +210,7 @@ __attribute__((target(T_AMX))) static void store_c(const job_t *j, const float *
                                                    int64_t m0) {
   __m512i r[16];
   for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(c + 16 * i);
-  transpose16(r);
+  rg__transpose16(r);
   const __mmask16 mk = mask16(j->n - n0);
   const __m512 bias = j->bias ? _mm512_maskz_loadu_ps(mk, j->bias + n0) : _mm512_setzero_ps();
   // Whole aligned lines bypass the cache: y is written once per call, and
