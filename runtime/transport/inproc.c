@@ -121,8 +121,9 @@ static void done(rg_transport_req_t *r, rg_code_t code, size_t got, const char *
   wake(owner);
 }
 
-// A send (or a write's next chunk notice) meets a receive: copy, finish
-// the receive, and the send once its last message is taken. A write stays
+// A send (or a write's next chunk notices, as many as the receive takes)
+// meets a receive: copy, finish the receive, and the send once its last
+// message is taken. A write stays
 // queued (where it was, or at the back of dst's unexpected queue) while it
 // has chunk notices left.
 static void deliver(ep_t *dst, op_t *snd, op_t *rcv) {
@@ -132,10 +133,14 @@ static void deliver(ep_t *dst, op_t *snd, op_t *rcv) {
   size_t len = s->len;
   bool last = true;
   if (s->kind == RG__OP_WRITE) {
-    const rg__chunk_t *c = &s->w->chunks[snd->next_chunk++];
+    // As many chunk notices as fit (they lie back to back), at least one.
+    const rg__write_t *w = s->w;
+    const rg__chunk_t *c = &w->chunks[snd->next_chunk++];
     msg = c->notice;
     len = c->notice_len;
-    last = snd->next_chunk == s->w->n_chunks;
+    while (snd->next_chunk < w->n_chunks && len + w->chunks[snd->next_chunk].notice_len <= r->len)
+      len += w->chunks[snd->next_chunk++].notice_len;
+    last = snd->next_chunk == w->n_chunks;
   }
   if (len > r->len) {
     ep_t *owner = r->t->impl;

@@ -858,11 +858,12 @@ static const rg_transport_region_t *find_region(const rg_transport_t *t, uint64_
 // used. Returns false on a protocol failure (r has its result); a checksum
 // mismatch is only recorded (g->bad), so that the write's remaining notices
 // are still taken in and none is left to match a later receive.
-static bool check_chunk(rg_transport_req_t *r) {
+// One message may carry several chunk notices back to back (inproc hands
+// over as many as fit, so a single thread driving both ends never waits on
+// itself): *used is this notice's length.
+static bool check_chunk(rg_transport_req_t *r, const uint8_t *m, size_t n, size_t *used) {
   rg_transport_t *t = r->t;
-  const uint8_t *m = r->buf;
-  size_t n = r->got;
-  r->got = 0;
+  *used = n;
   if (n < RG__NOTICE_HEADER || rg__get32(m) != RG__NOTICE_MAGIC) {
     fail_settled(r, RG_PROTOCOL, "the %zu-byte message is not a write notice", n);
     return false;
@@ -877,12 +878,13 @@ static bool check_chunk(rg_transport_req_t *r) {
   uint64_t sum = rg__get64(m + 40), write_id = rg__get64(m + 48), bytes = rg__get64(m + 64);
   uint32_t index = rg__get32(m + 56), count = rg__get32(m + 60);
   if (n_segs == 0 || n_segs > RG_TRANSPORT_MAX_SEGMENTS ||
-      n != RG__NOTICE_HEADER + (size_t)RG__NOTICE_SEGMENT * n_segs + pay) {
+      n < RG__NOTICE_HEADER + (size_t)RG__NOTICE_SEGMENT * n_segs + pay) {
     fail_settled(r, RG_PROTOCOL,
                  "the notice claims %u segments and %u payload bytes but is %zu bytes", n_segs, pay,
                  n);
     return false;
   }
+  *used = RG__NOTICE_HEADER + (size_t)RG__NOTICE_SEGMENT * n_segs + pay;
   if (count == 0 || count > RG__MAX_CHUNKS || index >= count) {
     fail_settled(r, RG_PROTOCOL, "the notice claims to be chunk %u of %u (at most %u chunks)",
                  index, count, RG__MAX_CHUNKS);
@@ -1026,7 +1028,18 @@ static bool repost_notice(rg_transport_req_t *r) {
 // itself until every chunk is in; only then is it done.
 static void settle(rg_transport_req_t *r) {
   while (!r->settled && has_arrived(r)) {
-    if (r->kind == RG__OP_NOTICE && r->code == RG_OK && check_chunk(r)) {
+    bool ok = r->kind == RG__OP_NOTICE && r->code == RG_OK;
+    if (ok) {
+      const uint8_t *m = r->buf;
+      size_t n = r->got, off = 0;
+      r->got = 0;
+      do {
+        size_t used = 0;
+        ok = check_chunk(r, m + off, n - off, &used);
+        off += used;
+      } while (ok && off < n);
+    }
+    if (ok) {
       rg__gather_t *ga = r->g;
       if (ga->n_seen < ga->n_chunks) {
         if (!ga->counted) {
