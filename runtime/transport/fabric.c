@@ -13,8 +13,8 @@
 //   refused with a clear message instead of silently skipped.
 // - The write notice cannot overtake the data: every fi_writemsg carries
 //   FI_DELIVERY_COMPLETE, whose completion means the data is visible in the
-//   target's memory, and the notice is posted only after all of them have
-//   completed. FI_ORDER_* is not relied on (shm reports only send-after-send;
+//   target's memory, and a chunk's notice is posted only after all of that
+//   chunk's writes have completed. FI_ORDER_* is not relied on (shm reports only send-after-send;
 //   ofi_rxm does not order RMA against later sends), nor is remote CQ data
 //   (tcp;ofi_rxm offers no FI_RMA_EVENT, and CQ data names one write, not a
 //   list of them).
@@ -26,7 +26,7 @@
 //   a thousand times a second (well under 5% of a core), a busy one answers
 //   within microseconds, and no completion is seen more than ~12% late
 //   (doubling intervals were tried first: they left a 1.3 ms wait 1.5 ms late).
-//   Activity is a completion, a post, or a poll that itself took real CPU
+//   Activity is a completion, a post, or a poll that itself took real
 //   time: under FI_DELIVERY_COMPLETE shm has the *target* copy incoming
 //   writes (CMA) inside its fi_cq_read, and incoming RMA raises no completion
 //   there, so without that rule a receiver mid-transfer backed off to 1 ms
@@ -35,7 +35,10 @@
 //   cost 6-13% of a core while waiting for one.) A side with a write of its
 //   own in flight never sleeps: it yields between polls until the write is
 //   done, since its pieces complete (and, on tcp, its bytes leave) only as it
-//   polls.
+//   polls; nor does a receiver holding some chunks of a write.
+// - Writes are pipelined in chunks (see transport_impl.h): pieces of at most
+//   WRITE_WINDOW_CHUNKS chunks in flight, one chunk hashed per call between
+//   polls, and each chunk's notice sent as soon as that chunk is complete.
 // - Receives never ask the provider to truncate. shm 1.17 spins forever in
 //   fi_cq_read when a message over its CMA path is longer than the posted
 //   buffer (smr_cma_loop has no end for it), so every receive is posted as
@@ -354,11 +357,12 @@ rg_status_t rg__fabric_open(rg_transport_t *t, const rg_transport_options_t *opt
   describe_mr(f->mr_mode, mr, sizeof(mr));
   snprintf(t->describe, sizeof(t->describe),
            "fabric %s (fabric %s, domain %s); mr mode %s%s; %zu iovs per write; inject %zu "
-           "bytes; %s writes; %s",
+           "bytes; %s writes in %" PRIu64 " KiB chunks; %s",
            prov, info->fabric_attr->name, info->domain_attr->name, mr,
            opt->register_local && !(f->mr_mode & FI_MR_LOCAL) ? " (+local, asked)" : "",
            f->iov_limit, f->inject_size,
            f->delivery_complete ? "delivery-complete" : "no delivery-complete",
+           (t->chunk_bytes + 1023) / 1024,
            f->wait_fd >= 0 ? "waits on the CQ's fd" : "polls the CQ with back-off");
   return NULL;
 
