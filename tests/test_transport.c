@@ -1183,6 +1183,15 @@ TRANSPORT_CASE(deadline_against_silent_peer) {
 }
 
 static int b_dies(side_t *b) {
+  // A cache for A's write to aim at once B is gone.
+  static uint8_t cache[1 << 16];
+  rg_transport_region_t *g;
+  B_OK(rg_transport_region_register(b->ep, cache, sizeof(cache), RG_TRANSPORT_WRITE_TARGET, &g));
+  rg_transport_region_desc_t d;
+  rg_transport_region_desc(g, &d);
+  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
+  rg_transport_desc_encode(&d, enc);
+  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
   B_CHECK(ctl_say(b->ctl, "ready"));
   if (b->ep && rg_transport_kind(b->ep) == RG_TRANSPORT_INPROC) {
     B_CHECK(ctl_expect(b->ctl, "die"));
@@ -1197,8 +1206,15 @@ static int b_dies(side_t *b) {
 
 TRANSPORT_CASE(dead_peer_fails_with_names) {
   pair_t p;
-  if (!pair_open(t, &p, w, b_dies)) return;
+  g_chunk_bytes = 8192;  // A's write below takes 8 chunks
+  bool open = pair_open(t, &p, w, b_dies);
+  g_chunk_bytes = 0;
+  if (!open) return;
   if (p.ep) {
+    uint8_t enc[RG_TRANSPORT_DESC_BYTES];
+    rg_transport_region_desc_t d;
+    long n = ctl_recv(p.ctl, enc, sizeof(enc), 10000);
+    RG_CHECK_OK(rg_transport_desc_decode(enc, (size_t)(n < 0 ? 0 : n), &d));
     RG_CHECK(ctl_expect(p.ctl, "ready"));
     size_t big = 1 << 20;
     uint8_t *out = calloc(1, big), in[4096];
@@ -1226,8 +1242,21 @@ TRANSPORT_CASE(dead_peer_fails_with_names) {
     RG_CHECK_CONTAINS(rg_status_message(s), "attention layer 7 → ffn: send of 1048576 bytes");
     RG_CHECK_CONTAINS(rg_status_message(s), "to worker B (test)");
     rg_status_free(s);
+    // A chunked KV write into the dead peer's cache fails as well, by name.
+    rg_transport_region_t *src = NULL;
+    rg_transport_req_t *rw = NULL;
+    RG_REQUIRE_OK(
+        rg_transport_region_register(p.ep, out, 1 << 16, RG_TRANSPORT_WRITE_SOURCE, &src));
+    rg_transport_segment_t seg = {.src = out, .len = 1 << 16, .count = 1};
+    s = rg_transport_write(p.ep, p.peer, src, &d, &seg, 1, 5, NULL, 0, "kv prefill → decode", &rw);
+    if (!s) s = rg_transport_wait(rw, 0.3);
+    RG_CHECK(rg_status_code(s) == RG_DEADLINE_EXCEEDED || rg_status_code(s) == RG_PEER_LOST);
+    RG_CHECK_CONTAINS(rg_status_message(s), "kv prefill → decode: RMA write of 65536 bytes");
+    RG_CHECK_CONTAINS(rg_status_message(s), "to worker B (test)");
+    rg_status_free(s);
     rg_transport_req_free(rr);
     rg_transport_req_free(rs);
+    rg_transport_req_free(rw);
     // The send may still be held by the provider; destroying the endpoint
     // lets go of it before its buffer goes.
     rg_transport_destroy(p.ep);
