@@ -92,11 +92,15 @@ static rg_status_t fi_status(int rc, const char *what) {
 
 #define MAX_IOV 16
 #define WRITE_SLOTS 256
-// Chunks of a write whose pieces may be in flight before the oldest of them
-// has completed and had its notice sent. Two keep the provider busy across
-// a chunk boundary, while the receiver still finds each chunk in its cache
-// when that chunk's notice comes (measured: see docs/transport.md).
-#define WRITE_WINDOW_CHUNKS 2
+// Chunks of a write whose pieces may be in flight ahead of the oldest chunk
+// whose notice is not yet sent (4 MiB at the default chunk size). A window
+// makes each chunk's notice come soon after its data instead of behind the
+// whole write, so the receiver checks chunk i while the writer still pushes
+// chunk i+1 (tcp: the sender's socket copy and the receiver's hash overlap).
+// It must not be so small that the receiver runs dry whenever the writer
+// waits for a core: on shm the receiver does the copying, and with two
+// chunks it stalled under load.
+#define WRITE_WINDOW_CHUNKS 8
 // Bytes of the first run that the corruption hook sends from a bounce buffer.
 #define BOUNCE_BYTES 4096
 // How long a cancelled receive may take to report its cancellation.
