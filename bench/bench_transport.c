@@ -6,6 +6,8 @@
 //   1. the provider's own figures, with plain libfabric and busy-polled
 //      completions as fi_pingpong does: the round trip of an 8-byte message,
 //      and 1 MiB ping-pong bandwidth (bytes each way ÷ half the round trip);
+//      also, for context only, a 16 MiB ping-pong (the KV request's size,
+//      whose bytes no longer stay in cache between round trips);
 //   2. KV pages by rg_transport_write: 32 layers × K,V of 8 heads × 128 ×
 //      bf16 in 16-token blocks, a request of 8 blocks (512 segments, 16 MiB)
 //      with scattered block tables on both sides, until the receiver has
@@ -282,6 +284,7 @@ typedef struct {
   uint8_t *mem;  // source (prefill side) or cache (decode side)
   rg_transport_region_desc_t dst;
   uint8_t *act, *buf;
+  uint8_t *big;  // the 16 MiB ping-pong's buffer
 } side_t;
 
 static rg_status_t side_open(side_t *x, const char *prov, int ctl, bool prefill) {
@@ -307,7 +310,9 @@ static rg_status_t side_open(side_t *x, const char *prov, int ctl, bool prefill)
   x->mem = aligned_alloc(4096, cap);
   x->act = malloc(ACT_BYTES);
   x->buf = malloc(1 << 20);
-  if (!x->mem || !x->act || !x->buf) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  x->big = calloc(1, kv_bytes());
+  if (!x->mem || !x->act || !x->buf || !x->big)
+    return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
   for (size_t i = 0; i < cap; i++) x->mem[i] = prefill ? (uint8_t)(i * 2654435761u >> 24) : 0;
   memset(x->act, 1, ACT_BYTES);
   RG_RETURN_IF_ERROR(rg_transport_region_register(
@@ -331,6 +336,7 @@ static void side_close(side_t *x) {
   free(x->mem);
   free(x->act);
   free(x->buf);
+  free(x->big);
 }
 
 // Prefill side: one KV request, until the decode side acknowledged it had
@@ -398,7 +404,8 @@ static int child_main(const char *prov, int ctl) {
   rg_status_t s = side_open(&x, prov, ctl, false);
   for (int round = 0; round < ROUNDS && !s; round++) {
     if (raw_pingpong(&x.raw, x.buf, 8, 400, 40, false) < 0 ||
-        raw_pingpong(&x.raw, x.buf, 1 << 20, 16, 2, false) < 0) {
+        raw_pingpong(&x.raw, x.buf, 1 << 20, 16, 2, false) < 0 ||
+        raw_pingpong(&x.raw, x.big, kv_bytes(), 4, 1, false) < 0) {
       s = rg_status_make(RG_IO, "plain libfabric ping-pong failed");
       break;
     }
@@ -436,16 +443,18 @@ static void bench_provider(const char *prov) {
   printf("  %s\n", rg_transport_describe(x.ep));
   static rg_transport_segment_t segs[2][LAYERS * 2 * REQ_BLOCKS];
   size_t n_segs[2] = {kv_segments(x.mem, false, segs[0]), kv_segments(x.mem, true, segs[1])};
-  double rtt8 = 1e30, rtt1m = 1e30, kv[2] = {1e30, 1e30}, act8 = 1e30, act = 1e30;
+  double rtt8 = 1e30, rtt1m = 1e30, rtt_kv = 1e30, kv[2] = {1e30, 1e30}, act8 = 1e30, act = 1e30;
   for (int round = 0; round < ROUNDS && !s; round++) {
     double a = raw_pingpong(&x.raw, x.buf, 8, 400, 40, true);
     double b = raw_pingpong(&x.raw, x.buf, 1 << 20, 16, 2, true);
-    if (a < 0 || b < 0) {
+    double c = raw_pingpong(&x.raw, x.big, kv_bytes(), 4, 1, true);
+    if (a < 0 || b < 0 || c < 0) {
       s = rg_status_make(RG_IO, "plain libfabric ping-pong failed");
       break;
     }
     rtt8 = min_pos(rtt8, a);
     rtt1m = min_pos(rtt1m, b);
+    rtt_kv = min_pos(rtt_kv, c);
     for (int k = 0; k < 2; k++)
       for (int i = 0; i < KV_PER_ROUND && !s; i++)
         kv[k] = min_pos(kv[k], kv_once(&x, segs[k], n_segs[k], &s));
@@ -456,15 +465,20 @@ static void bench_provider(const char *prov) {
     print_status("transport", s);
   } else {
     double bw = (double)(1 << 20) / (rtt1m / 2);
+    double bw_kv = (double)kv_bytes() / (rtt_kv / 2);
     printf("  provider, plain libfabric: 8-byte round trip %.2f us; 1 MiB ping-pong %.2f GB/s\n",
            rtt8 * 1e6, bw / 1e9);
+    // Not the goal's baseline; it shows what the provider itself reaches on
+    // a transfer as large as the KV request, whose bytes are not all in cache.
+    printf("  provider, plain libfabric: 16 MiB ping-pong (one contiguous message) %.2f GB/s\n",
+           bw_kv / 1e9);
     for (int k = 0; k < 2; k++) {
       double gbs = (double)kv_bytes() / kv[k];
       printf(
           "  KV pages, %s: %zu segments, %.1f MiB, %.2f ms per request: %.2f GB/s, "
-          "%.2f of the 1 MiB bandwidth (goal >= 0.9)\n",
+          "%.2f of the 1 MiB bandwidth (goal >= 0.9), %.2f of the 16 MiB one\n",
           k == 0 ? "16 -> 16-token blocks" : "16 -> 64-token blocks (per-head runs)", n_segs[k],
-          (double)kv_bytes() / (1 << 20), kv[k] * 1e3, gbs / 1e9, gbs / bw);
+          (double)kv_bytes() / (1 << 20), kv[k] * 1e3, gbs / 1e9, gbs / bw, gbs / bw_kv);
     }
     printf("  transport 8-byte round trip %.2f us (%.2f x the provider's)\n", act8 * 1e6,
            act8 / rtt8);

@@ -37,16 +37,22 @@
 //
 // KV pages: the receiver registers its cache as a region and hands the
 // region's descriptor to the writer (through the control plane). The writer
-// calls rg_transport_write with a list of segments; the transport writes them
-// and only then sends a completion notice, a tagged message carrying the
-// caller's payload, the destination segments and an XXH3-64 checksum of the
-// source bytes. The receiver's rg_transport_recv_notice checks the notice against
-// its regions and the checksum against the destination bytes before it
-// reports success, so a page corrupted in transit is never reported usable.
-// The notice cannot overtake the data: it is posted only after every write
-// has completed with FI_DELIVERY_COMPLETE (the data is visible in the target
+// calls rg_transport_write with a list of segments. The transport cuts them
+// into chunks (chunk_bytes, 512 KiB by default) and pipelines them: while
+// chunk i is on the wire it hashes chunk i+1, and once chunk i's writes have
+// completed it sends chunk i's completion notice, a tagged message carrying
+// that chunk's destination segments and an XXH3-64 checksum of its source
+// bytes (the last also carries the caller's payload). The receiver's
+// rg_transport_recv_notice gathers every chunk's notice, checking each against
+// its regions and its checksum against the destination bytes as it comes
+// (while chunk i+1 arrives), and reports success only once all are in and
+// intact, so a page corrupted in transit is never reported usable. A notice
+// cannot overtake its data: it is posted only after its chunk's writes have
+// completed with FI_DELIVERY_COMPLETE (the data is visible in the target
 // memory). No provider message ordering (FI_ORDER_*) is relied upon, since
-// ofi_rxm does not order RMA against later sends.
+// ofi_rxm does not order RMA against later sends: chunks may come in any
+// order. A notice tag names one write: writes in flight to one peer use
+// distinct tags.
 //
 // Threads: an endpoint may be shared by threads. Every call that touches it
 // holds the endpoint's lock (waits let go of it while they block), so the
@@ -121,6 +127,10 @@ typedef struct {
   const char *node;
   // Default deadline of waits, seconds; 0 = RG_TRANSPORT_DEFAULT_TIMEOUT_S.
   double timeout_s;
+  // Writes are pipelined in chunks of about this many bytes, each with its
+  // own notice and checksum (see "KV pages" above); 0 = 512 KiB. Only the
+  // writer's setting matters.
+  uint64_t chunk_bytes;
   // fabric: register every message buffer with the domain, as providers that
   // report FI_MR_LOCAL require, even where this one does not. Runs that code
   // path on providers here; costs a registration per message.

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
+#include <xxhash.h>
 
 #include "runtime/transport.h"
 #include "tests/test.h"
@@ -121,6 +122,9 @@ typedef struct {
 // Set by a case before pair_open: both sides register every message buffer
 // (the FI_MR_LOCAL path). Side B reads it after the fork or on its thread.
 static bool g_register_local;
+// Set by a case before pair_open: the chunk size of both sides' writes
+// (0: the default), so small writes still take several chunks.
+static uint64_t g_chunk_bytes;
 
 static rg_status_t open_ep(where_t w, const char *name, rg_transport_t **out) {
   rg_transport_options_t o = {
@@ -129,6 +133,7 @@ static rg_status_t open_ep(where_t w, const char *name, rg_transport_t **out) {
       .provider = provider_of(w),
       .timeout_s = 5,
       .register_local = g_register_local,
+      .chunk_bytes = g_chunk_bytes,
   };
   return rg_transport_create(&o, out);
 }
@@ -535,6 +540,12 @@ static int b_rma(side_t *b) {
     cmd[n] = 0;
     if (strcmp(cmd, "end") == 0) break;
     uint64_t tag = strtoull(cmd + 1, NULL, 10);
+    // 'z': the cache is cleared first, so the check sees only this write
+    // (A writes once told: inproc copies as the write is posted).
+    if (cmd[0] == 'z') {
+      memset(cache, 0, dst_region_bytes());
+      B_CHECK(ctl_say(b->ctl, "cleared"));
+    }
     char payload[64] = "";
     rg_transport_req_t *r;
     B_OK(rg_transport_recv_notice(b->ep, b->peer, tag, payload, sizeof(payload),
@@ -616,11 +627,14 @@ static void kv_src_deinit(kv_src_t *k) {
   free(k->src);
 }
 
-static void kv_write(rg_test_ctx_t *t, pair_t *p, kv_src_t *k, uint64_t tag, bool report,
-                     char *reply, size_t cap) {
+// mode: 'c' B checks the cache, 'z' B clears it first and checks, 'r' B
+// reports the outcome.
+static void kv_write_mode(rg_test_ctx_t *t, pair_t *p, kv_src_t *k, uint64_t tag, char mode,
+                          char *reply, size_t cap) {
   char cmd[32];
-  snprintf(cmd, sizeof(cmd), "%c%" PRIu64, report ? 'r' : 'c', tag);
+  snprintf(cmd, sizeof(cmd), "%c%" PRIu64, mode, tag);
   RG_CHECK(ctl_say(p->ctl, cmd));
+  if (mode == 'z') RG_CHECK(ctl_expect(p->ctl, "cleared"));
   static const char payload[] = "request 42, layers 0-1";
   rg_transport_req_t *r;
   rg_status_t s = rg_transport_write(p->ep, p->peer, k->g, &k->dst, k->segs, k->n_segs, tag,
@@ -634,6 +648,11 @@ static void kv_write(rg_test_ctx_t *t, pair_t *p, kv_src_t *k, uint64_t tag, boo
   }
   long n = ctl_recv(p->ctl, reply, cap - 1, 10000);
   reply[n < 0 ? 0 : n] = 0;
+}
+
+static void kv_write(rg_test_ctx_t *t, pair_t *p, kv_src_t *k, uint64_t tag, bool report,
+                     char *reply, size_t cap) {
+  kv_write_mode(t, p, k, tag, report ? 'r' : 'c', reply, cap);
 }
 
 TRANSPORT_CASE(rma_kv_pages_16_to_64) {
@@ -668,6 +687,59 @@ TRANSPORT_CASE(rma_corrupted_bit_detected) {
     RG_CHECK_CONTAINS(reply, "kv prefill → decode");
     RG_CHECK_CONTAINS(reply, "from worker A");
     kv_write(t, &p, &k, 79, false, reply, sizeof(reply));
+    RG_CHECK_CONTAINS(reply, "checked");
+    RG_CHECK(ctl_say(p.ctl, "end"));
+    kv_src_deinit(&k);
+  }
+  pair_close(t, &p);
+}
+
+// A write larger than one chunk arrives whole: with 8 KiB chunks the 48 KiB
+// of pages take 6 chunks of whole runs; with 384-byte chunks the 512-byte
+// runs are cut into pieces across 128 chunks. B clears its cache before each
+// and checks every element; the payload comes with the last chunk.
+TRANSPORT_CASE(rma_chunked_write_arrives_whole) {
+  static const uint64_t sizes[] = {8192, 384};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    g_chunk_bytes = sizes[i];
+    pair_t p;
+    bool open = pair_open(t, &p, w, b_rma);
+    g_chunk_bytes = 0;
+    if (!open) return;
+    if (p.ep) {
+      kv_src_t k;
+      kv_src_init(t, &p, &k);
+      char reply[1200];
+      kv_write_mode(t, &p, &k, 90 + i, 'z', reply, sizeof(reply));
+      RG_CHECK_CONTAINS(reply, "checked");
+      RG_CHECK(ctl_say(p.ctl, "end"));
+      kv_src_deinit(&k);
+    }
+    pair_close(t, &p);
+  }
+}
+
+// The hook flips a bit in the middle chunk (3 of 6): its checksum catches it,
+// the request fails naming that chunk once the write's other chunks are in,
+// and none of them is left over to confuse the next write, which is clean.
+TRANSPORT_CASE(rma_corrupted_middle_chunk_detected) {
+  g_chunk_bytes = 8192;
+  pair_t p;
+  bool open = pair_open(t, &p, w, b_rma);
+  g_chunk_bytes = 0;
+  if (!open) return;
+  if (p.ep) {
+    kv_src_t k;
+    kv_src_init(t, &p, &k);
+    char reply[1200];
+    rg_transport_corrupt_next_write(p.ep);
+    kv_write(t, &p, &k, 95, true, reply, sizeof(reply));
+    RG_CHECK_CONTAINS(reply, "data corrupted:");
+    RG_CHECK_CONTAINS(reply, "checksum mismatch over 8192 bytes in 4 segments");
+    RG_CHECK_CONTAINS(reply, "(chunk 3 of 6;");
+    RG_CHECK_CONTAINS(reply, "must not be used");
+    RG_CHECK_CONTAINS(reply, "from worker A");
+    kv_write_mode(t, &p, &k, 96, 'z', reply, sizeof(reply));
     RG_CHECK_CONTAINS(reply, "checked");
     RG_CHECK(ctl_say(p.ctl, "end"));
     kv_src_deinit(&k);
@@ -908,6 +980,8 @@ TRANSPORT_CASE(truncation_names_both_sizes) {
 
 // Notices are only messages, so a peer can send anything as one. B posts a
 // notice receive for each and reports what it says; nothing may be accepted.
+enum { N_HOSTILE = 7 };
+
 static int b_hostile(side_t *b) {
   uint8_t *cache = calloc(1, 65536);
   rg_transport_region_t *g;
@@ -917,7 +991,7 @@ static int b_hostile(side_t *b) {
   uint8_t enc[RG_TRANSPORT_DESC_BYTES];
   rg_transport_desc_encode(&d, enc);
   B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
-  for (uint64_t tag = 1; tag <= 5; tag++) {
+  for (uint64_t tag = 1; tag <= N_HOSTILE; tag++) {
     char payload[16];
     rg_transport_req_t *r;
     B_OK(rg_transport_recv_notice(b->ep, b->peer, tag, payload, sizeof(payload), "kv in", &r));
@@ -940,21 +1014,34 @@ static void put32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-// A forged notice in the documented wire format (see transport_impl.h),
-// version 2 (XXH3-64 checksums).
-static size_t forge_notice(uint8_t *m, uint64_t region, uint64_t key, uint64_t off, uint64_t len) {
-  memset(m, 0, 80);
+// A forged chunk notice in the documented wire format (see
+// transport_impl.h), version 3: chunk `index` of `count` of write `id`, one
+// segment of `len` bytes at `off`, with checksum `sum`.
+enum { FORGED_BYTES = 104 };
+static size_t forge_chunk(uint8_t *m, uint64_t region, uint64_t key, uint64_t off, uint64_t len,
+                          uint64_t total, uint64_t sum, uint64_t id, uint32_t index,
+                          uint32_t count) {
+  memset(m, 0, FORGED_BYTES);
   put32(m, 0x314e4752u);
-  m[4] = 2;
+  m[4] = 3;
   put64(m + 8, region);
   put64(m + 16, key);
   put32(m + 24, 1);
   put32(m + 28, 0);
-  put64(m + 32, len);
-  put64(m + 48, off);
-  put64(m + 56, len);
-  put32(m + 64, 1);
-  return 80;
+  put64(m + 32, total);
+  put64(m + 40, sum);
+  put64(m + 48, id);
+  put32(m + 56, index);
+  put32(m + 60, count);
+  put64(m + 64, len);
+  put64(m + 72, off);
+  put64(m + 80, len);
+  put32(m + 88, 1);
+  return FORGED_BYTES;
+}
+
+static size_t forge_notice(uint8_t *m, uint64_t region, uint64_t key, uint64_t off, uint64_t len) {
+  return forge_chunk(m, region, key, off, len, len, 0, 1, 0, 1);
 }
 
 TRANSPORT_CASE(hostile_notices_refused) {
@@ -965,33 +1052,97 @@ TRANSPORT_CASE(hostile_notices_refused) {
     rg_transport_region_desc_t d;
     long n = ctl_recv(p.ctl, enc, sizeof(enc), 10000);
     RG_CHECK_OK(rg_transport_desc_decode(enc, (size_t)(n < 0 ? 0 : n), &d));
-    uint8_t m[5][80];
-    size_t len[5];
-    len[0] = forge_notice(m[0], d.region_id + 100, d.key, 0, 64);     // unknown region
-    len[1] = forge_notice(m[1], d.region_id, d.key, 65536 - 32, 64);  // past its end
-    len[2] = forge_notice(m[2], d.region_id, d.key ^ 1, 0, 64);       // wrong key
-    memcpy(m[3], "hello, not a notice", 19);
-    len[3] = 19;
-    len[4] = forge_notice(m[4], d.region_id, d.key, 0, 64);  // from a build hashing with XXH64
-    m[4][4] = 1;
-    const char *want[5] = {"protocol violation:", "protocol violation:", "protocol violation:",
-                           "protocol violation:", "protocol violation:"};
-    const char *detail[5] = {
-        "which this endpoint has not registered", "lies outside the 65536-byte region",
-        "with a key it was not given for writes", "the 19-byte message is not a write notice",
-        "notice version 1; this build reads version 2"};
-    for (int i = 0; i < 5; i++) {
-      rg_transport_req_t *r;
-      RG_REQUIRE_OK(rg_transport_send(p.ep, p.peer, (uint64_t)i + 1, m[i], len[i], "forged", &r));
-      RG_CHECK_OK(rg_transport_wait(r, 5));
-      rg_transport_req_free(r);
+    // Each case is one or two messages sent with its tag.
+    uint8_t m[N_HOSTILE][2][FORGED_BYTES];
+    size_t len[N_HOSTILE][2] = {{0}};
+    len[0][0] = forge_notice(m[0][0], d.region_id + 100, d.key, 0, 64);     // unknown region
+    len[1][0] = forge_notice(m[1][0], d.region_id, d.key, 65536 - 32, 64);  // past its end
+    len[2][0] = forge_notice(m[2][0], d.region_id, d.key ^ 1, 0, 64);       // wrong key
+    memcpy(m[3][0], "hello, not a notice", 19);
+    len[3][0] = 19;
+    len[4][0] = forge_notice(m[4][0], d.region_id, d.key, 0, 64);  // from a one-notice build
+    m[4][0][4] = 2;
+    len[5][0] = forge_chunk(m[5][0], d.region_id, d.key, 0, 64, 128, 0, 1, 3, 2);
+    // Chunk 0 of one write, then chunk 1 of another under the same tag.
+    len[6][0] = forge_chunk(m[6][0], d.region_id, d.key, 0, 64, 128, 0, 7, 0, 2);
+    len[6][1] = forge_chunk(m[6][1], d.region_id, d.key, 64, 64, 128, 0, 8, 1, 2);
+    const char *detail[N_HOSTILE] = {
+        "which this endpoint has not registered",       "lies outside the 65536-byte region",
+        "with a key it was not given for writes",       "the 19-byte message is not a write notice",
+        "notice version 2; this build reads version 3", "the notice claims to be chunk 3 of 2",
+        "two writes to this endpoint used one tag"};
+    for (int i = 0; i < N_HOSTILE; i++) {
+      for (int k = 0; k < 2 && len[i][k]; k++) {
+        rg_transport_req_t *r;
+        RG_REQUIRE_OK(
+            rg_transport_send(p.ep, p.peer, (uint64_t)i + 1, m[i][k], len[i][k], "forged", &r));
+        RG_CHECK_OK(rg_transport_wait(r, 5));
+        rg_transport_req_free(r);
+      }
       char rep[1200];
       n = ctl_recv(p.ctl, rep, sizeof(rep) - 1, 10000);
       rep[n < 0 ? 0 : n] = 0;
-      RG_CHECK_CONTAINS(rep, want[i]);
+      RG_CHECK_CONTAINS(rep, "protocol violation:");
       RG_CHECK_CONTAINS(rep, detail[i]);
       RG_CHECK_CONTAINS(rep, "kv in: notice receive");
     }
+  }
+  pair_close(t, &p);
+}
+
+// A writer that stops mid-transfer: B's notice receive takes in chunk 1 of
+// 3 (intact), then nothing more comes. It fails by its deadline naming the
+// writer, and B's endpoint goes back to idling (the test's closing wait).
+static int b_gather_deadline(side_t *b) {
+  uint8_t *cache = calloc(1, 65536);
+  rg_transport_region_t *g;
+  B_OK(rg_transport_region_register(b->ep, cache, 65536, RG_TRANSPORT_WRITE_TARGET, &g));
+  rg_transport_region_desc_t d;
+  rg_transport_region_desc(g, &d);
+  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
+  rg_transport_desc_encode(&d, enc);
+  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
+  char payload[16];
+  rg_transport_req_t *r;
+  B_OK(rg_transport_recv_notice(b->ep, b->peer, 11, payload, sizeof(payload), "kv prefill → decode",
+                                &r));
+  B_CHECK(ctl_say(b->ctl, "posted"));
+  rg_status_t s = rg_transport_wait(r, 0.3);
+  rg_transport_req_free(r);
+  char rep[1100];
+  snprintf(rep, sizeof(rep), "%s:%s", rg_code_name(rg_status_code(s)), rg_status_message(s));
+  rg_status_free(s);
+  B_CHECK(ctl_say(b->ctl, rep));
+  B_CHECK(ctl_expect(b->ctl, "done"));
+  rg_transport_region_deregister(g);
+  free(cache);
+  return 0;
+}
+
+TRANSPORT_CASE(writer_stopping_mid_transfer_fails_by_deadline) {
+  pair_t p;
+  if (!pair_open(t, &p, w, b_gather_deadline)) return;
+  if (p.ep) {
+    uint8_t enc[RG_TRANSPORT_DESC_BYTES];
+    rg_transport_region_desc_t d;
+    long n = ctl_recv(p.ctl, enc, sizeof(enc), 10000);
+    RG_CHECK_OK(rg_transport_desc_decode(enc, (size_t)(n < 0 ? 0 : n), &d));
+    RG_CHECK(ctl_expect(p.ctl, "posted"));
+    // B's cache is zero, so chunk 1's bytes hash as zeros do.
+    uint8_t zeros[64] = {0}, m[FORGED_BYTES];
+    size_t len = forge_chunk(m, d.region_id, d.key, 64, 64, 192, XXH3_64bits(zeros, 64), 5, 1, 3);
+    rg_transport_req_t *r;
+    RG_REQUIRE_OK(rg_transport_send(p.ep, p.peer, 11, m, len, "forged", &r));
+    RG_CHECK_OK(rg_transport_wait(r, 5));
+    rg_transport_req_free(r);
+    char rep[1200];
+    n = ctl_recv(p.ctl, rep, sizeof(rep) - 1, 10000);
+    rep[n < 0 ? 0 : n] = 0;
+    RG_CHECK_CONTAINS(rep, "deadline exceeded:");
+    RG_CHECK_CONTAINS(rep, "kv prefill → decode: notice receive");
+    RG_CHECK_CONTAINS(rep, "from worker A");
+    RG_CHECK_CONTAINS(rep, "no completion within 0.30 s");
+    RG_CHECK(ctl_say(p.ctl, "done"));
   }
   pair_close(t, &p);
 }
@@ -1032,6 +1183,15 @@ TRANSPORT_CASE(deadline_against_silent_peer) {
 }
 
 static int b_dies(side_t *b) {
+  // A cache for A's write to aim at once B is gone.
+  static uint8_t cache[1 << 16];
+  rg_transport_region_t *g;
+  B_OK(rg_transport_region_register(b->ep, cache, sizeof(cache), RG_TRANSPORT_WRITE_TARGET, &g));
+  rg_transport_region_desc_t d;
+  rg_transport_region_desc(g, &d);
+  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
+  rg_transport_desc_encode(&d, enc);
+  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
   B_CHECK(ctl_say(b->ctl, "ready"));
   if (b->ep && rg_transport_kind(b->ep) == RG_TRANSPORT_INPROC) {
     B_CHECK(ctl_expect(b->ctl, "die"));
@@ -1046,8 +1206,15 @@ static int b_dies(side_t *b) {
 
 TRANSPORT_CASE(dead_peer_fails_with_names) {
   pair_t p;
-  if (!pair_open(t, &p, w, b_dies)) return;
+  g_chunk_bytes = 8192;  // A's write below takes 8 chunks
+  bool open = pair_open(t, &p, w, b_dies);
+  g_chunk_bytes = 0;
+  if (!open) return;
   if (p.ep) {
+    uint8_t enc[RG_TRANSPORT_DESC_BYTES];
+    rg_transport_region_desc_t d;
+    long n = ctl_recv(p.ctl, enc, sizeof(enc), 10000);
+    RG_CHECK_OK(rg_transport_desc_decode(enc, (size_t)(n < 0 ? 0 : n), &d));
     RG_CHECK(ctl_expect(p.ctl, "ready"));
     size_t big = 1 << 20;
     uint8_t *out = calloc(1, big), in[4096];
@@ -1075,8 +1242,21 @@ TRANSPORT_CASE(dead_peer_fails_with_names) {
     RG_CHECK_CONTAINS(rg_status_message(s), "attention layer 7 → ffn: send of 1048576 bytes");
     RG_CHECK_CONTAINS(rg_status_message(s), "to worker B (test)");
     rg_status_free(s);
+    // A chunked KV write into the dead peer's cache fails as well, by name.
+    rg_transport_region_t *src = NULL;
+    rg_transport_req_t *rw = NULL;
+    RG_REQUIRE_OK(
+        rg_transport_region_register(p.ep, out, 1 << 16, RG_TRANSPORT_WRITE_SOURCE, &src));
+    rg_transport_segment_t seg = {.src = out, .len = 1 << 16, .count = 1};
+    s = rg_transport_write(p.ep, p.peer, src, &d, &seg, 1, 5, NULL, 0, "kv prefill → decode", &rw);
+    if (!s) s = rg_transport_wait(rw, 0.3);
+    RG_CHECK(rg_status_code(s) == RG_DEADLINE_EXCEEDED || rg_status_code(s) == RG_PEER_LOST);
+    RG_CHECK_CONTAINS(rg_status_message(s), "kv prefill → decode: RMA write of 65536 bytes");
+    RG_CHECK_CONTAINS(rg_status_message(s), "to worker B (test)");
+    rg_status_free(s);
     rg_transport_req_free(rr);
     rg_transport_req_free(rs);
+    rg_transport_req_free(rw);
     // The send may still be held by the provider; destroying the endpoint
     // lets go of it before its buffer goes.
     rg_transport_destroy(p.ep);

@@ -13,8 +13,8 @@
 //   refused with a clear message instead of silently skipped.
 // - The write notice cannot overtake the data: every fi_writemsg carries
 //   FI_DELIVERY_COMPLETE, whose completion means the data is visible in the
-//   target's memory, and the notice is posted only after all of them have
-//   completed. FI_ORDER_* is not relied on (shm reports only send-after-send;
+//   target's memory, and a chunk's notice is posted only after all of that
+//   chunk's writes have completed. FI_ORDER_* is not relied on (shm reports only send-after-send;
 //   ofi_rxm does not order RMA against later sends), nor is remote CQ data
 //   (tcp;ofi_rxm offers no FI_RMA_EVENT, and CQ data names one write, not a
 //   list of them).
@@ -26,7 +26,7 @@
 //   a thousand times a second (well under 5% of a core), a busy one answers
 //   within microseconds, and no completion is seen more than ~12% late
 //   (doubling intervals were tried first: they left a 1.3 ms wait 1.5 ms late).
-//   Activity is a completion, a post, or a poll that itself took real CPU
+//   Activity is a completion, a post, or a poll that itself took real
 //   time: under FI_DELIVERY_COMPLETE shm has the *target* copy incoming
 //   writes (CMA) inside its fi_cq_read, and incoming RMA raises no completion
 //   there, so without that rule a receiver mid-transfer backed off to 1 ms
@@ -35,7 +35,10 @@
 //   cost 6-13% of a core while waiting for one.) A side with a write of its
 //   own in flight never sleeps: it yields between polls until the write is
 //   done, since its pieces complete (and, on tcp, its bytes leave) only as it
-//   polls.
+//   polls; nor does a receiver holding some chunks of a write.
+// - Writes are pipelined in chunks (see transport_impl.h): pieces of at most
+//   WRITE_WINDOW_CHUNKS chunks in flight, one chunk hashed per call between
+//   polls, and each chunk's notice sent as soon as that chunk is complete.
 // - Receives never ask the provider to truncate. shm 1.17 spins forever in
 //   fi_cq_read when a message over its CMA path is longer than the posted
 //   buffer (smr_cma_loop has no end for it), so every receive is posted as
@@ -89,6 +92,15 @@ static rg_status_t fi_status(int rc, const char *what) {
 
 #define MAX_IOV 16
 #define WRITE_SLOTS 256
+// Chunks of a write whose pieces may be in flight ahead of the oldest chunk
+// whose notice is not yet sent (4 MiB at the default chunk size). A window
+// makes each chunk's notice come soon after its data instead of behind the
+// whole write, so the receiver checks chunk i while the writer still pushes
+// chunk i+1 (tcp: the sender's socket copy and the receiver's hash overlap).
+// It must not be so small that the receiver runs dry whenever the writer
+// waits for a core: on shm the receiver does the copying, and with two
+// chunks it stalled under load.
+#define WRITE_WINDOW_CHUNKS 8
 // Bytes of the first run that the corruption hook sends from a bounce buffer.
 #define BOUNCE_BYTES 4096
 // How long a cancelled receive may take to report its cancellation.
@@ -97,8 +109,11 @@ static rg_status_t fi_status(int rc, const char *what) {
 typedef struct ctx_s {
   struct fi_context2 fctx;  // first: the provider's op_context points here
   rg_transport_req_t *r;
-  int slot;  // index in a write's pool; -1 for the main operation
+  int slot;        // index in a write's pool; CTX_MAIN or CTX_NOTICE
+  uint32_t chunk;  // a write's piece or notice: its chunk
 } ctx_t;
+
+enum { CTX_MAIN = -1, CTX_NOTICE = -2 };
 
 enum { Q_TX, Q_RX, Q_WRITE };
 
@@ -117,7 +132,11 @@ typedef struct op_s {
   ctx_t *pool;
   int *free_slots;
   int n_free, n_slots;
-  unsigned outstanding;
+  unsigned outstanding;  // pieces and notices posted, not yet complete
+  ctx_t *nctx;           // per chunk: its notice's context
+  uint32_t *chunk_out;   // per chunk: its pieces in flight
+  size_t next_notice;    // the next chunk whose notice is to be sent
+  size_t notices_done;
   rg_code_t fail_code;
   char fail_msg[256];
   uint8_t *bounce;
@@ -342,11 +361,12 @@ rg_status_t rg__fabric_open(rg_transport_t *t, const rg_transport_options_t *opt
   describe_mr(f->mr_mode, mr, sizeof(mr));
   snprintf(t->describe, sizeof(t->describe),
            "fabric %s (fabric %s, domain %s); mr mode %s%s; %zu iovs per write; inject %zu "
-           "bytes; %s writes; %s",
+           "bytes; %s writes in %" PRIu64 " KiB chunks; %s",
            prov, info->fabric_attr->name, info->domain_attr->name, mr,
            opt->register_local && !(f->mr_mode & FI_MR_LOCAL) ? " (+local, asked)" : "",
            f->iov_limit, f->inject_size,
            f->delivery_complete ? "delivery-complete" : "no delivery-complete",
+           (t->chunk_bytes + 1023) / 1024,
            f->wait_fd >= 0 ? "waits on the CQ's fd" : "polls the CQ with back-off");
   return NULL;
 
@@ -440,10 +460,14 @@ static void op_cleanup(op_t *o) {
   free(o->bounce);
   free(o->pool);
   free(o->free_slots);
+  free(o->nctx);
+  free(o->chunk_out);
   o->buf_mr = o->bounce_mr = NULL;
   o->bounce = NULL;
   o->pool = NULL;
   o->free_slots = NULL;
+  o->nctx = NULL;
+  o->chunk_out = NULL;
 }
 
 // ---------------------------------------------------------------------------
@@ -552,7 +576,6 @@ static int post_main(fab_t *f, rg_transport_req_t *r) {
   int rc;
   switch (r->kind) {
     case RG__OP_SEND:
-    case RG__OP_WRITE:  // the notice
       if (r->len <= f->inject_size) {
         rc = (int)fi_tinject(f->ep, r->buf, r->len, peer, r->tag);
         if (rc == 0) {
@@ -586,12 +609,23 @@ static void write_fail(op_t *o, rg_code_t code, const char *fmt, int err) {
   snprintf(o->fail_msg, sizeof(o->fail_msg), fmt, fi_strerror(err));
 }
 
-// Posts as many of a write's pieces as free slots and the provider take.
+// Whether the cursor stands at the first byte of the chunk the corruption
+// hook sends from its bounce copy.
+static bool at_bounce(const op_t *o, const rg__write_t *w) {
+  return o->bounce && !o->bounce_sent && o->runs.ent == w->chunks[w->corrupt_chunk].first &&
+         o->runs.run == 0 && o->runs.done_in_run == 0;
+}
+
+// Posts as many of a write's pieces as free slots, the chunk window and the
+// provider take. One fi_writemsg never spans two chunks, so each chunk's
+// completion is known.
 static void post_pieces(fab_t *f, rg_transport_req_t *r) {
   op_t *o = op_of(r);
   rg__write_t *w = r->w;
   void *src_desc = fi_mr_desc(r->src_region->impl);
   while (!o->runs_done && o->n_free > 0 && o->fail_code == RG_OK && !o->cancelling) {
+    size_t chunk = rg__runs_chunk(&o->runs);
+    if (chunk < w->n_chunks && chunk >= o->next_notice + WRITE_WINDOW_CHUNKS) break;
     struct iovec iov[MAX_IOV];
     void *desc[MAX_IOV];
     struct fi_rma_iov rma[MAX_IOV];
@@ -599,16 +633,21 @@ static void post_pieces(fab_t *f, rg_transport_req_t *r) {
     rg__runs_t start = o->runs;
     bool bounce_in = false;
     for (;;) {
+      if (k > 0 && rg__runs_chunk(&o->runs) != chunk) break;
       rg__runs_t before = o->runs;
       const uint8_t *src;
       uint64_t dst, len;
-      bool bounce = o->bounce && !o->bounce_sent && !bounce_in;
+      bool bounce = !bounce_in && at_bounce(o, w);
       if (!rg__runs_next(&o->runs, bounce ? o->bounce_len : 0, &src, &dst, &len)) {
         o->runs_done = true;
         break;
       }
       uint64_t raddr = w->dst_addr + dst;
       if (bounce) {
+        if (k == f->iov_limit) {
+          o->runs = before;
+          break;
+        }
         bounce_in = true;
         iov[k] = (struct iovec){o->bounce, len};
         desc[k] = o->bounce_mr ? fi_mr_desc(o->bounce_mr) : NULL;
@@ -636,6 +675,7 @@ static void post_pieces(fab_t *f, rg_transport_req_t *r) {
     if (k == 0) break;
     int slot = o->free_slots[o->n_free - 1];
     ctx_t *c = &o->pool[slot];
+    c->chunk = (uint32_t)chunk;
     struct fi_msg_rma msg = {
         .msg_iov = iov,
         .desc = desc,
@@ -657,25 +697,70 @@ static void post_pieces(fab_t *f, rg_transport_req_t *r) {
       write_fail(o, is_peer_error(-rc) ? RG_PEER_LOST : RG_IO,
                  is_peer_error(-rc) ? "peer lost: fi_writemsg: %s" : "fi_writemsg: %s", -rc);
       o->runs = start;
+      o->runs_done = false;
       return;
     }
     if (bounce_in) o->bounce_sent = true;
     o->n_free--;
     o->outstanding++;
+    o->chunk_out[chunk]++;
   }
 }
 
-// Moves a write along: pieces, hashing in slices between polls, then the
-// notice once every piece has completed. It stays on the backlog only while
-// it has something to do other than wait for completions (which put it
-// back), so a sender waiting on a long write can sleep.
+// Whether chunk c's notice may go: it is hashed, and its pieces are all
+// posted and complete (delivery-complete: the data is in the target).
+static bool notice_ready(const op_t *o, const rg__write_t *w, size_t c) {
+  return c < w->n_hashed && o->chunk_out[c] == 0 && (o->runs_done || rg__runs_chunk(&o->runs) > c);
+}
+
+// Sends chunk c's notice. Returns 0, -FI_EAGAIN or another libfabric code.
+static int post_notice(fab_t *f, rg_transport_req_t *r, size_t c) {
+  op_t *o = op_of(r);
+  const rg__chunk_t *ch = &r->w->chunks[c];
+  fi_addr_t peer = (fi_addr_t)r->peer_handle;
+  int rc;
+  if (ch->notice_len <= f->inject_size) {
+    // Injected data has left the buffer; no completion will follow.
+    rc = (int)fi_tinject(f->ep, ch->notice, ch->notice_len, peer, r->tag);
+    if (rc == 0) o->notices_done++;
+    return rc;
+  }
+  ctx_t *x = &o->nctx[c];
+  rc = (int)fi_tsend(f->ep, ch->notice, ch->notice_len, o->buf_desc, peer, r->tag, &x->fctx);
+  if (rc == 0) o->outstanding++;
+  return rc;
+}
+
+// Moves a write along: pieces within the chunk window, hashing a chunk per
+// call between polls, then each chunk's notice as soon as that chunk is
+// complete. It stays on the backlog only while it has something to do other
+// than wait for completions (which put it back), so a sender waiting on a
+// long write can sleep.
 static void advance_write(fab_t *f, rg_transport_req_t *r) {
   op_t *o = op_of(r);
+  rg__write_t *w = r->w;
   backlog_remove(f, o);
   o->eagain = false;
   post_pieces(f, r);
+  // One chunk per call keeps the CQ read every few hundred microseconds.
+  if (o->fail_code == RG_OK && !o->cancelling) rg__write_hash_chunk(w);
+  while (o->fail_code == RG_OK && !o->cancelling && !o->eagain && o->next_notice < w->n_chunks &&
+         notice_ready(o, w, o->next_notice)) {
+    int rc = post_notice(f, r, o->next_notice);
+    if (rc == -FI_EAGAIN) {
+      o->eagain = true;
+    } else if (rc) {
+      write_fail(o, is_peer_error(-rc) ? RG_PEER_LOST : RG_IO,
+                 is_peer_error(-rc) ? "peer lost: could not send a chunk's notice: %s"
+                                    : "could not send a chunk's notice: %s",
+                 -rc);
+    } else {
+      o->next_notice++;
+      post_pieces(f, r);  // the window moved on
+    }
+  }
   if (o->fail_code != RG_OK || o->cancelling) {
-    if (o->outstanding == 0 && !o->main_posted) {
+    if (o->outstanding == 0) {
       if (o->cancelling)
         release(f, r);
       else
@@ -683,26 +768,13 @@ static void advance_write(fab_t *f, rg_transport_req_t *r) {
     }
     return;
   }
-  // 1 MiB slices keep the CQ read every few hundred microseconds.
-  if (!r->w->hashed) {
-    rg__write_hash_step(r->w, 1 << 20);
-    backlog_add(f, o);
+  if (o->notices_done == w->n_chunks) {
+    finish(f, r, RG_OK, (size_t)w->total, NULL);  // may free r: nothing of it is used after
     return;
   }
-  if (o->eagain || (!o->runs_done && o->n_free > 0)) {
-    backlog_add(f, o);
-    return;
-  }
-  if (!o->runs_done || o->outstanding || o->main_posted) return;
-  rg__write_seal(r->w);
-  int rc = post_main(f, r);  // may finish (and free) r: nothing of it is used after
-  if (rc == -FI_EAGAIN) {
-    backlog_add(f, o);
-  } else if (rc) {
-    bool peer = is_peer_error(-rc);
-    finish(f, r, peer ? RG_PEER_LOST : RG_IO, 0,
-           peer ? "peer lost: could not send the notice" : "could not send the notice");
-  }
+  bool window_open = !o->runs_done && o->n_free > 0 &&
+                     rg__runs_chunk(&o->runs) < o->next_notice + WRITE_WINDOW_CHUNKS;
+  if (o->eagain || w->n_hashed < w->n_chunks || window_open) backlog_add(f, o);
 }
 
 static rg_status_t post_write(fab_t *f, rg_transport_req_t *r) {
@@ -718,23 +790,32 @@ static rg_status_t post_write(fab_t *f, rg_transport_req_t *r) {
                          : WRITE_SLOTS);
   o->pool = calloc((size_t)o->n_slots, sizeof(*o->pool));
   o->free_slots = malloc((size_t)o->n_slots * sizeof(int));
-  if (!o->pool || !o->free_slots) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
+  o->nctx = calloc(w->n_chunks, sizeof(*o->nctx));
+  o->chunk_out = calloc(w->n_chunks, sizeof(*o->chunk_out));
+  if (!o->pool || !o->free_slots || !o->nctx || !o->chunk_out)
+    return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
   for (int i = 0; i < o->n_slots; i++) {
     o->pool[i].r = r;
     o->pool[i].slot = i;
     o->free_slots[i] = o->n_slots - 1 - i;
   }
+  for (size_t c = 0; c < w->n_chunks; c++)
+    o->nctx[c] = (ctx_t){.r = r, .slot = CTX_NOTICE, .chunk = (uint32_t)c};
   o->n_free = o->n_slots;
   rg__runs_init(&o->runs, w);
-  RG_RETURN_IF_ERROR(local_desc(f, r->buf, r->len, FI_SEND, &o->buf_mr, &o->buf_desc));
+  const rg__chunk_t *last = &w->chunks[w->n_chunks - 1];
+  size_t notices_len = (size_t)(last->notice + last->notice_len - w->chunks[0].notice);
+  RG_RETURN_IF_ERROR(
+      local_desc(f, w->chunks[0].notice, notices_len, FI_SEND, &o->buf_mr, &o->buf_desc));
   if (w->corrupt) {
-    // The hook: the first bytes travel from a copy with one bit flipped; the
-    // checksum in the notice is still that of the true source.
-    const rg_transport_segment_t *s0 = &w->segs[0];
-    o->bounce_len = s0->len < BOUNCE_BYTES ? s0->len : BOUNCE_BYTES;
+    // The hook: the first bytes of the corrupted chunk travel from a copy
+    // with one bit flipped; the checksum in its notice is still that of the
+    // true source.
+    const rg_transport_segment_t *e0 = &w->ents[w->chunks[w->corrupt_chunk].first];
+    o->bounce_len = e0->len < BOUNCE_BYTES ? e0->len : BOUNCE_BYTES;
     o->bounce = malloc(o->bounce_len);
     if (!o->bounce) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
-    memcpy(o->bounce, s0->src, o->bounce_len);
+    memcpy(o->bounce, e0->src, o->bounce_len);
     o->bounce[0] ^= 0x10;
     if (f->mr_local) RG_RETURN_IF_ERROR(reg(f, o->bounce, o->bounce_len, FI_WRITE, &o->bounce_mr));
   }
@@ -750,7 +831,7 @@ static rg_status_t post_write(fab_t *f, rg_transport_req_t *r) {
 static rg_status_t fabric_post(rg_transport_req_t *r) {
   fab_t *f = r->t->impl;
   op_t *o = op_of(r);
-  o->main = (ctx_t){.r = r, .slot = -1};
+  o->main = (ctx_t){.r = r, .slot = CTX_MAIN};
   f->last_activity = rg_clock_now();
   rg_status_t s = NULL;
   if (r->kind == RG__OP_WRITE) {
@@ -775,14 +856,19 @@ static rg_status_t fabric_post(rg_transport_req_t *r) {
 // ---------------------------------------------------------------------------
 // Completions.
 
-static void on_write_piece(fab_t *f, rg_transport_req_t *r, ctx_t *c, int err, const char *why) {
+// A write's piece or notice completed (err: failed).
+static void on_write_part(fab_t *f, rg_transport_req_t *r, ctx_t *c, int err) {
   op_t *o = op_of(r);
   o->outstanding--;
-  o->free_slots[o->n_free++] = c->slot;
+  if (c->slot >= 0) {
+    o->free_slots[o->n_free++] = c->slot;
+    o->chunk_out[c->chunk]--;
+  } else if (!err) {
+    o->notices_done++;
+  }
   if (err)
     write_fail(o, is_peer_error(err) ? RG_PEER_LOST : RG_IO,
                is_peer_error(err) ? "peer lost: a write failed: %s" : "a write failed: %s", err);
-  (void)why;
   advance_write(f, r);
 }
 
@@ -796,8 +882,8 @@ static void on_error(fab_t *f, struct fi_cq_err_entry *e) {
     const char *p = fi_cq_strerror(f->cq, e->prov_errno, e->err_data, NULL, 0);
     if (p) snprintf(prov, sizeof(prov), " (%s)", p);
   }
-  if (c->slot >= 0) {
-    on_write_piece(f, r, c, e->err, prov);
+  if (c->slot != CTX_MAIN) {
+    on_write_part(f, r, c, e->err);
     return;
   }
   o->main_posted = false;
@@ -826,8 +912,8 @@ static void on_done(fab_t *f, const struct fi_cq_tagged_entry *e) {
   if (!c) return;
   rg_transport_req_t *r = c->r;
   op_t *o = op_of(r);
-  if (c->slot >= 0) {
-    on_write_piece(f, r, c, 0, NULL);
+  if (c->slot != CTX_MAIN) {
+    on_write_part(f, r, c, 0);
     return;
   }
   o->main_posted = false;
@@ -849,24 +935,21 @@ static void on_done(fab_t *f, const struct fi_cq_tagged_entry *e) {
   finish(f, r, RG_OK, is_recv ? e->len : r->len, NULL);
 }
 
-static double thread_cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-// CPU time above which a poll counts as the provider having done work (an
-// idle fi_cq_read takes about a microsecond; shm copying one 16 KiB piece of
-// a write in, a few). 20 us missed the small pieces of per-head runs.
+// Time above which a poll counts as the provider having done work (an idle
+// fi_cq_read takes about a microsecond; shm copying one 16 KiB piece of a
+// write in, a few). 20 us missed the small pieces of per-head runs. Wall
+// time, not the thread's CPU time: CLOCK_THREAD_CPUTIME_ID is a system call
+// on every poll, the monotonic clock is not, and a poll that was only
+// preempted merely keeps the endpoint spinning a little longer.
 #define BUSY_POLL_S 5e-6
 
 static rg_status_t fabric_progress(rg_transport_t *t) {
   fab_t *f = t->impl;
   struct fi_cq_tagged_entry ents[16];
   for (int round = 0; round < 64; round++) {
-    double c0 = round == 0 ? thread_cpu() : 0;
+    double c0 = round == 0 ? rg_clock_now() : 0;
     ssize_t n = fi_cq_read(f->cq, ents, 16);
-    if (round == 0 && thread_cpu() - c0 > BUSY_POLL_S) f->last_activity = rg_clock_now();
+    if (round == 0 && rg_clock_now() - c0 > BUSY_POLL_S) f->last_activity = rg_clock_now();
     if (n > 0) {
       f->last_activity = rg_clock_now();
       for (ssize_t i = 0; i < n; i++) on_done(f, &ents[i]);
@@ -919,10 +1002,12 @@ static void fabric_sleep(rg_transport_t *t, double until) {
   if (idle < 50e-6) return;
   // A write in flight moves only as this side polls (tcp sends its bytes
   // from inside fi_cq_read; every provider here reports the pieces' delivery
-  // there), so the sender never sleeps while it has one; it yields, which
+  // there), so the sender never sleeps while it has one; nor does a
+  // receiver that holds some chunks of a write and waits for the rest (shm
+  // copies them in, and tcp reads them, only as it polls); it yields, which
   // costs nothing when no other thread wants this core and hands the core
   // to the receiver when both share one.
-  if (f->writes_active) {
+  if (f->writes_active || t->gathering) {
     rg__ep_unlock(t);
     sched_yield();
     rg__ep_relock(t);

@@ -39,8 +39,9 @@ typedef struct ep_s ep_t;
 typedef struct op_s {
   rg_transport_req_t *r;
   struct op_s *qprev, *qnext;
-  ep_t *queued_at;  // the endpoint whose queue holds it
-  uint64_t from;    // the posting endpoint's id
+  ep_t *queued_at;    // the endpoint whose queue holds it
+  uint64_t from;      // the posting endpoint's id
+  size_t next_chunk;  // a write: the chunk whose notice goes to the next match
 } op_t;
 
 typedef struct {
@@ -120,20 +121,41 @@ static void done(rg_transport_req_t *r, rg_code_t code, size_t got, const char *
   wake(owner);
 }
 
-// A send (or write notice) meets a receive: copy, finish both.
-static void deliver(op_t *snd, op_t *rcv) {
-  unqueue(snd);
+// A send (or a write's next chunk notices, as many as the receive takes)
+// meets a receive: copy, finish the receive, and the send once its last
+// message is taken. A write stays
+// queued (where it was, or at the back of dst's unexpected queue) while it
+// has chunk notices left.
+static void deliver(ep_t *dst, op_t *snd, op_t *rcv) {
   unqueue(rcv);
   rg_transport_req_t *s = snd->r, *r = rcv->r;
-  if (s->len > r->len) {
+  const void *msg = s->buf;
+  size_t len = s->len;
+  bool last = true;
+  if (s->kind == RG__OP_WRITE) {
+    // As many chunk notices as fit (they lie back to back), at least one.
+    const rg__write_t *w = s->w;
+    const rg__chunk_t *c = &w->chunks[snd->next_chunk++];
+    msg = c->notice;
+    len = c->notice_len;
+    while (snd->next_chunk < w->n_chunks && len + w->chunks[snd->next_chunk].notice_len <= r->len)
+      len += w->chunks[snd->next_chunk++].notice_len;
+    last = snd->next_chunk == w->n_chunks;
+  }
+  if (len > r->len) {
     ep_t *owner = r->t->impl;
-    rg__op_truncated(r, s->len);
+    rg__op_truncated(r, len);
     wake(owner);
   } else {
-    if (s->len) memcpy(r->buf, s->buf, s->len);
-    done(r, RG_OK, s->len, NULL);
+    if (len) memcpy(r->buf, msg, len);
+    done(r, RG_OK, len, NULL);
   }
-  done(s, RG_OK, s->len, NULL);
+  if (!last) {
+    if (!snd->queued_at) enqueue(dst, &dst->unexpected, snd);
+    return;
+  }
+  unqueue(snd);
+  done(s, RG_OK, s->kind == RG__OP_WRITE ? (size_t)s->w->total : s->len, NULL);
 }
 
 static op_t *match(queue_t *q, uint64_t from, uint64_t tag) {
@@ -155,7 +177,7 @@ static void offer(ep_t *self, ep_t *dst, op_t *o) {
       break;
     }
   if (rcv)
-    deliver(o, rcv);
+    deliver(dst, o, rcv);
   else
     enqueue(dst, &dst->unexpected, o);
 }
@@ -180,17 +202,16 @@ static rg_status_t copy_write(ep_t *dst, rg_transport_req_t *r) {
       return rg_status_make(
           RG_PROTOCOL, "the write reaches byte %" PRIu64 " of the peer's %zu-byte region %" PRIu64,
           off + len, g->len, g->id);
-  // The checksum of each run is taken right after its copy, while the run
-  // is still in cache: one pass over memory rather than two.
+  // Chunk by chunk, the checksum of each run is taken right after its copy,
+  // while the run is still in cache: one pass over memory rather than two.
   rg__runs_init(&c, w);
   while (rg__runs_next(&c, 0, &src, &off, &len)) {
     memcpy(g->base + off, src, len);
     rg__write_hash_bytes(w, src, len);
+    if (rg__runs_chunk(&c) != w->n_hashed) rg__write_seal_chunk(w);
   }
-  w->hashed = true;
-  rg__write_seal(w);
   // The test hook: one bit of the landed data differs from what was hashed.
-  if (w->corrupt) g->base[w->segs[0].dst_offset] ^= 0x10;
+  if (w->corrupt) g->base[w->ents[w->chunks[w->corrupt_chunk].first].dst_offset] ^= 0x10;
   return NULL;
 }
 
@@ -219,7 +240,7 @@ static rg_status_t inproc_post(rg_transport_req_t *r) {
       o->from = self->id;
       op_t *snd = match(&self->unexpected, r->peer_handle, r->tag);
       if (snd)
-        deliver(snd, o);
+        deliver(self, snd, o);
       else if (!peer)
         s = rg_status_make(RG_PEER_LOST, "%s", closed_why);
       else

@@ -86,6 +86,11 @@ rg_status_t rg_transport_create(const rg_transport_options_t *opt, rg_transport_
   copy_str(t->name, sizeof(t->name), opt->name && opt->name[0] ? opt->name : "endpoint");
   t->timeout_s = opt->timeout_s > 0 ? opt->timeout_s : RG_TRANSPORT_DEFAULT_TIMEOUT_S;
   t->register_local = opt->register_local;
+  t->chunk_bytes = opt->chunk_bytes ? opt->chunk_bytes : RG__DEFAULT_CHUNK_BYTES;
+  // Write ids tell one write's chunks from another's; they need only differ
+  // between the writes a receiver might confuse, so a per-endpoint counter
+  // from a time-based start will do.
+  t->next_write_id = (uint64_t)(rg_clock_now() * 1e9) << 8;
   t->next_region_id = 1;
   pthread_mutex_init(&t->mu, NULL);
   rg_status_t s;
@@ -107,15 +112,25 @@ rg_status_t rg_transport_create(const rg_transport_options_t *opt, rg_transport_
 
 static void free_write(rg__write_t *w) {
   if (!w) return;
-  free(w->segs);
-  free(w->notice);
+  free(w->ents);
+  free(w->ent_chunk);
+  free(w->chunks);
+  free(w->notices);
   if (w->hash_state) XXH3_freeState(w->hash_state);
   free(w);
+}
+
+// r stops counting as a transfer in flight (see rg_transport_t.gathering).
+static void ungather(rg_transport_req_t *r) {
+  if (!r->g || !r->g->counted) return;
+  r->g->counted = false;
+  if (r->t) r->t->gathering--;
 }
 
 // Frees r and unlinks it from its endpoint's live list.
 static void free_req(rg_transport_req_t *r) {
   rg_transport_t *t = r->t;
+  ungather(r);
   if (t) {
     if (r->prev)
       r->prev->next = r->next;
@@ -125,6 +140,12 @@ static void free_req(rg_transport_req_t *r) {
   }
   if (r->kind == RG__OP_NOTICE) free(r->buf);
   free_write(r->w);
+  if (r->g) {
+    free(r->g->seen);
+    free(r->g->bad_msg);
+    if (r->g->hash) XXH3_freeState(r->g->hash);
+    free(r->g);
+  }
   free(r->msg);
   free(r);
 }
@@ -242,6 +263,7 @@ void rg_transport_destroy(rg_transport_t *t) {
   if (!t) return;
   // The backend stops first, so no thread or completion touches a request
   // below; then what arrived is checked, and the rest is cancelled.
+  t->closing = true;
   t->vt->destroy(t);
   for (rg_transport_req_t *r = t->live, *next; r; r = next) {
     next = r->next;
@@ -541,8 +563,8 @@ void rg__runs_init(rg__runs_t *c, const rg__write_t *w) {
 
 bool rg__runs_next(rg__runs_t *c, uint64_t max, const uint8_t **src, uint64_t *dst, uint64_t *len) {
   const rg__write_t *w = c->w;
-  if (c->seg >= w->n_segs) return false;
-  const rg_transport_segment_t *s = &w->segs[c->seg];
+  if (c->ent >= w->n_ents) return false;
+  const rg_transport_segment_t *s = &w->ents[c->ent];
   uint64_t left = s->len - c->done_in_run;
   uint64_t n = max && max < left ? max : left;
   *src = (const uint8_t *)s->src + (int64_t)c->run * s->src_stride + c->done_in_run;
@@ -553,37 +575,102 @@ bool rg__runs_next(rg__runs_t *c, uint64_t max, const uint8_t **src, uint64_t *d
     c->done_in_run = 0;
     if (++c->run == s->count) {
       c->run = 0;
-      c->seg++;
+      c->ent++;
     }
   }
   return true;
-}
-
-bool rg__write_hash_step(rg__write_t *w, uint64_t budget) {
-  uint64_t done = 0;
-  while (!w->hashed && (budget == 0 || done < budget)) {
-    if (w->hash_seg >= w->n_segs) {
-      w->hashed = true;
-      break;
-    }
-    const rg_transport_segment_t *s = &w->segs[w->hash_seg];
-    const uint8_t *p = (const uint8_t *)s->src + (int64_t)w->hash_run * s->src_stride;
-    XXH3_64bits_update(w->hash_state, p, s->len);
-    done += s->len;
-    if (++w->hash_run == s->count) {
-      w->hash_run = 0;
-      w->hash_seg++;
-    }
-  }
-  return w->hashed;
 }
 
 void rg__write_hash_bytes(rg__write_t *w, const void *p, size_t n) {
   XXH3_64bits_update(w->hash_state, p, n);
 }
 
-void rg__write_seal(rg__write_t *w) {
-  rg__put64(w->notice + 40, XXH3_64bits_digest(w->hash_state));
+void rg__write_seal_chunk(rg__write_t *w) {
+  rg__put64(w->chunks[w->n_hashed].notice + 40, XXH3_64bits_digest(w->hash_state));
+  XXH3_64bits_reset(w->hash_state);
+  w->n_hashed++;
+}
+
+bool rg__write_hash_chunk(rg__write_t *w) {
+  if (w->n_hashed >= w->n_chunks) return false;
+  const rg__chunk_t *c = &w->chunks[w->n_hashed];
+  for (size_t i = c->first; i < c->first + c->n; i++) {
+    const rg_transport_segment_t *e = &w->ents[i];
+    for (uint32_t k = 0; k < e->count; k++)
+      XXH3_64bits_update(w->hash_state, (const uint8_t *)e->src + (int64_t)k * e->src_stride,
+                         e->len);
+  }
+  rg__write_seal_chunk(w);
+  return true;
+}
+
+// Cuts the segments into entries and chunks of about `chunk` bytes: whole
+// runs while they fit, a run longer than a chunk in pieces, and a chunk
+// closed early rather than split a run that fits a chunk of its own. A chunk
+// also closes at RG_TRANSPORT_MAX_SEGMENTS entries, so each notice fits what
+// a receiver posts for one. Entries go to ents (NULL: only counted).
+static void cut_chunks(const rg_transport_segment_t *segs, size_t n_segs, uint64_t chunk,
+                       rg_transport_segment_t *ents, uint32_t *ent_chunk, rg__chunk_t *chunks,
+                       size_t *out_ents, size_t *out_chunks) {
+  size_t ne = 0, nc = 0, in_chunk = 0;
+  uint64_t cur = 0;
+#define CLOSE_CHUNK()                                      \
+  do {                                                     \
+    if (chunks) chunks[nc].bytes = cur;                    \
+    if (chunks) chunks[nc].n = in_chunk;                   \
+    nc++;                                                  \
+    cur = 0;                                               \
+    in_chunk = 0;                                          \
+    if (chunks) chunks[nc < SIZE_MAX ? nc : 0].first = ne; \
+  } while (0)
+  if (chunks) chunks[0].first = 0;
+  for (size_t i = 0; i < n_segs; i++) {
+    rg_transport_segment_t s = segs[i];
+    uint32_t count = s.count ? s.count : 1;
+    uint32_t run = 0;
+    uint64_t off = 0;  // bytes of run `run` already in entries
+    while (run < count) {
+      uint64_t room = chunk - cur;
+      rg_transport_segment_t e = s;
+      if (off == 0 && s.len <= room) {
+        uint64_t k = room / s.len;
+        if (k > count - run) k = count - run;
+        e.src = (const uint8_t *)s.src + (int64_t)run * s.src_stride;
+        e.dst_offset = s.dst_offset + (uint64_t)run * s.dst_stride;
+        e.count = (uint32_t)k;
+        run += (uint32_t)k;
+        cur += k * s.len;
+      } else if (off == 0 && s.len <= chunk) {
+        CLOSE_CHUNK();
+        continue;
+      } else {
+        uint64_t piece = s.len - off < room ? s.len - off : room;
+        e.src = (const uint8_t *)s.src + (int64_t)run * s.src_stride + (int64_t)off;
+        e.dst_offset = s.dst_offset + (uint64_t)run * s.dst_stride + off;
+        e.len = piece;
+        e.count = 1;
+        e.src_stride = 0;
+        e.dst_stride = 0;
+        off += piece;
+        cur += piece;
+        if (off == s.len) {
+          off = 0;
+          run++;
+        }
+      }
+      if (ents) {
+        ents[ne] = e;
+        ent_chunk[ne] = (uint32_t)nc;
+      }
+      ne++;
+      in_chunk++;
+      if (cur == chunk || in_chunk == RG_TRANSPORT_MAX_SEGMENTS) CLOSE_CHUNK();
+    }
+  }
+  if (cur) CLOSE_CHUNK();
+#undef CLOSE_CHUNK
+  *out_ents = ne;
+  *out_chunks = nc;
 }
 
 static rg_status_t write_locked(rg_transport_t *t, rg_transport_peer_t peer,
@@ -626,70 +713,93 @@ static rg_status_t write_locked(rg_transport_t *t, rg_transport_peer_t peer,
                           "transport '%s': a notice payload of %zu bytes (at most %d, non-NULL)",
                           t->name, payload_len, RG_TRANSPORT_MAX_PAYLOAD);
   rg_status_t s = NULL;
-  rg__write_t *w = calloc(1, sizeof(*w));
-  if (!w) return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
-  w->segs = malloc(n_segs * sizeof(*w->segs));
-  w->notice_len = RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * n_segs + payload_len;
-  w->notice = malloc(w->notice_len);
-  w->hash_state = XXH3_createState();
-  if (!w->segs || !w->notice || !w->hash_state) {
-    s = rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
-    goto fail;
-  }
-  XXH3_64bits_reset(w->hash_state);
-  w->n_segs = n_segs;
   u128 total = 0;
   for (size_t i = 0; i < n_segs; i++) {
     rg_transport_segment_t g = segs[i];
     if (g.count == 0) g.count = 1;
-    if (g.len == 0 || !g.src) {
-      s = rg_status_make(RG_INVALID_ARGUMENT, "transport '%s': write segment %zu to %s is empty",
-                         t->name, i, who);
-      goto fail;
-    }
-    if (!src_in_region(&g, src)) {
-      s = rg_status_make(RG_INVALID_ARGUMENT,
-                         "transport '%s': write segment %zu to %s (%u runs of %" PRIu64
-                         " bytes, stride %" PRId64 ") reads outside source region %" PRIu64
-                         " (%zu bytes)",
-                         t->name, i, who, g.count, g.len, g.src_stride, src->id, src->len);
-      goto fail;
-    }
+    if (g.len == 0 || !g.src)
+      return rg_status_make(RG_INVALID_ARGUMENT, "transport '%s': write segment %zu to %s is empty",
+                            t->name, i, who);
+    if (!src_in_region(&g, src))
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "transport '%s': write segment %zu to %s (%u runs of %" PRIu64
+                            " bytes, stride %" PRId64 ") reads outside source region %" PRIu64
+                            " (%zu bytes)",
+                            t->name, i, who, g.count, g.len, g.src_stride, src->id, src->len);
     u128 end = dst_end(g.dst_offset, g.len, g.count, g.dst_stride);
-    if (end > dst->len) {
-      s = rg_status_make(RG_INVALID_ARGUMENT,
-                         "transport '%s': write segment %zu to %s (%u runs of %" PRIu64
-                         " bytes from offset %" PRIu64 ", stride %" PRIu64
-                         ") reaches past the end of its %" PRIu64 "-byte region %" PRIu64,
-                         t->name, i, who, g.count, g.len, g.dst_offset, g.dst_stride, dst->len,
-                         dst->region_id);
-      goto fail;
-    }
+    if (end > dst->len)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "transport '%s': write segment %zu to %s (%u runs of %" PRIu64
+                            " bytes from offset %" PRIu64 ", stride %" PRIu64
+                            ") reaches past the end of its %" PRIu64 "-byte region %" PRIu64,
+                            t->name, i, who, g.count, g.len, g.dst_offset, g.dst_stride, dst->len,
+                            dst->region_id);
     total += (u128)g.len * g.count;
-    w->segs[i] = g;
-    uint8_t *e = w->notice + RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * i;
-    rg__put64(e, g.dst_offset);
-    rg__put64(e + 8, g.len);
-    rg__put32(e + 16, g.count);
-    rg__put32(e + 20, 0);
-    rg__put64(e + 24, g.dst_stride);
   }
+  size_t n_ents = 0, n_chunks = 0;
+  cut_chunks(segs, n_segs, t->chunk_bytes, NULL, NULL, NULL, &n_ents, &n_chunks);
+  if (n_chunks > RG__MAX_CHUNKS)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': a write to %s of %" PRIu64
+                          " bytes would take %zu chunks of %" PRIu64
+                          " bytes; at most %u (split it, or raise chunk_bytes)",
+                          t->name, who, (uint64_t)total, n_chunks, t->chunk_bytes, RG__MAX_CHUNKS);
+  rg__write_t *w = calloc(1, sizeof(*w));
+  if (!w) return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+  w->ents = malloc(n_ents * sizeof(*w->ents));
+  w->ent_chunk = malloc(n_ents * sizeof(*w->ent_chunk));
+  w->chunks = calloc(n_chunks + 1, sizeof(*w->chunks));
+  size_t notices_len = RG__NOTICE_HEADER * n_chunks + RG__NOTICE_SEGMENT * n_ents + payload_len;
+  w->notices = malloc(notices_len);
+  w->hash_state = XXH3_createState();
+  if (!w->ents || !w->ent_chunk || !w->chunks || !w->notices || !w->hash_state) {
+    s = rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+    goto fail;
+  }
+  XXH3_64bits_reset(w->hash_state);
+  cut_chunks(segs, n_segs, t->chunk_bytes, w->ents, w->ent_chunk, w->chunks, &w->n_ents,
+             &w->n_chunks);
+  w->n_segs = n_segs;
   w->total = (uint64_t)total;
   w->dst_addr = dst->addr;
   w->dst_key = dst->key;
   w->dst_region = dst->region_id;
-  rg__put32(w->notice, RG__NOTICE_MAGIC);
-  rg__put16(w->notice + 4, RG__NOTICE_VERSION);
-  rg__put16(w->notice + 6, 0);
-  rg__put64(w->notice + 8, dst->region_id);
-  rg__put64(w->notice + 16, dst->key);
-  rg__put32(w->notice + 24, (uint32_t)n_segs);
-  rg__put32(w->notice + 28, (uint32_t)payload_len);
-  rg__put64(w->notice + 32, w->total);
-  rg__put64(w->notice + 40, 0);
-  if (payload_len)
-    memcpy(w->notice + RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * n_segs, payload, payload_len);
+  uint64_t write_id = t->next_write_id++;
+  uint8_t *m = w->notices;
+  for (size_t c = 0; c < w->n_chunks; c++) {
+    rg__chunk_t *ch = &w->chunks[c];
+    size_t pay = c + 1 == w->n_chunks ? payload_len : 0;
+    ch->notice = m;
+    ch->notice_len = RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * ch->n + pay;
+    rg__put32(m, RG__NOTICE_MAGIC);
+    rg__put16(m + 4, RG__NOTICE_VERSION);
+    rg__put16(m + 6, 0);
+    rg__put64(m + 8, dst->region_id);
+    rg__put64(m + 16, dst->key);
+    rg__put32(m + 24, (uint32_t)ch->n);
+    rg__put32(m + 28, (uint32_t)pay);
+    rg__put64(m + 32, w->total);
+    rg__put64(m + 40, 0);
+    rg__put64(m + 48, write_id);
+    rg__put32(m + 56, (uint32_t)c);
+    rg__put32(m + 60, (uint32_t)w->n_chunks);
+    rg__put64(m + 64, ch->bytes);
+    for (size_t i = 0; i < ch->n; i++) {
+      const rg_transport_segment_t *g = &w->ents[ch->first + i];
+      uint8_t *e = m + RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * i;
+      rg__put64(e, g->dst_offset);
+      rg__put64(e + 8, g->len);
+      rg__put32(e + 16, g->count);
+      rg__put32(e + 20, 0);
+      rg__put64(e + 24, g->dst_stride);
+    }
+    if (pay) memcpy(m + RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * ch->n, payload, pay);
+    m += ch->notice_len;
+  }
   w->corrupt = t->corrupt_next;
+  // The hook corrupts the middle chunk, so a receiver is seen to check every
+  // chunk, not only the first or the last.
+  w->corrupt_chunk = w->n_chunks / 2;
   rg_transport_req_t *r = new_req(t, RG__OP_WRITE, peer, notice_tag, stage);
   if (!r) {
     s = rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
@@ -698,8 +808,8 @@ static rg_status_t write_locked(rg_transport_t *t, rg_transport_peer_t peer,
   t->corrupt_next = false;
   r->w = w;
   r->src_region = src;
-  r->buf = w->notice;
-  r->len = w->notice_len;
+  r->buf = w->chunks[0].notice;
+  r->len = w->chunks[0].notice_len;
   return post_req(t, r, out);
 fail:
   free_write(w);
@@ -742,106 +852,214 @@ static const rg_transport_region_t *find_region(const rg_transport_t *t, uint64_
   return NULL;
 }
 
-// Checks an arrived notice against this endpoint's regions and its checksum
-// against the destination bytes; only then is the payload handed over. Every
-// field comes from the peer, so each is checked before it is used.
-static void check_notice(rg_transport_req_t *r) {
+// Checks one arrived chunk notice against this endpoint's regions, against
+// the chunks gathered before it, and its checksum against the destination
+// bytes. Every field comes from the peer, so each is checked before it is
+// used. Returns false on a protocol failure (r has its result); a checksum
+// mismatch is only recorded (g->bad), so that the write's remaining notices
+// are still taken in and none is left to match a later receive.
+// One message may carry several chunk notices back to back (inproc hands
+// over as many as fit, so a single thread driving both ends never waits on
+// itself): *used is this notice's length.
+static bool check_chunk(rg_transport_req_t *r, const uint8_t *m, size_t n, size_t *used) {
   rg_transport_t *t = r->t;
-  const uint8_t *m = r->buf;
-  size_t n = r->got;
-  r->got = 0;
+  *used = n;
   if (n < RG__NOTICE_HEADER || rg__get32(m) != RG__NOTICE_MAGIC) {
     fail_settled(r, RG_PROTOCOL, "the %zu-byte message is not a write notice", n);
-    return;
+    return false;
   }
   if (rg__get16(m + 4) != RG__NOTICE_VERSION) {
     fail_settled(r, RG_PROTOCOL, "notice version %u; this build reads version %d", rg__get16(m + 4),
                  RG__NOTICE_VERSION);
-    return;
+    return false;
   }
   uint64_t region = rg__get64(m + 8), key = rg__get64(m + 16), total = rg__get64(m + 32);
   uint32_t n_segs = rg__get32(m + 24), pay = rg__get32(m + 28);
-  uint64_t sum = rg__get64(m + 40);
+  uint64_t sum = rg__get64(m + 40), write_id = rg__get64(m + 48), bytes = rg__get64(m + 64);
+  uint32_t index = rg__get32(m + 56), count = rg__get32(m + 60);
   if (n_segs == 0 || n_segs > RG_TRANSPORT_MAX_SEGMENTS ||
-      n != RG__NOTICE_HEADER + (size_t)RG__NOTICE_SEGMENT * n_segs + pay) {
+      n < RG__NOTICE_HEADER + (size_t)RG__NOTICE_SEGMENT * n_segs + pay) {
     fail_settled(r, RG_PROTOCOL,
                  "the notice claims %u segments and %u payload bytes but is %zu bytes", n_segs, pay,
                  n);
-    return;
+    return false;
+  }
+  *used = RG__NOTICE_HEADER + (size_t)RG__NOTICE_SEGMENT * n_segs + pay;
+  if (count == 0 || count > RG__MAX_CHUNKS || index >= count) {
+    fail_settled(r, RG_PROTOCOL, "the notice claims to be chunk %u of %u (at most %u chunks)",
+                 index, count, RG__MAX_CHUNKS);
+    return false;
   }
   const rg_transport_region_t *g = t ? find_region(t, region) : NULL;
   if (!g) {
     fail_settled(r, RG_PROTOCOL,
                  "the notice names region %" PRIu64 ", which this endpoint has not registered",
                  region);
-    return;
+    return false;
   }
   if (!(g->access & RG_TRANSPORT_WRITE_TARGET) || g->key != key) {
     fail_settled(r, RG_PROTOCOL,
                  "the notice names region %" PRIu64 " with a key it was not given for writes",
                  region);
-    return;
+    return false;
+  }
+  rg__gather_t *ga = r->g;
+  if (!ga) {
+    ga = r->g = calloc(1, sizeof(*ga));
+    if (ga) ga->seen = calloc((count + 63) / 64, sizeof(uint64_t));
+    if (!ga || !ga->seen) {
+      fail_settled(r, RG_OUT_OF_MEMORY, "out of memory gathering a %u-chunk notice", count);
+      return false;
+    }
+    ga->write_id = write_id;
+    ga->region = region;
+    ga->key = key;
+    ga->total = total;
+    ga->n_chunks = count;
+  } else if (write_id != ga->write_id || region != ga->region || key != ga->key ||
+             total != ga->total || count != ga->n_chunks) {
+    fail_settled(r, RG_PROTOCOL,
+                 "chunk %u of %u of write %016" PRIx64 " (%" PRIu64 " bytes into region %" PRIu64
+                 ") came among the chunks of write %016" PRIx64 " (%u chunks, %" PRIu64
+                 " bytes into region %" PRIu64 "); two writes to this endpoint used one tag",
+                 index, count, write_id, total, region, ga->write_id, ga->n_chunks, ga->total,
+                 ga->region);
+    return false;
+  }
+  if (ga->seen[index / 64] >> (index % 64) & 1) {
+    fail_settled(r, RG_PROTOCOL, "chunk %u of %u came twice", index, count);
+    return false;
   }
   const uint8_t *segs = m + RG__NOTICE_HEADER;
   u128 covered = 0;
   for (uint32_t i = 0; i < n_segs; i++) {
     const uint8_t *e = segs + (size_t)RG__NOTICE_SEGMENT * i;
     uint64_t off = rg__get64(e), len = rg__get64(e + 8), stride = rg__get64(e + 24);
-    uint32_t count = rg__get32(e + 16);
-    if (len == 0 || count == 0 || dst_end(off, len, count, stride) > g->len) {
+    uint32_t runs = rg__get32(e + 16);
+    if (len == 0 || runs == 0 || dst_end(off, len, runs, stride) > g->len) {
       fail_settled(r, RG_PROTOCOL,
                    "notice segment %u (%u runs of %" PRIu64 " bytes from offset %" PRIu64
                    ", stride %" PRIu64 ") lies outside the %zu-byte region %" PRIu64,
-                   i, count, len, off, stride, g->len, region);
-      return;
+                   i, runs, len, off, stride, g->len, region);
+      return false;
     }
-    covered += (u128)len * count;
+    covered += (u128)len * runs;
   }
-  if (covered != total) {
+  if (covered != bytes || (u128)ga->bytes + covered > total) {
     fail_settled(r, RG_PROTOCOL,
-                 "the notice's segments cover %" PRIu64 " bytes but it claims %" PRIu64,
-                 (uint64_t)covered, total);
-    return;
+                 "chunk %u's segments cover %" PRIu64 " bytes; it claims %" PRIu64
+                 ", and with the %" PRIu64 " seen before the write's %" PRIu64,
+                 index, (uint64_t)covered, bytes, ga->bytes, total);
+    return false;
   }
   if (pay > r->user_cap) {
     fail_settled(r, RG_TRUNCATED,
                  "the notice's payload is %u bytes, longer than the %zu-byte buffer posted; "
                  "truncated, not used",
                  pay, r->user_cap);
-    return;
+    return false;
   }
-  XXH3_state_t *h = XXH3_createState();
-  if (!h) {
+  ga->seen[index / 64] |= (uint64_t)1 << (index % 64);
+  ga->n_seen++;
+  ga->bytes += (uint64_t)covered;
+  // Hashed now, right after the chunk landed (still in this core's cache,
+  // on shm where this side copies it in), while later chunks are on the way.
+  if (!ga->hash && !(ga->hash = XXH3_createState())) {
     fail_settled(r, RG_OUT_OF_MEMORY, "out of memory checking the notice");
-    return;
+    return false;
   }
-  XXH3_64bits_reset(h);
+  XXH3_64bits_reset(ga->hash);
   const uint8_t *base = g->base;
   for (uint32_t i = 0; i < n_segs; i++) {
     const uint8_t *e = segs + (size_t)RG__NOTICE_SEGMENT * i;
     uint64_t off = rg__get64(e), len = rg__get64(e + 8), stride = rg__get64(e + 24);
-    uint32_t count = rg__get32(e + 16);
-    for (uint32_t k = 0; k < count; k++) XXH3_64bits_update(h, base + off + k * stride, len);
+    uint32_t runs = rg__get32(e + 16);
+    for (uint32_t k = 0; k < runs; k++) XXH3_64bits_update(ga->hash, base + off + k * stride, len);
   }
-  uint64_t got_sum = XXH3_64bits_digest(h);
-  XXH3_freeState(h);
-  if (got_sum != sum) {
-    fail_settled(r, RG_DATA_CORRUPT,
-                 "checksum mismatch over %" PRIu64 " bytes in %u segments of region %" PRIu64
-                 " (sent %016" PRIx64 ", found %016" PRIx64
-                 "): the data was corrupted in transit and must not be used",
-                 total, n_segs, region, sum, got_sum);
-    return;
+  uint64_t got_sum = XXH3_64bits_digest(ga->hash);
+  if (got_sum != sum && ga->bad == RG_OK) {
+    char why[512];
+    snprintf(why, sizeof(why),
+             "checksum mismatch over %" PRIu64 " bytes in %u segments of region %" PRIu64
+             " (chunk %u of %u; sent %016" PRIx64 ", found %016" PRIx64
+             "): the data was corrupted in transit and must not be used",
+             bytes, n_segs, region, index, count, sum, got_sum);
+    ga->bad = RG_DATA_CORRUPT;
+    ga->bad_msg = strdup(why);
   }
-  if (pay) memcpy(r->user_buf, segs + (size_t)RG__NOTICE_SEGMENT * n_segs, pay);
-  r->got = pay;
+  if (pay) {
+    memcpy(r->user_buf, segs + (size_t)RG__NOTICE_SEGMENT * n_segs, pay);
+    ga->pay = pay;
+  }
+  return true;
+}
+
+// Re-posts r's receive for the write's next chunk notice. False when it
+// cannot (r then has its result).
+static bool repost_notice(rg_transport_req_t *r) {
+  rg_transport_t *t = r->t;
+  if (t->closing) {
+    fail_settled(r, RG_CANCELLED, "cancelled: %s was destroyed with the operation in flight",
+                 t->name);
+    return false;
+  }
+  rg__peer_t *p = &t->peers[r->peer];
+  if (p->failed) {
+    fail_settled(r, RG_PEER_LOST, "peer lost: %s", p->failed);
+    return false;
+  }
+  r->got = 0;
+  r->held = true;
+  atomic_store_explicit(&r->arrived, 0, memory_order_relaxed);
+  rg_status_t s = t->vt->post(r);
+  if (s) {
+    r->held = false;
+    atomic_store_explicit(&r->arrived, 1, memory_order_relaxed);
+    fail_settled(r, RG_IO, "could not post the receive for the next chunk's notice: %s",
+                 rg_status_message(s));
+    rg_status_free(s);
+    return false;
+  }
+  return true;
 }
 
 // Called by the owner once r has arrived: the front end's last word on it.
+// A notice receive takes in its write's chunk notices one by one, re-posting
+// itself until every chunk is in; only then is it done.
 static void settle(rg_transport_req_t *r) {
-  if (r->settled || !has_arrived(r)) return;
-  r->settled = true;
-  if (r->kind == RG__OP_NOTICE && r->code == RG_OK) check_notice(r);
+  while (!r->settled && has_arrived(r)) {
+    bool ok = r->kind == RG__OP_NOTICE && r->code == RG_OK;
+    if (ok) {
+      const uint8_t *m = r->buf;
+      size_t n = r->got, off = 0;
+      r->got = 0;
+      do {
+        size_t used = 0;
+        ok = check_chunk(r, m + off, n - off, &used);
+        off += used;
+      } while (ok && off < n);
+    }
+    if (ok) {
+      rg__gather_t *ga = r->g;
+      if (ga->n_seen < ga->n_chunks) {
+        if (!ga->counted) {
+          ga->counted = true;
+          r->t->gathering++;
+        }
+        if (repost_notice(r)) continue;  // it may have arrived at once (inproc)
+      } else if (ga->bad != RG_OK) {
+        fail_settled(r, ga->bad, "%s", ga->bad_msg ? ga->bad_msg : "checksum mismatch");
+      } else if (ga->bytes != ga->total) {
+        fail_settled(r, RG_PROTOCOL,
+                     "the write's %u chunks cover %" PRIu64 " bytes but it claims %" PRIu64,
+                     ga->n_chunks, ga->bytes, ga->total);
+      } else {
+        r->got = ga->pay;
+      }
+    }
+    r->settled = true;
+    ungather(r);
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -45,41 +45,86 @@ typedef enum {
       RG__OP_KIND_COUNT
 } rg__op_kind_t;
 
-// A write's segment list and notice, built by the front end at post time.
-// Notice wire format (little-endian):
+// A write: its segments cut into chunks, and one notice per chunk.
+//
+// A write is pipelined chunk by chunk (about rg_transport_options_t's
+// chunk_bytes each): the writer hashes chunk i+1 while chunk i is on the
+// wire, sends chunk i's notice as soon as chunk i's writes have completed,
+// and the receiver checks chunk i (hashing it while it is still in cache)
+// while chunk i+1 arrives. Each chunk is described by its own entries, which
+// are the caller's segments cut at chunk boundaries: whole runs of a
+// segment, or for a run longer than a chunk, pieces of it (count 1).
+//
+// Notice wire format, version 3 (little-endian), one per chunk:
 //   header  magic "RGN1" u32, version u16, reserved u16, region id u64, key u64,
-//           segments u32, payload bytes u32, total bytes u64, XXH3-64 u64
-//   n × segment  dst offset u64, run bytes u64, runs u32, reserved u32, dst stride u64
-//   payload
+//           entries u32, payload bytes u32, total bytes of the write u64,
+//           XXH3-64 of this chunk u64, write id u64, chunk index u32,
+//           chunk count u32, chunk bytes u64
+//   n × entry  dst offset u64, run bytes u64, runs u32, reserved u32, dst stride u64
+//   payload (in the last chunk only)
+// The XXH3-64 covers the chunk's source bytes in entry order. Every chunk
+// repeats the write id, region, key, count and total, so the receiver can
+// check that the chunks it gathers belong together; they may come in any
+// order (no provider message ordering is relied on).
 #define RG__NOTICE_MAGIC 0x314e4752u  // "RGN1"
-#define RG__NOTICE_VERSION 2          // 2: XXH3-64 (1 was XXH64)
-#define RG__NOTICE_HEADER 48
+#define RG__NOTICE_VERSION 3          // 3: a notice per chunk (2: one per write; 1: XXH64)
+#define RG__NOTICE_HEADER 72
 #define RG__NOTICE_SEGMENT 32
 #define RG__NOTICE_MAX \
   (RG__NOTICE_HEADER + RG__NOTICE_SEGMENT * RG_TRANSPORT_MAX_SEGMENTS + RG_TRANSPORT_MAX_PAYLOAD)
+// Most chunks one write may have (bounds what a receiver allocates for a
+// peer's claim): 4 Mi chunks, e.g. 4 TiB at 1 MiB each.
+#define RG__MAX_CHUNKS (1u << 22)
+// Default chunk size: a notice every 512 KiB keeps the receiver's checks
+// close behind the data at ~1 KiB of notice per chunk; 256 KiB and 1 MiB
+// measured alike here (docs/transport.md).
+#define RG__DEFAULT_CHUNK_BYTES ((uint64_t)512 << 10)
 
 typedef struct {
-  rg_transport_segment_t *segs;  // a copy, count normalised to >= 1
-  size_t n_segs;
-  uint64_t total;  // bytes over all runs
-  uint64_t dst_addr, dst_key, dst_region;
-  uint8_t *notice;  // the notice, checksum filled by rg__write_seal
+  size_t first, n;  // entries [first, first + n)
+  uint64_t bytes;   // over those entries
+  uint8_t *notice;  // into rg__write_t.notices; checksum filled once hashed
   size_t notice_len;
-  // Hashing runs incrementally (rg__write_hash_step), so the fabric backend
-  // can overlap it with the provider moving the data.
-  void *hash_state;  // XXH3_state_t
-  size_t hash_seg, hash_run;
-  bool hashed;
-  bool corrupt;  // flip one bit of the data in transit
+} rg__chunk_t;
+
+typedef struct {
+  size_t n_segs;                 // the caller's segment count, for messages
+  rg_transport_segment_t *ents;  // the entries, in order (count >= 1)
+  uint32_t *ent_chunk;           // the chunk of each entry
+  size_t n_ents;
+  rg__chunk_t *chunks;
+  size_t n_chunks;
+  uint8_t *notices;  // every chunk's notice, back to back
+  uint64_t total;    // bytes over all runs
+  uint64_t dst_addr, dst_key, dst_region;
+  // Hashing runs chunk by chunk (rg__write_hash_chunk), so the fabric
+  // backend can overlap it with the provider moving earlier chunks.
+  void *hash_state;      // XXH3_state_t
+  size_t n_hashed;       // chunks [0, n_hashed) are hashed and their notices sealed
+  size_t corrupt_chunk;  // with corrupt: the chunk whose first bytes are flipped
+  bool corrupt;          // flip one bit of the data in transit
 } rg__write_t;
 
-// Cursor over a write's runs in order, each run split at most once (see
-// rg__runs_next's `first_max`).
+// Cursor over a write's entries in order, each run split at most once (see
+// rg__runs_next's `max`).
 typedef struct {
   const rg__write_t *w;
-  size_t seg, run;
+  size_t ent, run;
   uint64_t done_in_run;  // bytes of the current run already yielded
 } rg__runs_t;
+
+// What a notice receive has gathered so far (owner thread only).
+typedef struct {
+  uint64_t write_id, region, key, total;
+  uint32_t n_chunks, n_seen;
+  uint64_t bytes;  // covered by the chunks seen
+  uint64_t *seen;  // bitmap of chunk indices
+  uint32_t pay;    // payload bytes, copied to the caller's buffer
+  rg_code_t bad;   // the first failed chunk's code, reported once all are in
+  char *bad_msg;
+  void *hash;    // XXH3_state_t
+  bool counted;  // counted in rg_transport_t.gathering
+} rg__gather_t;
 
 struct rg_transport_req_s {
   rg_transport_t *t;  // NULL once the endpoint is destroyed
@@ -89,13 +134,14 @@ struct rg_transport_req_s {
   uint64_t tag;
   char stage[128];
   // SEND: the caller's bytes. RECV: the caller's buffer and capacity. WRITE:
-  // the notice (owned by w). NOTICE: the transport's buffer (owned), whose
+  // the first chunk's notice (owned by w). NOTICE: the transport's buffer (owned), whose
   // payload goes to user_buf/user_cap once checked.
   void *buf;
   size_t len;
   void *user_buf;
   size_t user_cap;
   rg__write_t *w;                           // WRITE
+  rg__gather_t *g;                          // NOTICE, once its first chunk came
   const rg_transport_region_t *src_region;  // WRITE
   // Result. Written by the backend before `arrived`, or by the front end.
   size_t got;
@@ -148,6 +194,13 @@ struct rg_transport_s {
   double timeout_s;
   bool register_local;
   bool corrupt_next;
+  bool closing;          // in rg_transport_destroy: notice receives are not re-posted
+  uint64_t chunk_bytes;  // writes are pipelined in chunks of this size
+  uint64_t next_write_id;
+  // Notice receives holding some of their write's chunks and waiting for
+  // the rest: a transfer is in flight, so the backend polls without
+  // sleeping (yielding only) until they are done.
+  unsigned gathering;
   rg__peer_t *peers;
   size_t n_peers, cap_peers;
   rg_transport_req_t *live;  // requests not yet freed
@@ -204,18 +257,21 @@ static inline void *rg__op_impl(rg_transport_req_t *r) {
   return r->impl;
 }
 
-// Writes: hash up to `budget` bytes more of the source (all when 0); returns
-// true once the whole source is hashed. rg__write_seal stores the checksum in
-// the notice (call once hashed).
-bool rg__write_hash_step(rg__write_t *w, uint64_t budget);
-// Or the backend feeds every run itself, in order, then marks it hashed
-// (inproc does, while the run is in cache from its copy).
+// Writes: hash the next chunk of the source and seal its notice; returns
+// false once every chunk is hashed (nothing was left to do).
+bool rg__write_hash_chunk(rg__write_t *w);
+// Or the backend feeds every run of the next chunk itself, in order, then
+// seals it (inproc does, while the run is in cache from its copy).
 void rg__write_hash_bytes(rg__write_t *w, const void *p, size_t n);
-void rg__write_seal(rg__write_t *w);
+void rg__write_seal_chunk(rg__write_t *w);
 void rg__runs_init(rg__runs_t *c, const rg__write_t *w);
-// Next piece: src, dst offset, bytes; at most `max` bytes (0: the whole rest
-// of the run). Returns false at the end.
+// Next piece, within one entry: src, dst offset, bytes; at most `max` bytes
+// (0: the whole rest of the run). Returns false at the end.
 bool rg__runs_next(rg__runs_t *c, uint64_t max, const uint8_t **src, uint64_t *dst, uint64_t *len);
+// The chunk the cursor's next piece belongs to (n_chunks at the end).
+static inline size_t rg__runs_chunk(const rg__runs_t *c) {
+  return c->ent < c->w->n_ents ? c->w->ent_chunk[c->ent] : c->w->n_chunks;
+}
 
 // Little-endian field access for the wire formats.
 static inline void rg__put64(uint8_t *p, uint64_t v) {
