@@ -54,7 +54,8 @@ static void store_tile(const job_t *j, int64_t i0, int mv, int64_t r0, int nr, f
 // DRAM latency. Measured with 4-row tiles at m = 1, bf16, n = k = 2048, 2
 // threads, against STREAM-style read bandwidth: 40% with no software
 // prefetch, 55% 1 KiB ahead within the row, 75-84% one tile ahead. At least
-// 1 KiB ahead for short rows.
+// 1 KiB ahead for short rows. The kernels that read one row at a time (1 ×
+// 1) prefetch into L2 instead (RG__PF_L2_AHEAD in cpu_impl.h).
 INLINE size_t prefetch_ahead(const job_t *j, int nrt) {
   size_t g = (size_t)nrt * j->row_bytes;
   return g < 1024 ? 1024 : g;
@@ -307,7 +308,8 @@ INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_dty
     for (int q = 0; q < NRT; q++) acc[i][q] = _mm512_setzero_ps();
   }
   const int64_t k = j->k;
-  const size_t sb = step_bytes(t), pf = prefetch_ahead(j, NRT);
+  // One weight row at a time is one stream: into L2, further ahead.
+  const size_t sb = step_bytes(t), pf = NRT == 1 ? RG__PF_L2_AHEAD : prefetch_ahead(j, NRT);
   // One loop body for all steps: the last, partial one of a row whose k is
   // not a multiple of 32 just runs with shorter masks (full-mask loads cost
   // the same as plain ones, and one copy of the body compiles twice as fast).
@@ -321,8 +323,13 @@ INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_dty
     __m512 w0[NR], w1[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NRT; q++) {
-      _mm_prefetch((const char *)rows[q] + off + pf, _MM_HINT_T0);
-      if (sb > 64) _mm_prefetch((const char *)rows[q] + off + pf + 64, _MM_HINT_T0);
+      if (NRT == 1) {
+        RG__PREFETCH_L2(rows[q] + off + pf);
+        if (sb > 64) RG__PREFETCH_L2(rows[q] + off + pf + 64);
+      } else {
+        _mm_prefetch((const char *)rows[q] + off + pf, _MM_HINT_T0);
+        if (sb > 64) _mm_prefetch((const char *)rows[q] + off + pf + 64, _MM_HINT_T0);
+      }
       w0[q] = w16_avx512(t, rows[q], p, m0);
       w1[q] = w16_avx512(t, rows[q], p + 16, m1);
     }
@@ -418,13 +425,13 @@ INLINE __attribute__((target(T_AVX512))) __m512 q8_scale(const unsigned char *bl
 INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_t i0, int64_t r) {
   const unsigned char *row = j->w + (size_t)r * j->row_bytes;
   const float *x = j->x + i0 * j->k;
-  const size_t pf = 2 * prefetch_ahead(j, 1);  // 2 rows ahead: 75% -> 80-87% of bandwidth
+  const size_t pf = RG__PF_L2_AHEAD;  // one line per two blocks
   const int64_t nb = j->k / 32;
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     const unsigned char *blk = row + (size_t)b * 34;
-    _mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
+    RG__PREFETCH_L2(blk + pf);
     a0 = _mm512_fmadd_ps(q8_scale(blk), q8_dot(blk, x + 32 * b), a0);
     a1 = _mm512_fmadd_ps(q8_scale(blk + 34), q8_dot(blk + 34, x + 32 * b + 32), a1);
   }
