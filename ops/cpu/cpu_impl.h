@@ -37,8 +37,11 @@ enum { RG__NR = 4 };  // weight rows per GEMV tile
 // (prefetcht1), 8 KiB ahead of the line being read. Measured at m = 1, n =
 // 8192, k = 2048 from DRAM on 2 threads of a Sapphire Rapids VM, share of
 // read bandwidth against prefetcht0 one or two rows ahead (1.1-4 KiB), A/B
-// in the same run: f16 66 -> 85%, bf16 69 -> 91%, q8_0 64 -> 73%, q4_K 52 ->
-// 61%, q6_K 55 -> 63%; 16 and 24 KiB ahead were no better, 2-4 KiB worse. A
+// in the same run: f16 66 -> 85%, bf16 69 -> 91%, q8_0 64 -> 73%; 16 and 24
+// KiB ahead were no better, 2-4 KiB worse. For q4_K and q6_K a first run
+// showed 52 -> 61% and 55 -> 63%, but 11 rounds A/B later gave 58 -> 60% and
+// 59 -> 58%: those kernels are bound by their vector work (14-16 GB/s a
+// core from L2), so they keep the same prefetch as the others for one rule. A
 // prefetcht0 holds one of the core's few L1 fill buffers until its line
 // arrives from DRAM, so it caps the lines in flight; one into L2 does not,
 // and the L1 streamer brings the lines on from L2 in time. The 4-row tiles
