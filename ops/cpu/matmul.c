@@ -9,7 +9,7 @@
 //
 // GEMV register tiles are NR = 4 weight rows × 4 rows of x (AVX-512; 2 rows
 // of x on AVX2, whose 16 registers hold no more), or 1 × 1 for a single row
-// of x (see tile_avx512). A tile widens its weights to f32 once per step and
+// of x (see row_1x1). A tile widens its weights to f32 once per step and
 // reuses them for every row of x in it; for m > 4 the same weight rows are
 // dotted again with the next rows of x, now from L1. So every weight byte
 // comes from DRAM once per call, and x (m × k floats; 128 KiB at m = 16,
