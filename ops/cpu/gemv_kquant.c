@@ -36,6 +36,23 @@
 // and Intel runs one a cycle, so past a few rows this is compute-bound; the
 // AMX path for k-quants (bf16 panels rebuilt for every call) takes over
 // where it is faster (tiles_min_m in matmul.c).
+//
+// At m = 1 this kernel is bound by its vector work too: 14-15 GB/s of q4_K
+// (16 of q6_K) on one core from L2, about one core's share of DRAM
+// bandwidth, so decode streams ~0.6 of it. Tried on a Sapphire Rapids VM
+// and not kept, to save the next attempt the time:
+//   - x as two int8 terms (x = 256 h + l, exact) on vpdpbusd, the nibbles
+//     used as stored: with vpackssdw + vpdpwssd for the scales, or vpmaddubsw
+//     + vpdpwssd, 16 multiply-class instructions per super-block as here;
+//     14.7-14.9 against 14.1-14.5 GB/s.
+//   - m = 1 on the AMX-INT8 tiles (tdpbusd, nibbles spread to a u8 A tile,
+//     x's two terms in per-sub-block B columns): the spreading, the scales
+//     applied per row to the 16 int32 of C and the tile ops run in turn cost
+//     more than the multiplies saved; 9-10 GB/s.
+//   - two sums per row (shorter chain), the scales broadcast from memory as
+//     dwords instead of vpshufb, the high nibble by gf2p8affineqb: no gain.
+// One int8 x (llama.cpp's q8_K) would halve the multiplies, at the accuracy
+// cost given above.
 #include <math.h>
 #include <string.h>
 
