@@ -111,22 +111,28 @@ static void sum_worker(void *ctx, size_t b, size_t e, int thread) {
   c->partial[thread] += sum_plain(c->a, b * 64, e * 64);
 }
 
-// STREAM-style read bandwidth: the best of 7 sums of a 512 MiB array.
-static double read_bandwidth(rg_pool_t *pool) {
-  const size_t bytes = (size_t)512 << 20;
-  float *a = xmalloc(bytes);
-  size_t n = bytes / sizeof(float);
-  for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+// The best of `reps` sums of a (n floats, all 1).
+static double sum_bandwidth(rg_pool_t *pool, const float *a, size_t n, int reps) {
   double best = 0;
-  for (int rep = 0; rep < 7; rep++) {
+  for (int rep = 0; rep < reps; rep++) {
     sum_ctx_t c = {.a = a, .n = n};
     double t0 = now();
     rg_pool_parallel_for(pool, n / 64, 1024, sum_worker, &c);
     double dt = now() - t0, s = 0;
     for (int i = 0; i < 1024; i++) s += c.partial[i];
     if (s != (double)n) printf("  (sum check failed: %.0f)\n", s);
-    if (bytes / dt > best) best = bytes / dt;
+    if ((double)n * sizeof(float) / dt > best) best = (double)n * sizeof(float) / dt;
   }
+  return best;
+}
+
+// STREAM-style read bandwidth: the best of 7 sums of a 512 MiB array.
+static double read_bandwidth(rg_pool_t *pool) {
+  const size_t bytes = (size_t)512 << 20;
+  float *a = xmalloc(bytes);
+  size_t n = bytes / sizeof(float);
+  for (size_t i = 0; i < n; i++) a[i] = 1.0f;
+  double best = sum_bandwidth(pool, a, n, 7);
   free(a);
   return best;
 }
@@ -410,12 +416,20 @@ static void crossover(rg_pool_t *pool) {
 // Small batches, n = 8192, k = 2048, from DRAM: weight GB/s (as a share of
 // read bandwidth) by m for each path that can run, so tiles_min_m() and
 // DP_MIN_M in ops/cpu/matmul.c can be checked where decode batches live.
-static void small_m(rg_pool_t *pool, double bw) {
+// Each cell is divided by a sum of 256 MiB timed just before it, not by
+// the run's one figure: on a machine shared with other jobs the bandwidth
+// moves by 2x within a run, which had put cells anywhere from 40% to 190%.
+static void small_m(rg_pool_t *pool) {
   const int64_t n = 8192, k = 2048, ms[] = {1, 2, 3, 4, 5, 6, 8, 12, 16};
   enum { NM = sizeof ms / sizeof ms[0] };
+  const size_t sn = ((size_t)256 << 20) / sizeof(float);
+  float *a = xmalloc(sn * sizeof(float));
+  for (size_t i = 0; i < sn; i++) a[i] = 1.0f;
+  double lo = 1e30, hi = 0;
   printf(
-      "\nsmall m, n = %lld, k = %lld: weight GB/s streamed by m (read bandwidth %.1f GB/s)\n%-28s",
-      (long long)n, (long long)k, bw / 1e9, "type, path");
+      "\nsmall m, n = %lld, k = %lld: weight GB/s streamed by m, as a share of the read bandwidth "
+      "measured next to each cell\n%-28s",
+      (long long)n, (long long)k, "type, path");
   for (int i = 0; i < NM; i++) printf(" %5lld", (long long)ms[i]);
   printf("\n");
   float *x = xmalloc(16 * k * 4), *y = xmalloc(16 * n * 4);
@@ -438,6 +452,8 @@ static void small_m(rg_pool_t *pool, double bw) {
       if (!strcmp(rg_matmul_kernel_name_ex(&probe, 1, &rows[r].o), "invalid")) continue;
       printf("%-4s %-23s", rg_dtype_name(types[ti]), rows[r].label);
       for (int i = 0; i < NM; i++) {
+        const double bw = sum_bandwidth(pool, a, sn, 2);
+        lo = bw < lo ? bw : lo, hi = bw > hi ? bw : hi;
         double dt =
             time_matmul(pool, x, ms[i], types[ti], n, k, w, bytes, copies, y, &rows[r].o, 3);
         printf(" %4.0f%%", 100.0 * (double)bytes / dt / bw);
@@ -446,7 +462,8 @@ static void small_m(rg_pool_t *pool, double bw) {
     }
     free(w);
   }
-  free(x), free(y);
+  printf("(read bandwidth next to the cells: %.1f to %.1f GB/s)\n", lo / 1e9, hi / 1e9);
+  free(x), free(y), free(a);
 }
 
 // NMSE against the double reference for bf16 weights, per kernel: what
@@ -518,7 +535,7 @@ int main(int argc, char **argv) {
          threads, sg / 1e9, lim.fma_peak > 0 ? 100 * sg / lim.fma_peak : 0.0);
   decode_table(pool, bw);
   llama_layer(pool, bw);
-  if (has_flag(argc, argv, "--small-m")) small_m(pool, bw);
+  if (has_flag(argc, argv, "--small-m")) small_m(pool);
   if (!has_flag(argc, argv, "--decode-only")) {
     prefill_table(pool, sg);
     prefill_shapes(pool);

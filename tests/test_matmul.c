@@ -580,6 +580,54 @@ RG_TEST(matmul_kquant_int16_x_keeps_nan_and_inf) {
   }
 }
 
+// The 1 x 1 tile of the float types (ops/cpu/matmul.c row_1x1) runs 64
+// values a step unmasked, then the rest 16 at a time with a mask: every k
+// from 1 to 150 gives every length of both tails, alone (m = 1) and as the
+// leftover row after a 4 x 4 tile (m = 5), at each level from avx512 up,
+// against the reference to 1e-7.
+RG_TEST(matmul_one_row_tile_every_tail_length) {
+  static const rg_dtype_t types[] = {RG_F32, RG_BF16, RG_F16};
+  static const rg_cpu_isa_t isas[] = {RG_CPU_ISA_AVX512, RG_CPU_ISA_AVX512_BF16, RG_CPU_ISA_AMX};
+  enum { M = 5, N = 3, K = 150 };
+  if (rg_cpu_isa_best() < RG_CPU_ISA_AVX512) {
+    rg_test_skip(t, "this CPU lacks AVX-512 (the 1 x 1 tile is an AVX-512 kernel)");
+    return;
+  }
+  uint64_t seed = 150;
+  float x[M * K], y[M * N + GUARDS], ref[M * N];
+  int cases = 0;
+  for (size_t ti = 0; ti < COUNT(types); ti++)
+    for (int64_t k = 1; k <= K; k++) {
+      void *wd = make_weight(types[ti], N, k, &seed);
+      RG_REQUIRE(wd);
+      rg_wmat_t w = {wd, types[ti], N, k};
+      for (int64_t i = 0; i < M * k; i++) x[i] = rng_uniform(&seed);
+      for (size_t li = 0; li < COUNT(isas) && isas[li] <= rg_cpu_isa_best(); li++)
+        for (int64_t m = 1; m <= M; m += M - 1) {
+          // Exact x only: the GEMV path widens bf16 weights exactly below m
+          // = 8, where vdpbf16ps starts (the case count below checks that
+          // nothing was skipped).
+          rg_matmul_opts_t o = {.isa = isas[li], .path = RG_MATMUL_GEMV};
+          const char *kernel = rg_matmul_kernel_name_ex(&w, m, &o);
+          if (strstr(kernel, "x in bf16")) continue;
+          RG_REQUIRE_OK(rg_matmul_ref(x, m, &w, NULL, ref));
+          for (int i = 0; i < M * N + GUARDS; i++) y[i] = -12345.0f;
+          RG_REQUIRE_OK(rg_matmul_ex(NULL, x, m, &w, NULL, y, &o));
+          double e = nmse(y, ref, (size_t)(m * N));
+          int guards = 1;
+          for (int64_t i = m * N; i < M * N + GUARDS; i++) guards &= y[i] == -12345.0f;
+          cases++;
+          if (!(e <= 1e-7) || !all_finite(y, (size_t)(m * N)) || !guards) {
+            rg_test_fail(t, __FILE__, __LINE__, "%s: m=%lld k=%lld: nmse %.3g%s", kernel,
+                         (long long)m, (long long)k, e, guards ? "" : ", wrote past y");
+            li = COUNT(isas), m = M + 1, k = K + 1, ti = COUNT(types);
+          }
+        }
+      free(wd);
+    }
+  RG_CHECK(cases >= 3 * K * 2);
+}
+
 // More threads than cores, so that threads finish their shares at different
 // times and claim chunks from the back of each other's (see claim() in
 // ops/cpu/matmul.c); every output must still be written exactly once.

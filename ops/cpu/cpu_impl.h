@@ -32,6 +32,25 @@
 
 enum { RG__NR = 4 };  // weight rows per GEMV tile
 
+// How the GEMV kernels that read one sequential stream of weights per
+// thread (one weight row at a time: the m = 1 kernels) prefetch: into L2
+// (prefetcht1), 8 KiB ahead of the line being read. Measured at m = 1, n =
+// 8192, k = 2048 from DRAM on 2 threads of a Sapphire Rapids VM, share of
+// read bandwidth against prefetcht0 one or two rows ahead (1.1-4 KiB), A/B
+// in the same run: f16 66 -> 85%, bf16 69 -> 91%, q8_0 64 -> 73%; 16 and 24
+// KiB ahead were no better, 2-4 KiB worse. For q4_K and q6_K a first run
+// showed 52 -> 61% and 55 -> 63%, but 11 rounds A/B later gave 58 -> 60% and
+// 59 -> 58%: those kernels are bound by their vector work (14-16 GB/s a
+// core from L2), so they keep the same prefetch as the others for one rule. A
+// prefetcht0 holds one of the core's few L1 fill buffers until its line
+// arrives from DRAM, so it caps the lines in flight; one into L2 does not,
+// and the L1 streamer brings the lines on from L2 in time. The 4-row tiles
+// (four streams) stay on prefetcht0 one tile ahead: prefetcht1 there ran 3-10
+// points slower.
+enum { RG__PF_L2_AHEAD = 8192 };
+// Locality 2 is prefetcht1 on x86.
+#define RG__PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
+
 // One matmul call, as the kernels see it (see ops/cpu/matmul.c).
 typedef struct rg__mm_job_s {
   const float *x;  // (m, k)

@@ -36,6 +36,23 @@
 // and Intel runs one a cycle, so past a few rows this is compute-bound; the
 // AMX path for k-quants (bf16 panels rebuilt for every call) takes over
 // where it is faster (tiles_min_m in matmul.c).
+//
+// At m = 1 this kernel is bound by its vector work too: 14-15 GB/s of q4_K
+// (16 of q6_K) on one core from L2, about one core's share of DRAM
+// bandwidth, so decode streams ~0.6 of it. Tried on a Sapphire Rapids VM
+// and not kept, to save the next attempt the time:
+//   - x as two int8 terms (x = 256 h + l, exact) on vpdpbusd, the nibbles
+//     used as stored: with vpackssdw + vpdpwssd for the scales, or vpmaddubsw
+//     + vpdpwssd, 16 multiply-class instructions per super-block as here;
+//     14.7-14.9 against 14.1-14.5 GB/s.
+//   - m = 1 on the AMX-INT8 tiles (tdpbusd, nibbles spread to a u8 A tile,
+//     x's two terms in per-sub-block B columns): the spreading, the scales
+//     applied per row to the 16 int32 of C and the tile ops run in turn cost
+//     more than the multiplies saved; 9-10 GB/s.
+//   - two sums per row (shorter chain), the scales broadcast from memory as
+//     dwords instead of vpshufb, the high nibble by gf2p8affineqb: no gain.
+// One int8 x (llama.cpp's q8_K) would halve the multiplies, at the accuracy
+// cost given above.
 #include <math.h>
 #include <string.h>
 
@@ -162,15 +179,14 @@ INLINE __attribute__((target(T_VNNI))) void kq_rows(const job_t *j, rg_dtype_t t
   const uint8_t *row = j->w + (size_t)r * j->row_bytes;
   __m512 acc[MAX_MR];
   for (int i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
-  // The next memory this thread reads: two rows on (at least 2 KiB), one
+  // The memory this thread reads next, into L2 (see RG__PF_L2_AHEAD): one
   // prefetch per line, issued by the first register block of a pass only.
-  const size_t bb = type == RG_Q4_K ? 144 : 210;
-  const size_t pf = 2 * j->row_bytes < 2048 ? 2048 : 2 * j->row_bytes;
+  const size_t bb = type == RG_Q4_K ? 144 : 210, pf = RG__PF_L2_AHEAD;
   const __m512i low4 = _mm512_set1_epi16(0xF);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = row + (size_t)b * bb;
     if (prefetch)
-      for (size_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)blk + pf + o, _MM_HINT_T0);
+      for (size_t o = 0; o < bb; o += 64) RG__PREFETCH_L2(blk + pf + o);
     __m512i W[8];
     float d;
     __m512 dmn = _mm512_setzero_ps();  // q4_K: dmin * m per sub-block, lanes 0-7
@@ -293,8 +309,8 @@ void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
 // the ~15 a core's share of DRAM bandwidth needs for it to keep up).
 __attribute__((target(T_VNNI))) void rg__gemv_q8_0_vnni(const job_t *j, int64_t r0, int64_t r1) {
   const int64_t nb = j->k / 32, mp = j->mp;
-  // Two rows ahead, one line per 64 bytes (every other block).
-  const size_t pf = 2 * j->row_bytes < 2048 ? 2048 : 2 * j->row_bytes;
+  // Into L2 (see RG__PF_L2_AHEAD), one line per 64 bytes (every other block).
+  const size_t pf = RG__PF_L2_AHEAD;
   for (int64_t r = r0; r < r1; r++) {
     const uint8_t *row = j->w + (size_t)r * j->row_bytes;
     for (int64_t i = 0; i < j->m; i++) {
@@ -319,7 +335,7 @@ __attribute__((target(T_VNNI))) void rg__gemv_q8_0_vnni(const job_t *j, int64_t 
 #pragma GCC unroll 8
         for (int64_t u = 0; u < be; u++) {
           const uint8_t *blk = blk0 + 34 * u;
-          if (i == 0 && !(u & 1)) _mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
+          if (i == 0 && !(u & 1)) RG__PREFETCH_L2(blk + pf);
           __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 2)));
           __m512i dot =
               _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(xq + 32 * u));

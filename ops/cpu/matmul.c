@@ -9,7 +9,7 @@
 //
 // GEMV register tiles are NR = 4 weight rows × 4 rows of x (AVX-512; 2 rows
 // of x on AVX2, whose 16 registers hold no more), or 1 × 1 for a single row
-// of x (see tile_avx512). A tile widens its weights to f32 once per step and
+// of x (see row_1x1). A tile widens its weights to f32 once per step and
 // reuses them for every row of x in it; for m > 4 the same weight rows are
 // dotted again with the next rows of x, now from L1. So every weight byte
 // comes from DRAM once per call, and x (m × k floats; 128 KiB at m = 16,
@@ -54,7 +54,8 @@ static void store_tile(const job_t *j, int64_t i0, int mv, int64_t r0, int nr, f
 // DRAM latency. Measured with 4-row tiles at m = 1, bf16, n = k = 2048, 2
 // threads, against STREAM-style read bandwidth: 40% with no software
 // prefetch, 55% 1 KiB ahead within the row, 75-84% one tile ahead. At least
-// 1 KiB ahead for short rows.
+// 1 KiB ahead for short rows. The kernels that read one row at a time (1 ×
+// 1) prefetch into L2 instead (RG__PF_L2_AHEAD in cpu_impl.h).
 INLINE size_t prefetch_ahead(const job_t *j, int nrt) {
   size_t g = (size_t)nrt * j->row_bytes;
   return g < 1024 ? 1024 : g;
@@ -279,8 +280,7 @@ INLINE size_t step_bytes(rg_dtype_t t) {
   return t == RG_F32 ? 128 : 64;
 }
 
-// Tiles are NRT weight rows × MR rows of x, of which the first mv are real
-// (the others repeat row mv-1 and are not stored). Two shapes are built:
+// Two shapes of tile are built:
 //   1 × 1  one row of x (m = 1, or the last row of a larger m): one weight
 //          row at a time, so each thread reads one sequential stream, as a
 //          STREAM sum does. At m = 1 that reached ~100% of the sum's
@@ -289,67 +289,105 @@ INLINE size_t step_bytes(rg_dtype_t t) {
 //          x vector 4, so loads stay below the FMA rate. (1 × 4, one stream
 //          but every x vector loaded once per weight row, ran out of load
 //          bandwidth: 25-28 against 35-44 GB/s at m = 2..4.)
-// With one weight row and one row of x, the two halves of a step go to
-// separate sums, which halves the chain of dependent FMAs the loop waits on.
 
-// The float types, 32 values a step.
-INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_dtype_t t, int NRT,
-                                                          int MR, int mv, int64_t i0, int64_t r0) {
+// A float-type weight row against one row of x (1 × 1): 64 values a step
+// into four sums, with no masks, then the rest of the row masked 16 at a
+// time. Against the 4 × 4 body run with one row (32 values a step, masks
+// computed every step, two sums), one core from L2 (n = 256, k = 2048):
+// f16 33 -> 55 GB/s, bf16 32 -> 49, f32 51 -> 53; from DRAM at m = 1 (n =
+// 8192, 2 threads, A/B in one run) f16 went from 77-83% to 84-92% of read
+// bandwidth, bf16 from 79-81% to 80-85%, f32 86% to 97%: a kernel that is
+// not much faster than a core's share of the bus also leaves it idle part
+// of the time.
+INLINE __attribute__((target(T_AVX512))) void row_1x1(const job_t *j, rg_dtype_t t, int64_t i0,
+                                                      int64_t r) {
+  const unsigned char *row = j->w + (size_t)r * j->row_bytes;
+  const float *x = j->x + i0 * j->k;
+  const int64_t k = j->k;
+  const size_t eb = t == RG_F32 ? 4 : 2;
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t p = 0;
+  for (; p + 64 <= k; p += 64) {
+    // One stream: into L2, RG__PF_L2_AHEAD on; a line per 64 bytes.
+    const unsigned char *at = row + (size_t)p * eb;
+    for (size_t o = 0; o < 64 * eb; o += 64) RG__PREFETCH_L2(at + RG__PF_L2_AHEAD + o);
+    a0 = _mm512_fmadd_ps(w16_avx512(t, row, p, 0xffff), _mm512_loadu_ps(x + p), a0);
+    a1 = _mm512_fmadd_ps(w16_avx512(t, row, p + 16, 0xffff), _mm512_loadu_ps(x + p + 16), a1);
+    a2 = _mm512_fmadd_ps(w16_avx512(t, row, p + 32, 0xffff), _mm512_loadu_ps(x + p + 32), a2);
+    a3 = _mm512_fmadd_ps(w16_avx512(t, row, p + 48, 0xffff), _mm512_loadu_ps(x + p + 48), a3);
+  }
+  for (; p < k; p += 16) {
+    const __mmask16 m = k - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - p)) - 1);
+    a0 = _mm512_fmadd_ps(w16_avx512(t, row, p, m), _mm512_maskz_loadu_ps(m, x + p), a0);
+  }
+  float out[1][NR] = {
+      {_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)))}};
+  store_tile(j, i0, 1, r, 1, out);
+}
+
+// One 32-value step of the 4 × 4 tile below: values past the masks read as
+// 0 and are not touched in memory.
+INLINE __attribute__((target(T_AVX512))) void tile_step(rg_dtype_t t, const unsigned char *rows[NR],
+                                                        const float *xs[4], int64_t p, size_t off,
+                                                        size_t pf, __mmask16 m0, __mmask16 m1,
+                                                        __m512 acc[4][NR]) {
+  const size_t sb = step_bytes(t);
+  __m512 w0[NR], w1[NR];
+#pragma GCC unroll 4
+  for (int q = 0; q < NR; q++) {
+    _mm_prefetch((const char *)rows[q] + off + pf, _MM_HINT_T0);
+    if (sb > 64) _mm_prefetch((const char *)rows[q] + off + pf + 64, _MM_HINT_T0);
+    w0[q] = w16_avx512(t, rows[q], p, m0);
+    w1[q] = w16_avx512(t, rows[q], p + 16, m1);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) {
+    __m512 x0 = _mm512_maskz_loadu_ps(m0, xs[i] + p),
+           x1 = _mm512_maskz_loadu_ps(m1, xs[i] + p + 16);
+#pragma GCC unroll 4
+    for (int q = 0; q < NR; q++) {
+      acc[i][q] = _mm512_fmadd_ps(w0[q], x0, acc[i][q]);
+      acc[i][q] = _mm512_fmadd_ps(w1[q], x1, acc[i][q]);
+    }
+  }
+}
+
+// The float types, 4 × 4 (rows of x past mv repeat row mv - 1 and are not
+// stored), 32 values a step. Whole steps run with constant full masks, which
+// the compiler turns into plain loads; only a row's last, partial step is
+// masked. (One masked body for all steps ran as fast in a release build, but
+// AddressSanitizer checks masked loads lane by lane: f32 at m = 16 ran 16x
+// slower than without it, behind the m = 1 kernel.) The sums are the same
+// either way, bit for bit.
+INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_dtype_t t, int mv,
+                                                          int64_t i0, int64_t r0) {
   const unsigned char *rows[NR];
-  tile_rows_at(j, r0, NRT, rows);
+  tile_rows_at(j, r0, NR, rows);
   const float *xs[4];
   for (int i = 0; i < 4; i++) xs[i] = j->x + (i0 + (i < mv ? i : 0)) * j->k;
-  __m512 acc[4][NR], acc2[4];
+  __m512 acc[4][NR];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; i++) {
-    acc2[i] = _mm512_setzero_ps();
+  for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
-    for (int q = 0; q < NRT; q++) acc[i][q] = _mm512_setzero_ps();
-  }
+    for (int q = 0; q < NR; q++) acc[i][q] = _mm512_setzero_ps();
   const int64_t k = j->k;
-  const size_t sb = step_bytes(t), pf = prefetch_ahead(j, NRT);
-  // One loop body for all steps: the last, partial one of a row whose k is
-  // not a multiple of 32 just runs with shorter masks (full-mask loads cost
-  // the same as plain ones, and one copy of the body compiles twice as fast).
+  const size_t sb = step_bytes(t), pf = prefetch_ahead(j, NR);
   size_t off = 0;
-  for (int64_t p = 0; p < k; p += 32, off += sb) {
+  int64_t p = 0;
+  for (; p + 32 <= k; p += 32, off += sb)
+    tile_step(t, rows, xs, p, off, pf, (__mmask16)0xffff, (__mmask16)0xffff, acc);
+  if (p < k) {
     int64_t rem = k - p;
     __mmask16 m0 = rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1);
-    __mmask16 m1 = rem >= 32  ? (__mmask16)0xffff
-                   : rem > 16 ? (__mmask16)((1u << (rem - 16)) - 1)
-                              : 0;
-    __m512 w0[NR], w1[NR];
-#pragma GCC unroll 4
-    for (int q = 0; q < NRT; q++) {
-      _mm_prefetch((const char *)rows[q] + off + pf, _MM_HINT_T0);
-      if (sb > 64) _mm_prefetch((const char *)rows[q] + off + pf + 64, _MM_HINT_T0);
-      w0[q] = w16_avx512(t, rows[q], p, m0);
-      w1[q] = w16_avx512(t, rows[q], p + 16, m1);
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; i++) {
-      __m512 x0 = _mm512_maskz_loadu_ps(m0, xs[i] + p),
-             x1 = _mm512_maskz_loadu_ps(m1, xs[i] + p + 16);
-      if (NRT == 1) {
-        acc[i][0] = _mm512_fmadd_ps(w0[0], x0, acc[i][0]);
-        acc2[i] = _mm512_fmadd_ps(w1[0], x1, acc2[i]);
-        continue;
-      }
-#pragma GCC unroll 4
-      for (int q = 0; q < NRT; q++) {
-        acc[i][q] = _mm512_fmadd_ps(w0[q], x0, acc[i][q]);
-        acc[i][q] = _mm512_fmadd_ps(w1[q], x1, acc[i][q]);
-      }
-    }
+    __mmask16 m1 = rem > 16 ? (__mmask16)((1u << (rem - 16)) - 1) : 0;
+    tile_step(t, rows, xs, p, off, pf, m0, m1, acc);
   }
-  float out[4][NR] = {{0}};  // zeroed only to quiet -Wmaybe-uninitialized at -O3
+  float out[4][NR];
 #pragma GCC unroll 4
-  for (int i = 0; i < MR; i++) {
-    if (NRT == 1) acc[i][0] = _mm512_add_ps(acc[i][0], acc2[i]);
+  for (int i = 0; i < 4; i++)
 #pragma GCC unroll 4
-    for (int q = 0; q < NRT; q++) out[i][q] = _mm512_reduce_add_ps(acc[i][q]);
-  }
-  store_tile(j, i0, mv, r0, NRT, out);
+    for (int q = 0; q < NR; q++) out[i][q] = _mm512_reduce_add_ps(acc[i][q]);
+  store_tile(j, i0, mv, r0, NR, out);
 }
 
 // q8_0, 4 × 4, one block (32 weights) a step: each block's weights are
@@ -418,13 +456,13 @@ INLINE __attribute__((target(T_AVX512))) __m512 q8_scale(const unsigned char *bl
 INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_t i0, int64_t r) {
   const unsigned char *row = j->w + (size_t)r * j->row_bytes;
   const float *x = j->x + i0 * j->k;
-  const size_t pf = 2 * prefetch_ahead(j, 1);  // 2 rows ahead: 75% -> 80-87% of bandwidth
+  const size_t pf = RG__PF_L2_AHEAD;  // one line per two blocks
   const int64_t nb = j->k / 32;
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     const unsigned char *blk = row + (size_t)b * 34;
-    _mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
+    RG__PREFETCH_L2(blk + pf);
     a0 = _mm512_fmadd_ps(q8_scale(blk), q8_dot(blk, x + 32 * b), a0);
     a1 = _mm512_fmadd_ps(q8_scale(blk + 34), q8_dot(blk + 34, x + 32 * b + 32), a1);
   }
@@ -454,9 +492,12 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_
       }                                                                                 \
     }                                                                                   \
   }
-#define TILE_F32(NRT, MR, mv, i0, r) tile_avx512(j, RG_F32, NRT, MR, mv, i0, r)
-#define TILE_BF16(NRT, MR, mv, i0, r) tile_avx512(j, RG_BF16, NRT, MR, mv, i0, r)
-#define TILE_F16(NRT, MR, mv, i0, r) tile_avx512(j, RG_F16, NRT, MR, mv, i0, r)
+#define TILE_F32(NRT, MR, mv, i0, r) \
+  (NRT == 1 ? row_1x1(j, RG_F32, i0, r) : tile_avx512(j, RG_F32, mv, i0, r))
+#define TILE_BF16(NRT, MR, mv, i0, r) \
+  (NRT == 1 ? row_1x1(j, RG_BF16, i0, r) : tile_avx512(j, RG_BF16, mv, i0, r))
+#define TILE_F16(NRT, MR, mv, i0, r) \
+  (NRT == 1 ? row_1x1(j, RG_F16, i0, r) : tile_avx512(j, RG_F16, mv, i0, r))
 #define TILE_Q8_0(NRT, MR, mv, i0, r) (NRT == 1 ? tile_q8_1x1(j, i0, r) : tile_q8_4x4(j, mv, i0, r))
 AVX512_TILES(T_AVX512, gemv_avx512_f32, TILE_F32)
 AVX512_TILES(T_AVX512, gemv_avx512_bf16, TILE_BF16)
