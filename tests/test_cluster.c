@@ -793,6 +793,41 @@ RG_TEST(cluster_prefill_decode_skips_cached_prefixes_and_recomputes_corrupted_pa
   rg_serve_results_free(want, 2);
 }
 
+// Starts `ridge run --layout attention-ffn` on a long chat workload in a
+// child (stderr to log, up to two extra arguments at the end), and waits
+// until it serves: the KV line comes once every worker is ready. Returns
+// the child's pid (or -1), *ready whether the line came.
+static pid_t start_serving_run(const char *dense, const char *log, const char *extra1,
+                               const char *extra2, int *ready) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
+    char *argv[24] = {
+        "ridge",      "run",  "--model",        (char *)dense, "--layout",    "attention-ffn",
+        "--workload", "chat", "--num-requests", "500",         "--rate",      "50",
+        "-n",         "32",   "--threads",      "1",           "--no-measure"};
+    int n = 17;
+    if (extra1) argv[n++] = (char *)extra1;
+    if (extra2) argv[n++] = (char *)extra2;
+    argv[n] = NULL;
+    execv(rg_test_ridge_bin(), argv);
+    _exit(127);
+  }
+  *ready = 0;
+  for (int i = 0; pid > 0 && i < 300 && !*ready; i++) {
+    char *text = NULL;
+    size_t len = 0;
+    rg_status_t s = rg_file_read_all(log, "log", 1u << 20, &text, &len);
+    *ready = !s && strstr(text, "requests;");
+    rg_status_free(s);
+    free(text);
+    struct timespec ns = {0, 50000000};
+    nanosleep(&ns, NULL);
+  }
+  return pid;
+}
+
 // Ctrl-C stops a multi-process run cleanly: the coordinator finishes the
 // step in flight, shuts its workers down and exits 130 saying so, well
 // within a few seconds.
@@ -801,28 +836,9 @@ RG_TEST(cluster_ctrl_c_stops_the_run_and_its_workers) {
   RG_REQUIRE(dense);
   char log[1100];
   snprintf(log, sizeof log, "%s/run.log", rg_test_tmpdir(t));
-  fflush(NULL);
-  pid_t pid = fork();
-  RG_REQUIRE(pid >= 0);
-  if (pid == 0) {
-    if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
-    execl(rg_test_ridge_bin(), "ridge", "run", "--model", dense, "--layout", "attention-ffn",
-          "--workload", "chat", "--num-requests", "500", "--rate", "50", "-n", "32", "--threads",
-          "1", "--no-measure", (char *)NULL);
-    _exit(127);
-  }
-  // Wait until it is serving (the KV line comes once every worker is ready).
-  for (int i = 0; i < 300; i++) {
-    char *text = NULL;
-    size_t len = 0;
-    rg_status_t s = rg_file_read_all(log, "log", 1u << 20, &text, &len);
-    int ready = !s && strstr(text, "requests;");
-    rg_status_free(s);
-    free(text);
-    if (ready) break;
-    struct timespec ns = {0, 50000000};
-    nanosleep(&ns, NULL);
-  }
+  int ready;
+  pid_t pid = start_serving_run(dense, log, NULL, NULL, &ready);
+  RG_REQUIRE(pid > 0);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   kill(pid, SIGINT);
@@ -883,27 +899,9 @@ RG_TEST(cluster_workers_exit_when_the_coordinator_is_killed) {
   char log[1100];
   snprintf(log, sizeof log, "%s/killed.log", rg_test_tmpdir(t));
   RG_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  RG_REQUIRE(pid >= 0);
-  if (pid == 0) {
-    if (!freopen(log, "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(126);
-    execl(rg_test_ridge_bin(), "ridge", "run", "--model", dense, "--layout", "attention-ffn",
-          "--workload", "chat", "--num-requests", "500", "--rate", "50", "-n", "32", "--threads",
-          "1", "--step-timeout", "60", "--no-measure", (char *)NULL);
-    _exit(127);
-  }
-  int ready = 0;
-  for (int i = 0; i < 300 && !ready; i++) {
-    char *text = NULL;
-    size_t len = 0;
-    rg_status_t s = rg_file_read_all(log, "log", 1u << 20, &text, &len);
-    ready = !s && strstr(text, "requests;");
-    rg_status_free(s);
-    free(text);
-    struct timespec ns = {0, 50000000};
-    nanosleep(&ns, NULL);
-  }
+  int ready;
+  pid_t pid = start_serving_run(dense, log, "--step-timeout", "60", &ready);
+  RG_REQUIRE(pid > 0);
   RG_CHECK(ready);
   struct timespec ns = {0, 300000000};  // a few steps in
   nanosleep(&ns, NULL);
