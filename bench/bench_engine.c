@@ -1,10 +1,10 @@
 // End-to-end engine benchmark on the ~1 B-parameter random-weight test model
 // (bf16), against this machine's limits measured in the same run:
 //   1. decode at batch 1: bytes of weights streamed per second / STREAM-style
-//      read bandwidth (goal >= 0.85);
+//      read bandwidth (goal >= 0.9, issue #8);
 //   2. prefill of 512 tokens: GFLOP/s / OpenBLAS sgemm GFLOP/s at a similar
 //      shape (goal >= 0.6);
-//   3. decode at batch 16 vs batch 1: tokens/s ratio (goal >= 8).
+//   3. decode at batch 16 vs batch 1: tokens/s ratio (goal >= 10).
 // Prints ratios; never fails on a timing. The model is written once into
 // $XDG_CACHE_HOME/ridge (or ~/.cache/ridge): about 4.4 GB, ~40 s.
 // Run as `env -u OPENBLAS_CORETYPE build/bench_engine` for OpenBLAS's best
@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
   if ((s = run(e, 1, 8, 33, &g1))) return fail(s);
   double w_bps = g1.decode.weight_bytes / g1.decode.seconds;
   double tps1 = (double)(g1.new_tokens - 1) / g1.decode_seconds;
-  printf("1. decode batch 1:  %.1f tokens/s, weights streamed %.1f GB/s = %.2f of read bandwidth (goal >= 0.85)\n", tps1,
+  printf("1. decode batch 1:  %.1f tokens/s, weights streamed %.1f GB/s = %.2f of read bandwidth (goal >= 0.9)\n", tps1,
          w_bps / 1e9, w_bps / lim.read_bandwidth);
   if ((s = run(e, 1, 512, 1, &gp))) return fail(s);
   double pf = gp.prefill.flops / gp.prefill.seconds / 1e9;
@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
          peak_path, mpeak / 1e9, pf * 1e9 / mpeak);
   if ((s = run(e, 16, 8, 33, &g16))) return fail(s);
   double tps16 = (double)(g16.new_tokens - 16) / g16.decode_seconds;
-  printf("3. decode batch 16: %.1f tokens/s = %.1fx batch 1 (goal >= 8)\n", tps16, tps16 / tps1);
+  printf("3. decode batch 16: %.1f tokens/s = %.1fx batch 1 (goal >= 10)\n", tps16, tps16 / tps1);
   rg_engine_destroy(e);
   return 0;
 }
