@@ -135,24 +135,8 @@ static const float LAZY = 8.0f;
 #define T_P0 6
 #define T_P1 7
 
-typedef struct {
-  uint8_t palette, start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tilecfg_t;
-
-// Static, not built on the stack: GCC 12 does not see ldtilecfg read the
-// whole 64 bytes and dropped the stores of colsb and rows as dead, leaving a
-// configuration with no tiles (the first tile instruction then faults).
-static const tilecfg_t tilecfg = {
-    .palette = 1,
-    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
-    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
-};
-
 RG_T512 void rg__attn_amx_begin(void) {
-  _tile_loadconfig(&tilecfg);
+  rg__amx_load_tiles();
 }
 
 RG_T512 void rg__attn_amx_end(void) {

@@ -187,6 +187,27 @@ INLINE __attribute__((target(T_AVX512))) void rg__transpose16(__m512i r[16]) {
     r[12 + c] = _mm512_shuffle_i32x4(ab1, cd1, 0xdd);
   }
 }
+
+// The tile configuration every AMX kernel here loads: palette 1, 8 tiles of
+// 16 rows × 64 bytes. Static, not built on the stack: GCC 12 does not see
+// ldtilecfg read the whole 64 bytes and may drop the stores of colsb and
+// rows as dead, leaving a configuration with no tiles (the first tile
+// instruction then faults).
+typedef struct {
+  uint8_t palette, start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} rg__tilecfg_t;
+
+INLINE __attribute__((target(T_AMX))) void rg__amx_load_tiles(void) {
+  static const rg__tilecfg_t cfg = {
+      .palette = 1,
+      .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+      .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+  };
+  _tile_loadconfig(&cfg);
+}
 #endif
 
 // ---- Attention prefill blocks on the tiles (attention_amx.c) ---------------

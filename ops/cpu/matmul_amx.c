@@ -55,14 +55,6 @@ typedef rg__mm_job_t job_t;
 
 #if RG_X86
 
-// The 64-byte tile configuration (palette 1): 8 tiles of 16 rows × 64 bytes.
-typedef struct {
-  uint8_t palette, start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} tilecfg_t;
-
 // Tiles 0-3 accumulate C, 4-5 hold A, 6-7 hold B. GCC's tile intrinsics
 // paste their tile number into the instruction's text, so it must reach
 // them as a literal: hence macros, through one level of expansion.
@@ -615,11 +607,7 @@ __attribute__((target(T_AMX))) static void prefill_worker(job_t *j, int me, uint
 __attribute__((target(T_AMX))) void rg__amx_worker(void *ctx, size_t me, size_t unused,
                                                    int thread) {
   job_t *j = ctx;
-  tilecfg_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-  _tile_loadconfig(&cfg);
+  rg__amx_load_tiles();
   uint16_t *panel = j->panels ? j->panels + (size_t)thread * j->panel_elems : NULL;
   float *scratch = j->scratch ? j->scratch + (size_t)thread * (size_t)j->kp : NULL;
   size_t b, e;
