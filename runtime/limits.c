@@ -138,10 +138,11 @@ typedef struct {
 __attribute__((target(AMX_T))) static void amx_run(void *ctx, size_t b, size_t e, int thread,
                                                    int int8) {
   fma_ctx_t *c = ctx;
-  tilecfg_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+  // Static, as ops/cpu's rg__amx_load_tiles: built on the stack, GCC 12 may
+  // drop the stores ldtilecfg reads as dead.
+  static const tilecfg_t cfg = {.palette = 1,
+                                .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+                                .rows = {16, 16, 16, 16, 16, 16, 16, 16}};
   _tile_loadconfig(&cfg);
   static const uint8_t src[1024] __attribute__((aligned(64)));  // zeros: no overflow, no NaN
   float out[256] __attribute__((aligned(64)));
