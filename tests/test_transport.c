@@ -516,15 +516,18 @@ static size_t kv_cache_bad(const float *cache) {
 }
 
 // Side B registers cache as the RMA target and sends A its descriptor.
-static int b_offer_cache(side_t *b, float *cache, rg_transport_region_t **g) {
-  B_OK(
-      rg_transport_region_register(b->ep, cache, dst_region_bytes(), RG_TRANSPORT_WRITE_TARGET, g));
+static int b_offer_region(side_t *b, void *mem, size_t bytes, rg_transport_region_t **g) {
+  B_OK(rg_transport_region_register(b->ep, mem, bytes, RG_TRANSPORT_WRITE_TARGET, g));
   rg_transport_region_desc_t d;
   rg_transport_region_desc(*g, &d);
   uint8_t enc[RG_TRANSPORT_DESC_BYTES];
   rg_transport_desc_encode(&d, enc);
   B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
   return 0;
+}
+
+static int b_offer_cache(side_t *b, float *cache, rg_transport_region_t **g) {
+  return b_offer_region(b, cache, dst_region_bytes(), g);
 }
 
 // Side B for RMA cases: registers the cache, sends its descriptor, then for
@@ -985,12 +988,7 @@ enum { N_HOSTILE = 7 };
 static int b_hostile(side_t *b) {
   uint8_t *cache = calloc(1, 65536);
   rg_transport_region_t *g;
-  B_OK(rg_transport_region_register(b->ep, cache, 65536, RG_TRANSPORT_WRITE_TARGET, &g));
-  rg_transport_region_desc_t d;
-  rg_transport_region_desc(g, &d);
-  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
-  rg_transport_desc_encode(&d, enc);
-  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
+  if (b_offer_region(b, cache, 65536, &g)) return 1;
   for (uint64_t tag = 1; tag <= N_HOSTILE; tag++) {
     char payload[16];
     rg_transport_req_t *r;
@@ -1096,12 +1094,7 @@ TRANSPORT_CASE(hostile_notices_refused) {
 static int b_gather_deadline(side_t *b) {
   uint8_t *cache = calloc(1, 65536);
   rg_transport_region_t *g;
-  B_OK(rg_transport_region_register(b->ep, cache, 65536, RG_TRANSPORT_WRITE_TARGET, &g));
-  rg_transport_region_desc_t d;
-  rg_transport_region_desc(g, &d);
-  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
-  rg_transport_desc_encode(&d, enc);
-  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
+  if (b_offer_region(b, cache, 65536, &g)) return 1;
   char payload[16];
   rg_transport_req_t *r;
   B_OK(rg_transport_recv_notice(b->ep, b->peer, 11, payload, sizeof(payload), "kv prefill → decode",
@@ -1186,12 +1179,7 @@ static int b_dies(side_t *b) {
   // A cache for A's write to aim at once B is gone.
   static uint8_t cache[1 << 16];
   rg_transport_region_t *g;
-  B_OK(rg_transport_region_register(b->ep, cache, sizeof(cache), RG_TRANSPORT_WRITE_TARGET, &g));
-  rg_transport_region_desc_t d;
-  rg_transport_region_desc(g, &d);
-  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
-  rg_transport_desc_encode(&d, enc);
-  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
+  if (b_offer_region(b, cache, sizeof(cache), &g)) return 1;
   B_CHECK(ctl_say(b->ctl, "ready"));
   if (b->ep && rg_transport_kind(b->ep) == RG_TRANSPORT_INPROC) {
     B_CHECK(ctl_expect(b->ctl, "die"));
@@ -1292,12 +1280,7 @@ TRANSPORT_CASE(peer_fail_from_control_plane) {
 static int b_target_only(side_t *b) {
   uint8_t *cache = calloc(1, 1 << 16);
   rg_transport_region_t *g;
-  B_OK(rg_transport_region_register(b->ep, cache, 1 << 16, RG_TRANSPORT_WRITE_TARGET, &g));
-  rg_transport_region_desc_t d;
-  rg_transport_region_desc(g, &d);
-  uint8_t enc[RG_TRANSPORT_DESC_BYTES];
-  rg_transport_desc_encode(&d, enc);
-  B_CHECK(ctl_send(b->ctl, enc, sizeof(enc)));
+  if (b_offer_region(b, cache, 1 << 16, &g)) return 1;
   B_CHECK(ctl_expect(b->ctl, "done"));
   rg_transport_region_deregister(g);
   free(cache);
