@@ -413,14 +413,15 @@ static void crossover(rg_pool_t *pool) {
   free(x), free(y);
 }
 
-// Small batches, n = 8192, k = 2048, from DRAM: weight GB/s (as a share of
+// Small batches at n = 8192, k = 2048 (gate, up) and n = 2048, k = 8192
+// (down: 16 KiB rows, where the tiles stream far less), from DRAM: weight GB/s (as a share of
 // read bandwidth) by m for each path that can run, so tiles_min_m() and
 // DP_MIN_M in ops/cpu/matmul.c can be checked where decode batches live.
 // Each cell is divided by a sum of 256 MiB timed just before it, not by
 // the run's one figure: on a machine shared with other jobs the bandwidth
 // moves by 2x within a run, which had put cells anywhere from 40% to 190%.
-static void small_m(rg_pool_t *pool) {
-  const int64_t n = 8192, k = 2048, ms[] = {1, 2, 3, 4, 5, 6, 8, 12, 16};
+static void small_m_shape(rg_pool_t *pool, int64_t n, int64_t k) {
+  const int64_t ms[] = {1, 2, 3, 4, 5, 6, 8, 12, 16};
   enum { NM = sizeof ms / sizeof ms[0] };
   const size_t sn = ((size_t)256 << 20) / sizeof(float);
   float *a = xmalloc(sn * sizeof(float));
@@ -464,6 +465,11 @@ static void small_m(rg_pool_t *pool) {
   }
   printf("(read bandwidth next to the cells: %.1f to %.1f GB/s)\n", lo / 1e9, hi / 1e9);
   free(x), free(y), free(a);
+}
+
+static void small_m(rg_pool_t *pool) {
+  small_m_shape(pool, 8192, 2048);
+  small_m_shape(pool, 2048, 8192);
 }
 
 // NMSE against the double reference for bf16 weights, per kernel: what

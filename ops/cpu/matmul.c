@@ -785,15 +785,18 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
 // Where the AMX tiles take over from the GEMV kernels (amx level). The
 // tiles run at the same speed however many rows of x there are up to 16
 // (one tile product is 16 rows of x), so from a few rows on they win. bf16
-// weights take them from m = 4: read in place, 32 rows at a time with the
-// next block prefetched in k order, they stream 0.95-1.0 of read bandwidth
-// at every m up to 16. Below that the widening GEMV (4-row tiles, one tile
-// ahead prefetched) streams faster still: bench_matmul --small-m, n = 8192,
-// k = 2048, from DRAM, two runs on a shared Sapphire Rapids VM, share of
-// read bandwidth, GEMV / tiles:
-//           m = 1       2        3        4        5
-//   run 1   107/95   107/97   107/99   103/102   70/102
-//   run 2    89/73    93/82    90/85    86/82    59/84
+// weights take them from m = 5: read in place, 32 rows at a time with the
+// next block prefetched in k order, they stream 0.8-1.0 of read bandwidth
+// at every m up to 16 where rows are 4 KiB (k = 2048), but only 0.55-0.67
+// where they are 16 KiB (k = 8192, the FFN's down projection), against
+// 0.9 for the GEMV up to m = 4 there. Below that the widening GEMV (4-row
+// tiles, one tile ahead prefetched) streams as fast or faster:
+// bench_matmul --small-m, from DRAM, one run on a shared Sapphire Rapids
+// VM, share of read bandwidth, GEMV / tiles:
+//                       m = 1       2        3        4        5
+//   n = 8192, k = 2048    91/107   83/85    85/89    84/82    62/82
+//   n = 2048, k = 8192    97/67    94/63    89/59    90/67    66/63
+//   n = 2048, k = 2048    99/80    82/79    85/78    81/80    61/78
 // (the machine's bandwidth moves between runs, not within one). That keeps
 // batch-1 decode exact in x as well; vdpbf16ps (from DP_MIN_M) never runs
 // where the tiles are. --isa avx512-bf16 or lower keeps the GEMV at every m.
@@ -816,7 +819,7 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
 // the tiles' panel build at m = 12.
 static int64_t tiles_min_m(rg_dtype_t t) {
   static const int64_t min_m[RG_DTYPE_COUNT] = {
-      [RG_F32] = NEVER, [RG_BF16] = 4, [RG_F16] = 5, [RG_Q8_0] = 5, [RG_Q4_K] = 12, [RG_Q6_K] = 12};
+      [RG_F32] = NEVER, [RG_BF16] = 5, [RG_F16] = 5, [RG_Q8_0] = 5, [RG_Q4_K] = 12, [RG_Q6_K] = 12};
   return (unsigned)t < RG_DTYPE_COUNT && min_m[t] ? min_m[t] : NEVER;
 }
 
