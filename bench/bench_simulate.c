@@ -375,9 +375,12 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
     const rg_device_class_t *cls = &classes[k];
     printf("  class %c: local-cpu calibrated by ridge profile: %s\n", 'A' + k, how[k]);
     printf(
-        "    %.3g GB/s read, memory efficiency %.3g, attention %.3g, bf16 compute %.3g / %.3g at "
-        "M = 1 / 256; per stage (call, token, efficiency, first):\n",
-        cls->mem[0].bandwidth / 1e9, cls->eff_memory, cls->eff_attention,
+        "    %.3g GB/s read, memory efficiency %.3g (bf16 at M = 1 / 4 / 8 / 16: %.3g / %.3g / "
+        "%.3g / %.3g), attention %.3g, bf16 compute %.3g / %.3g at M = 1 / 256; per stage "
+        "(call, token, efficiency, first):\n",
+        cls->mem[0].bandwidth / 1e9, cls->eff_memory, rg_class_eff_memory(cls, RG_BF16, 1),
+        rg_class_eff_memory(cls, RG_BF16, 4), rg_class_eff_memory(cls, RG_BF16, 8),
+        rg_class_eff_memory(cls, RG_BF16, 16), cls->eff_attention,
         rg_class_eff_compute(cls, RG_BF16, 1), rg_class_eff_compute(cls, RG_BF16, 256));
     for (int i = 0; i < N_SLOTS; i++) {
       const rg_stage_figures_t *f = &cls->stage[slots[i]];

@@ -168,6 +168,10 @@ static void print_efficiency(const rg_device_class_t *c) {
   printf("\n  What kernels reach (fraction of peak), %s:\n",
          c->eff_source[0] ? c->eff_source : "no source given");
   printf("    memory     %.0f%% of peak bandwidth\n", c->eff_memory * 100);
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)
+    if (c->eff_memory_m[d].n > 0)
+      printf("    %-10s %s of peak bandwidth by GEMM M (its weight stream)\n",
+             rg_dtype_name((rg_dtype_t)d), fmt_curve(&c->eff_memory_m[d], b, sizeof b));
   // The others default to 1 (or, attention, to memory) when not given.
   if (c->eff_attention > 0)
     printf("    attention  %.0f%% of peak bandwidth (decode attention over paged KV)\n",
@@ -333,6 +337,14 @@ static void json_curve(cJSON *o, const char *key, const rg_eff_curve_t *k, int *
 static void json_figures(cJSON *o, const rg_device_class_t *c, int *bad) {
   cJSON *e = rg_json_obj(o, "efficiency", bad);
   rg_json_num(e, "memory", c->eff_memory, bad);
+  int n_mem = 0;
+  for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++) n_mem += c->eff_memory_m[d].n > 0;
+  if (n_mem) {
+    cJSON *mm = rg_json_obj(e, "memory_by_m", bad);
+    for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)
+      if (c->eff_memory_m[d].n > 0)
+        json_curve(mm, rg_dtype_name((rg_dtype_t)d), &c->eff_memory_m[d], bad);
+  }
   cJSON *cc = rg_json_obj(e, "compute", bad);
   json_curve(cc, "all", &c->eff_compute_all, bad);
   for (int d = 0; d < RG_DTYPE_COMPUTE_COUNT; d++)

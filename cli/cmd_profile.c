@@ -50,7 +50,7 @@ static void usage(FILE *f) {
           "  --model M     whose layer shapes to measure: a name in configs/models, a model\n"
           "                YAML, a config.json or a model folder (default: the 1b test model,\n"
           "                Llama-3.2-1B's shapes)\n"
-          "  --quick       a few seconds: M = 1, 16, 256, smaller buffers (the full profile\n"
+          "  --quick       a few seconds: M = 1, 4, 8, 16, 256, smaller buffers (the full profile\n"
           "                takes under a minute)\n"
           "  --threads N   CPU threads (default 0: one per core)\n"
           "  --json        the measurements and the derived class as JSON on stdout\n"
@@ -493,6 +493,7 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
         cJSON *q = rg_json_push_obj(p, &bad);
         rg_json_num(q, "m", (double)k->m[j], &bad);
         rg_json_num(q, "efficiency", k->eff[j], &bad);
+        if (j < k->n_mem) rg_json_num(q, "memory_efficiency", k->mem[j], &bad);
       }
     }
   }

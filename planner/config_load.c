@@ -421,8 +421,8 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
   const rg_node_t *e;
   RG_RETURN_IF_ERROR(rg_want(root, "efficiency", "device class", 0, NULL, &e));
   if (!e) return NULL;
-  static const char *const keys[] = {"compute", "memory", "attention", "link",
-                                     "experts", "source", NULL};
+  static const char *const keys[] = {"compute", "memory",  "memory_by_m", "attention",
+                                     "link",    "experts", "source",      NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(e, keys, "efficiency"));
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "memory", &c->eff_memory));
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "attention", &c->eff_attention));
@@ -430,6 +430,24 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "experts", &c->eff_experts));
   RG_RETURN_IF_ERROR(rg_read_text(e, "efficiency", "efficiency", "source", 0, c->eff_source,
                                   sizeof(c->eff_source)));
+  const rg_node_t *mn;
+  RG_RETURN_IF_ERROR(rg_want(e, "memory_by_m", "efficiency", 0, NULL, &mn));
+  if (mn && mn->kind != RG_NODE_MAP)
+    return rg_status_at(RG_INVALID_ARGUMENT, &mn->pos,
+                        "efficiency.memory_by_m: expected a mapping of dtype to a curve of GEMM M "
+                        "to fraction, like '{ bf16: { 1: 0.98, 8: 0.8 } }'");
+  if (mn) {
+    const char *mkeys[RG_DTYPE_COMPUTE_COUNT + 2];
+    fill_dtype_keys(mkeys, NULL);
+    RG_RETURN_IF_ERROR(rg_node_check_keys(mn, mkeys, "efficiency.memory_by_m"));
+    for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) {
+      const rg_node_t *k = rg_node_get(mn, mkeys[t]);
+      if (!k) continue;
+      char label[64];
+      rg_label(label, sizeof label, "efficiency.memory_by_m", mkeys[t]);
+      RG_RETURN_IF_ERROR(rg_read_curve(k, label, &c->eff_memory_m[t]));
+    }
+  }
   const rg_node_t *cn;
   RG_RETURN_IF_ERROR(rg_want(e, "compute", "efficiency", 0, NULL, &cn));
   if (!cn) return NULL;
@@ -523,6 +541,13 @@ double rg_class_eff_compute(const rg_device_class_t *c, rg_dtype_t t, double m) 
   if ((unsigned)t < RG_DTYPE_COMPUTE_COUNT && c->eff_compute[t].n > 0)
     return rg_eff_curve_at(&c->eff_compute[t], m);
   return rg_eff_curve_at(&c->eff_compute_all, m);
+}
+
+double rg_class_eff_memory(const rg_device_class_t *c, rg_dtype_t t, double m) {
+  if ((unsigned)t < RG_DTYPE_COUNT) t = rg_dtype_compute(t);
+  if ((unsigned)t < RG_DTYPE_COMPUTE_COUNT && c->eff_memory_m[t].n > 0)
+    return rg_eff_curve_at(&c->eff_memory_m[t], m < 1 ? 1 : m);
+  return c->eff_memory;
 }
 
 // The defaults a class without `efficiency:` gets: the roofline scaled by

@@ -235,7 +235,7 @@ static void kernel_eff(const rg_device_class_t *c, rg_dtype_t dt, double m, doub
 
 static void kernel(const rg_device_class_t *c, rg_dtype_t dt, double m, double flops, double bytes,
                    stage_t *s) {
-  kernel_eff(c, dt, m, flops, bytes, c->eff_memory, s);
+  kernel_eff(c, dt, m, flops, bytes, rg_class_eff_memory(c, dt, m), s);
 }
 
 _Static_assert(RG_SLOT_EMBED == 0 && RG_SLOT_ATTENTION == 1 && RG_SLOT_FFN == 2 &&
@@ -365,7 +365,8 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
   if (runs[RG_SLOT_EMBED]) {
     const rg_stage_cost_t *e = cs->embed;
     c0 = out->comp, m0 = out->mem;
-    kernel(c, wdt, Ta, 0, (e->weight_bytes + e->act_bytes) * scale / tp, out);
+    // A gather of rows, not a GEMM: the plain streaming efficiency.
+    kernel_eff(c, wdt, Ta, 0, (e->weight_bytes + e->act_bytes) * scale / tp, c->eff_memory, out);
     slot_figures(c, RG_SLOT_EMBED, c0, m0, 1, Ta, out);
   }
   if (runs[RG_SLOT_ATTENTION]) {
@@ -421,7 +422,7 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
       kernel_scaled(
           c, wdt, m * imb, flops_tok * T * n_moe * fs / ep * imb,
           n_moe * fs * (per_dev * touched * expert_bytes + (act_tok + permute) * T / ep * imb),
-          c->eff_memory, c->eff_experts > 0 ? c->eff_experts : 1, out);
+          rg_class_eff_memory(c, wdt, m * imb), c->eff_experts > 0 ? c->eff_experts : 1, out);
     }
     slot_figures(c, RG_SLOT_FFN, c0, m0, Ls, Ta, out);
   }

@@ -113,6 +113,12 @@ struct rg_device_class_s {
   rg_eff_curve_t eff_compute[RG_DTYPE_COMPUTE_COUNT];
   rg_eff_curve_t eff_compute_all;
   double eff_memory;
+  // The weight stream's fraction of bandwidth by GEMM M, per dtype
+  // (`efficiency: memory_by_m:`, written by `ridge profile`): a part's
+  // batch-1 kernel and its batch kernels need not stream alike (on the CPU
+  // the GEMV reads ~1.0 of bandwidth at M = 1, the AMX tiles 0.6-0.9 from
+  // M = 5). A dtype without a curve streams at eff_memory at every M.
+  rg_eff_curve_t eff_memory_m[RG_DTYPE_COMPUTE_COUNT];
   // Decode attention gathers paged KV blocks rather than streaming one
   // matrix, and reaches less of the bandwidth (0: as eff_memory).
   double eff_attention;
@@ -153,6 +159,9 @@ double rg_class_peak(const rg_device_class_t *c, rg_dtype_t t);
 double rg_class_ridge(const rg_device_class_t *c, rg_dtype_t t);
 // Compute efficiency of a GEMM of M tokens in dtype t on class c.
 double rg_class_eff_compute(const rg_device_class_t *c, rg_dtype_t t, double m);
+// Fraction of bandwidth the weight stream of a GEMM of M tokens in dtype t
+// reaches: its memory_by_m curve, else eff_memory.
+double rg_class_eff_memory(const rg_device_class_t *c, rg_dtype_t t, double m);
 double rg_eff_curve_at(const rg_eff_curve_t *curve, double m);
 
 typedef struct {

@@ -53,8 +53,8 @@ typedef struct {
 } plan_t;
 
 static const plan_t full_plan = {
-    .n_m = 7,
-    .m = {1, 4, 16, 64, 256, 1024, 4096},
+    .n_m = 8,
+    .m = {1, 4, 8, 16, 64, 256, 1024, 4096},
     .n_shapes = 7,
     .footprint = (size_t)256 << 20,
     .point_s = 0.25,
@@ -70,8 +70,8 @@ static const plan_t full_plan = {
 };
 
 static const plan_t quick_plan = {
-    .n_m = 3,
-    .m = {1, 16, 256},
+    .n_m = 5,
+    .m = {1, 4, 8, 16, 256},
     .n_shapes = 7,
     .footprint = (size_t)64 << 20,
     .point_s = 0.02,
@@ -94,6 +94,9 @@ typedef struct {
   int step, total;
   enum { DRV_OTHER, DRV_CPU, DRV_OPENCL, DRV_CUDA } drv;
   size_t footprint;  // the plan's, or more where the host's cache is larger
+  // Weights the decode points (M <= RG_PROFILE_MEM_MAX_M) cycle through:
+  // the footprint, or past the host's cache in a quick profile too.
+  size_t mem_footprint;
 } prof_t;
 
 static void progress(prof_t *P, const char *fmt, ...) RG_PRINTF(2, 3);
@@ -485,7 +488,8 @@ static void layer_shapes(const rg_profile_result_t *r, shape_t out[7]) {
 typedef struct {
   rg_buffer_t *w[MAX_COPIES][7];
   size_t wbytes[7];
-  int copies;
+  int copies;  // copies allocated, spanning the decode points' footprint
+  int small;   // of which the first `small` span the plan's (points past M = 16)
   rg_buffer_t *x, *y;
 } weights_t;
 
@@ -532,9 +536,12 @@ static rg_status_t weights_init(prof_t *P, rg_queue_t *q, rg_dtype_t t, const sh
     if (!s) s = rg_buffer_write(W->w[0][i], 0, packed, W->wbytes[i]);
     set += W->wbytes[i];
   }
-  W->copies = set ? (int)((P->footprint + set - 1) / set) : 1;
+  W->copies = set ? (int)((P->mem_footprint + set - 1) / set) : 1;
   if (W->copies > MAX_COPIES) W->copies = MAX_COPIES;
   if (W->copies < 1) W->copies = 1;
+  W->small = set ? (int)((P->footprint + set - 1) / set) : 1;
+  if (W->small > W->copies) W->small = W->copies;
+  if (W->small < 1) W->small = 1;
   for (int c = 1; c < W->copies && !s; c++)
     for (int i = 0; i < n_sh && !s; i++) {
       s = rg_buffer_alloc(P->dev, W->wbytes[i], &W->w[c][i]);
@@ -570,13 +577,13 @@ static rg_op_t matmul_op(const weights_t *W, int c, int i, const shape_t *sh, rg
 // time is up; *out_done says whether all rounds ran. Without, the rounds
 // go back to back and only the end is waited for: a GPU streams one layer
 // at m = 1 in tens of microseconds, about what a wait costs.
-static rg_status_t run_rounds(rg_queue_t *q, const weights_t *W, const shape_t *sh, int n_sh,
-                              rg_dtype_t t, int64_t m, long from, long to, double t0, double budget,
-                              double *flops, double *bytes, int *out_done) {
+static rg_status_t run_rounds(rg_queue_t *q, const weights_t *W, int copies, const shape_t *sh,
+                              int n_sh, rg_dtype_t t, int64_t m, long from, long to, double t0,
+                              double budget, double *flops, double *bytes, int *out_done) {
   *out_done = 0;
   for (long rd = from; rd < to; rd++)
     for (int i = 0; i < n_sh; i++) {
-      rg_op_t op = matmul_op(W, (int)(rd % W->copies), i, sh, t, m);
+      rg_op_t op = matmul_op(W, (int)(rd % copies), i, sh, t, m);
       RG_RETURN_IF_ERROR(rg_queue_submit(q, &op));
       *flops += 2.0 * (double)m * (double)sh[i].n * (double)sh[i].k;
       *bytes += (double)W->wbytes[i];
@@ -601,19 +608,23 @@ static rg_status_t sweep_point(prof_t *P, rg_queue_t *q, const weights_t *W, con
   rg_op_t op = matmul_op(W, 0, 1, sh, t, m);
   RG_RETURN_IF_ERROR(rg_queue_submit(q, &op));
   RG_RETURN_IF_ERROR(rg_queue_wait(q));
+  // Decode points stream the weights, from memory as a model's layers do;
+  // larger M reuse them and need no more than the plan's footprint.
+  const int copies = m <= RG_PROFILE_MEM_MAX_M ? W->copies : W->small;
   double budget = P->p->point_s, flops = 0, bytes = 0, start = rg_clock_now();
   int done;
   RG_RETURN_IF_ERROR(
-      run_rounds(q, W, sh, n_sh, t, m, 0, W->copies, start, budget, &flops, &bytes, &done));
+      run_rounds(q, W, copies, sh, n_sh, t, m, 0, copies, start, budget, &flops, &bytes, &done));
   double dt = rg_clock_now() - start;
   *flops_s = flops / dt;
   *bytes_s = bytes / dt;
   if (!done) return NULL;
-  long rounds = (long)ceil(budget / 8 / (dt / W->copies));
+  long rounds = (long)ceil(budget / 8 / (dt / copies));
   if (rounds < 1) rounds = 1;
-  for (long next = W->copies; rg_clock_now() - start < budget; next += rounds) {
+  for (long next = copies; rg_clock_now() - start < budget; next += rounds) {
     double f = 0, b = 0, t0 = rg_clock_now();
-    RG_RETURN_IF_ERROR(run_rounds(q, W, sh, n_sh, t, m, next, next + rounds, t0, 0, &f, &b, &done));
+    RG_RETURN_IF_ERROR(
+        run_rounds(q, W, copies, sh, n_sh, t, m, next, next + rounds, t0, 0, &f, &b, &done));
     double d = rg_clock_now() - t0;
     if (f / d > *flops_s) {
       *flops_s = f / d;
@@ -787,6 +798,12 @@ static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
       c->m[j] = mm->m[j];
       c->eff[j] = clamp_eff(mm->flops[j] / c->peak);
     }
+    // The stream by M where decode batches live: a CPU's batch-1 GEMV and
+    // its batch kernels read the weights at different rates, which one
+    // eff_memory cannot say (it priced batch 8 at batch 1's rate).
+    if (d->eff_memory > 0 && mm->m[0] == 1)
+      for (int j = 0; j < mm->n && mm->m[j] <= RG_PROFILE_MEM_MAX_M; j++)
+        c->mem[c->n_mem++] = clamp_eff(mm->stream[j] / d->bandwidth);
   }
 }
 
@@ -820,7 +837,8 @@ static size_t host_cache_bytes(void) {
 
 static const struct {
   int seqs, tokens, context;
-} stage_shapes[RG_PROFILE_STAGE_SHAPES] = {{1, 1, 64}, {4, 1, 64}, {1, 16, 0}, {1, 64, 0}};
+} stage_shapes[RG_PROFILE_STAGE_SHAPES] = {
+    {1, 1, 64}, {4, 1, 64}, {8, 1, 64}, {1, 16, 0}, {1, 64, 0}};
 
 static int cmp_dbl(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -861,12 +879,12 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   // Done twice: the first step of a fresh engine pays what a worker's first
   // step pays once (kernel builds at first enqueue, first touches), the
   // second does not.
-  rg_engine_entry_t fill[4];
-  for (int q = 0; q < 4; q++) fill[q] = (rg_engine_entry_t){0, 64, toks, tables[q], 4, 1};
+  rg_engine_entry_t fill[8];
+  for (int q = 0; q < 8; q++) fill[q] = (rg_engine_entry_t){0, 64, toks, tables[q], 4, 1};
   for (int pass = 0; pass < 2; pass++) {
     for (size_t i = 0; i < rg_engine_stage_count(e); i++)
       rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
-    if ((st = rg_engine_forward(e, fill, 4, logits))) goto fail;
+    if ((st = rg_engine_forward(e, fill, 8, logits))) goto fail;
     for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
       const rg_stage_t *sg = rg_engine_stage_at(e, i);
       int slot = rg_slot_of_stage(rg_stage_spec(sg)->kind);
@@ -1101,6 +1119,9 @@ void rg_profile_apply(const rg_profile_result_t *r, rg_device_class_t *c) {
     rg_eff_curve_t *e = &c->eff_compute[cv->compute];
     e->n = cv->n;
     for (int j = 0; j < cv->n; j++) e->pt[j].m = (double)cv->m[j], e->pt[j].eff = cv->eff[j];
+    rg_eff_curve_t *em = &c->eff_memory_m[cv->compute];
+    em->n = cv->n_mem;
+    for (int j = 0; j < cv->n_mem; j++) em->pt[j].m = (double)cv->m[j], em->pt[j].eff = cv->mem[j];
   }
   if (d->bandwidth > 0 && c->n_mem > 0) c->mem[0].bandwidth = d->bandwidth;
   if (d->eff_memory > 0) c->eff_memory = d->eff_memory;
@@ -1185,6 +1206,17 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
     P.footprint = 2 * host_cache_bytes();
   if (info->memory && P.footprint > info->memory / 8) P.footprint = (size_t)(info->memory / 8);
   r->footprint = P.footprint;
+  // The decode points go past the cache in a quick profile too: with one
+  // layer of the 1b model's weights (121 MiB bf16) in this VM's cache, its
+  // AMX tiles read 0.95 of bandwidth at M = 8, against 0.6-0.8 from memory
+  // in a real run (memory_by_m).
+  P.mem_footprint = P.footprint;
+  if (host_memory_device(info) && 2 * host_cache_bytes() > P.mem_footprint)
+    P.mem_footprint = 2 * host_cache_bytes();
+  if (info->memory && P.mem_footprint > info->memory / 8)
+    P.mem_footprint = (size_t)(info->memory / 8);
+  if (P.mem_footprint < P.footprint) P.mem_footprint = P.footprint;
+  r->mem_footprint = P.mem_footprint;
   P.total = 1 + 1 + 3 + 1 + 1 + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m) +
             (opts->stage_model != NULL);
   for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
@@ -1263,12 +1295,18 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
           r->quick ? "Quick" : "Full", r->seconds, r->model, (long long)r->d_model,
           (long long)r->n_heads, (long long)r->n_kv_heads, (long long)r->head_dim,
           (long long)r->d_ff);
-  char fp[32];
-  fprintf(f, "# Weights cycled through %s%s.\n",
-          rg_fmt_bytes_iec((double)r->footprint, fp, sizeof fp),
-          r->quick ? " (quick: a large cache may hold them, so m = 1 may read high; the full "
-                     "profile cycles them through more than the host's cache)"
-                   : "");
+  char fp[32], fp2[32];
+  if (r->mem_footprint > r->footprint)
+    fprintf(f, "# Weights cycled through %s at M <= %d, %s past it%s.\n",
+            rg_fmt_bytes_iec((double)r->mem_footprint, fp, sizeof fp), RG_PROFILE_MEM_MAX_M,
+            rg_fmt_bytes_iec((double)r->footprint, fp2, sizeof fp2),
+            r->quick ? " (quick: the larger M reuse their weights)" : "");
+  else
+    fprintf(f, "# Weights cycled through %s%s.\n",
+            rg_fmt_bytes_iec((double)r->footprint, fp, sizeof fp),
+            r->quick ? " (quick: a large cache may hold them, so m = 1 may read high; the full "
+                       "profile cycles them through more than the host's cache)"
+                     : "");
   fprintf(f,
           "# The figures below replace the datasheet's (%s); the rest of the class stays as it "
           "gives them.\n#\n# Measured:\n",
@@ -1323,6 +1361,14 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
               rg_dtype_name(c->compute));
   }
   if (d->eff_memory_why[0]) fprintf(f, "# efficiency.memory: %s.\n", d->eff_memory_why);
+  for (int i = 0, first = 1; i < RG_PROFILE_DTYPES; i++)
+    if (d->curve[i].n_mem > 0 && first) {
+      fprintf(f,
+              "# efficiency.memory_by_m: each type's weight stream at GEMM M up to %d over the "
+              "read bandwidth (a decode batch's kernel need not stream as batch 1's does).\n",
+              RG_PROFILE_MEM_MAX_M);
+      first = 0;
+    }
   if (d->eff_attention > 0) fprintf(f, "# efficiency.attention: %s.\n", d->eff_attention_why);
   if (d->layer >= 0 && !d->have_stages)
     fprintf(f,
@@ -1342,7 +1388,7 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
             "#   token x tokens) (calls: %lld layers for attention and ffn, 1 for embed and "
             "lm_head)\n"
             "#   (the efficiency factor is not fitted: see runtime/profile.h);\n"
-            "#   first: the fresh engine's first step (4 prompts of 64) less the same step again.\n"
+            "#   first: the fresh engine's first step (8 prompts of 64) less the same step again.\n"
             "#   measured / fitted:\n",
             S->model, r->device, S->reps, (long long)S->layers);
     for (int k = 0; k < S->n; k++) {
@@ -1385,6 +1431,19 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
     fprintf(f, "efficiency:\n");
     if (d->eff_memory > 0) fprintf(f, "  memory: %.3g\n", d->eff_memory);
     if (d->eff_attention > 0) fprintf(f, "  attention: %.3g\n", d->eff_attention);
+    int n_mem = 0;
+    for (int i = 0; i < RG_PROFILE_DTYPES; i++) n_mem += d->curve[i].n_mem > 0;
+    if (n_mem) {
+      fprintf(f, "  memory_by_m:\n");
+      for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
+        const rg_profile_curve_t *c = &d->curve[i];
+        if (c->n_mem == 0) continue;
+        fprintf(f, "    %s: {", rg_dtype_name(c->compute));
+        for (int j = 0; j < c->n_mem; j++)
+          fprintf(f, "%s %lld: %.3g", j ? "," : "", (long long)c->m[j], c->mem[j]);
+        fprintf(f, " }\n");
+      }
+    }
     if (n_curves) {
       fprintf(f, "  compute:\n");
       for (int i = 0; i < RG_PROFILE_DTYPES; i++) {

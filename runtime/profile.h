@@ -126,9 +126,9 @@ typedef struct {
   int threads;  // CPU threads for the stages' engine; 0: one per core
 } rg_profile_options_t;
 
-// The stage shapes timed: decodes of 1 and 4 sequences, prefills of 16 and
-// 64 tokens.
-#define RG_PROFILE_STAGE_SHAPES 4
+// The stage shapes timed: decodes of 1, 4 and 8 sequences, prefills of 16
+// and 64 tokens.
+#define RG_PROFILE_STAGE_SHAPES 5
 typedef struct {
   int seqs, tokens;                // sequences, and new tokens each
   int64_t context;                 // positions cached before them
@@ -179,7 +179,14 @@ typedef struct {
   char why[320];       // which peak, and why ("the class publishes no f16 peak")
   int64_t m[RG_PROFILE_MAX_M];
   double eff[RG_PROFILE_MAX_M];  // in (0, 1]
+  // The weight stream over the bandwidth at the first n_mem points (those
+  // of M <= RG_PROFILE_MEM_MAX_M, decode batches), in (0, 1]; 0 points
+  // where the stream could not be told from the cache's (a quick profile on
+  // a large cache) or no bandwidth was measured.
+  int n_mem;
+  double mem[RG_PROFILE_MAX_M];
 } rg_profile_curve_t;
+#define RG_PROFILE_MEM_MAX_M 16
 
 typedef struct {
   int have_class;
@@ -202,9 +209,10 @@ typedef struct {
   char model[64];         // whose shapes were measured
   int64_t d_model, n_heads, n_kv_heads, head_dim, d_ff;
   int quick;
-  size_t footprint;  // bytes of weights the matmuls cycle through
-  int threads;       // CPU: threads of its pool; 0 otherwise
-  double seconds;    // the profile's wall time
+  size_t footprint;      // bytes of weights the matmuls cycle through
+  size_t mem_footprint;  // the same for the points of M <= RG_PROFILE_MEM_MAX_M
+  int threads;           // CPU: threads of its pool; 0 otherwise
+  double seconds;        // the profile's wall time
   rg_profile_bw_t read, write, copy, to_device, to_host;
   double launch;  // seconds per op; 0: not measured
   char launch_reason[200];

@@ -227,6 +227,44 @@ RG_TEST(configs_efficiency_and_tf32_read) {
   free(c);
 }
 
+// efficiency.memory_by_m: a curve per dtype, and each mistake named where it is.
+RG_TEST(configs_memory_by_m_read_and_refused) {
+  static const char *const head =
+      "name: x\n"
+      "kind: accelerator\n"
+      "peak: { bf16: 200 TFLOPS }\n"
+      "memory: [ { name: hbm, capacity: 1 GB, bandwidth: 1 TB/s } ]\n"
+      "power: 1 W\n"
+      "price: $1/h\n";
+  static const struct {
+    const char *eff, *err;
+  } cases[] = {
+      {"efficiency: { memory: 0.9, memory_by_m: { bf16: { 1: 0.95, 8: 0.6 } } }\n", NULL},
+      {"efficiency: { memory_by_m: 0.5 }\n",
+       "x.yaml:7:28: efficiency.memory_by_m: expected a mapping of dtype to a curve"},
+      {"efficiency: { memory_by_m: { bf17: 0.5 } }\n", "bf17"},
+      {"efficiency: { memory_by_m: { bf16: { 1: 1.5 } } }\n", "efficiency.memory_by_m.bf16.1"},
+      {"efficiency: { memory_by_m: { bf16: { 8: 0.5, 1: 0.9 } } }\n",
+       "M 1 does not follow 8; list points by increasing M"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char text[512], path[512];
+    snprintf(text, sizeof text, "%s%s", head, cases[i].eff);
+    write_file(t, "x.yaml", text, path, sizeof(path));
+    rg_device_class_t *c = NULL;
+    if (!cases[i].err) {
+      RG_REQUIRE_OK(rg_device_class_load(path, &c));
+      RG_CHECK(c->eff_memory_m[RG_BF16].n == 2);
+      RG_CHECK_NEAR(rg_class_eff_memory(c, RG_BF16, 8), 0.6, 1e-12);
+      RG_CHECK_NEAR(rg_class_eff_memory(c, RG_BF16, 2), 0.95 - 0.35 / 3, 1e-9);
+      RG_CHECK_NEAR(rg_class_eff_memory(c, RG_F32, 8), 0.9, 1e-12);
+      free(c);
+      continue;
+    }
+    RG_CHECK_ERR(rg_device_class_load(path, &c), cases[i].err);
+  }
+}
+
 RG_TEST(configs_fleets_all_load) {
   rg_catalog_t *cat;
   RG_REQUIRE_OK(rg_catalog_load(rg_test_config_dir(), &cat));

@@ -641,6 +641,39 @@ RG_TEST(planner_pareto_curves_trade_users_for_devices) {
     rg_test_fail(t, __FILE__, __LINE__, "labels overlap at '%s'", which);
 }
 
+// ----- The weight stream by M -------------------------------------------------------
+
+// memory_by_m prices a GEMM's weight bytes at its own M's share of the
+// bandwidth: a decode batch of 8 whose kernel streams at half batch 1's rate
+// reads its (memory-bound) weights in twice the time; batch 1, and a dtype
+// without a curve, keep `memory`.
+RG_TEST(planner_memory_by_m_prices_each_batch_at_its_stream) {
+  const char *dir = calibrated_config(
+      t,
+      "name: h100-sxm\n"
+      "measured: { by: ridge profile, date: 2025-06-01, device: 'cuda:0 NVIDIA H100 80GB HBM3' }\n"
+      "efficiency: { memory: 0.9, memory_by_m: { bf16: { 1: 0.9, 8: 0.45 } } }\n");
+  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
+  RG_REQUIRE(f->cat);
+  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
+  RG_REQUIRE(c && c->calibrated);
+  RG_CHECK_NEAR(rg_class_eff_memory(c, RG_BF16, 1), 0.9, 1e-12);
+  RG_CHECK_NEAR(rg_class_eff_memory(c, RG_BF16, 8), 0.45, 1e-12);
+  RG_CHECK_NEAR(rg_class_eff_memory(c, RG_BF16, 64), 0.45, 1e-12);       // flat past the end
+  RG_CHECK_NEAR(rg_class_eff_memory(c, RG_BF16, sqrt(8)), 0.675, 1e-9);  // log-interpolated
+  RG_CHECK_NEAR(rg_class_eff_memory(c, RG_F16, 8), 0.9, 1e-12);          // no curve
+  rg_device_class_t z = *c;
+  memset(z.eff_memory_m, 0, sizeof z.eff_memory_m);
+  rg_group_t g = {"main", c, 1, 1, 1, 1}, g0 = {"main", &z, 1, 1, 1, 1};
+  double t1, t1z, t8, t8z;
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_FFN, RG_PHASE_DECODE, 1, 1, 64, 0, &t1));
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g0, RG_SLOT_FFN, RG_PHASE_DECODE, 1, 1, 64, 0, &t1z));
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_FFN, RG_PHASE_DECODE, 8, 1, 64, 0, &t8));
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g0, RG_SLOT_FFN, RG_PHASE_DECODE, 8, 1, 64, 0, &t8z));
+  RG_CHECK_NEAR(t1, t1z, 1e-12 * t1);
+  RG_CHECK(t8 / t8z > 1.95 && t8 / t8z <= 2.0);  // the activations' bytes are a sliver
+}
+
 // ----- Per-stage figures ------------------------------------------------------------
 
 static const char *const staged_h100 =

@@ -246,6 +246,20 @@ static void check_loaded(rg_test_ctx_t *t, const char *dir, const cJSON *j) {
         cJSON_GetArrayItem(cJSON_GetObjectItem(cv, "points"),
                            cJSON_GetArraySize(cJSON_GetObjectItem(cv, "points")) - 1);
     RG_CHECK_NEAR(rg_class_eff_compute(c, ct, num(last, "m")), num(last, "efficiency"), 0.006);
+    // The weight stream by M, at the decode points (M <= 16) and only there.
+    const cJSON *pt;
+    int n_mem = 0;
+    cJSON_ArrayForEach(pt, cJSON_GetObjectItem(cv, "points")) {
+      double me = num(pt, "memory_efficiency"), m = num(pt, "m");
+      if (isnan(me)) {
+        RG_CHECK(m > 16 || c->eff_memory_m[ct].n == 0);
+        continue;
+      }
+      n_mem++;
+      RG_CHECK(m <= 16 && me > 0 && me <= 1);
+      RG_CHECK_NEAR(rg_class_eff_memory(c, ct, m), me, 0.006);
+    }
+    RG_CHECK(c->eff_memory_m[ct].n == n_mem);
   }
   rg_catalog_destroy(cat);
 }
@@ -282,6 +296,13 @@ RG_TEST(profile_cpu_quick_calibrates_the_class) {
   RG_CHECK_CONTAINS(text, "#   f32   of the ");
   RG_CHECK_CONTAINS(text, "#   int8  of the ");
   RG_CHECK_CONTAINS(text, "measured on q8_0");
+  // Decode points past the host's cache, the rest in the quick footprint.
+  // (where the host's cache is larger than the quick footprint).
+  RG_CHECK(strstr(text, " at M <= 16, 64.0 MiB past it") ||
+           strstr(text, "# Weights cycled through 64.0 MiB (quick"));
+  // Written where the m = 1 stream is (it is the curve's first point).
+  RG_CHECK((strstr(text, "\nefficiency:\n  memory: ") != NULL) ==
+           (strstr(text, "\n  memory_by_m:\n    f32: { 1: ") != NULL));
   RG_CHECK_CONTAINS(text, "\nstages:\n  embed: { call: ");
   RG_CHECK_CONTAINS(text, "# stages: testmodel-llama-tiny");
   free(text);
