@@ -253,9 +253,12 @@ static rg_status_t calibrated_cpu(const rg_catalog_t *cat, int refresh, const ch
   else
     snprintf(dir, sizeof dir, "%s/.cache/ridge/calibrated/cpu-0", home && *home ? home : "/tmp");
   snprintf(path, sizeof path, "%s/local-cpu.yaml", dir);
-  struct stat sb;
+  // Reused as `ridge run` reuses it: younger than a day and than this
+  // build (a rebuild changes the kernels it measured).
+  struct stat sb, exe;
   if (!stage_model && !refresh && stat(path, &sb) == 0 &&
-      difftime(time(NULL), sb.st_mtime) < 86400) {
+      difftime(time(NULL), sb.st_mtime) < 86400 &&
+      (stat("/proc/self/exe", &exe) != 0 || sb.st_mtime >= exe.st_mtime)) {
     rg_device_class_t tmp = *out;
     rg_status_t st = rg_device_class_calibrate(&tmp, path);
     if (!st) {
