@@ -530,11 +530,14 @@ RG_TEST(matmul_kquant_accuracy_of_int16_x) {
         *ref = malloc(M * N * sizeof(float));
   RG_REQUIRE(x && y && ref);
   static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K, RG_Q8_0};
-  for (size_t ti = 0; ti < COUNT(types); ti++) {
-    const int64_t m = types[ti] == RG_Q8_0 ? 2 : M;  // q8_0 takes it up to m = 2
-    void *wd = make_weight(types[ti], N, K, &seed);
+  // m = 1 runs its own kernel for the k-quants (x as two int8 terms on
+  // vpdpbusd), from the same int16 x.
+  for (size_t ti = 0; ti < 2 * COUNT(types); ti++) {
+    const rg_dtype_t type = types[ti / 2];
+    const int64_t m = ti % 2 ? 1 : type == RG_Q8_0 ? 2 : M;  // q8_0 takes it up to m = 2
+    void *wd = make_weight(type, N, K, &seed);
     RG_REQUIRE(wd);
-    rg_wmat_t w = {wd, types[ti], N, K};
+    rg_wmat_t w = {wd, type, N, K};
     for (int outlier = 0; outlier < 2; outlier++) {
       for (int i = 0; i < M * K; i++)
         x[i] = rng_uniform(&seed) * (outlier && i % 256 == 100 ? 20.0f : 1.0f);
@@ -555,7 +558,8 @@ RG_TEST(matmul_kquant_accuracy_of_int16_x) {
 
 // A NaN or inf in a row of x must make that row's outputs non-finite, as
 // exact arithmetic would, and leave the other rows alone: the quantizer must
-// not turn them into ordinary int16 values.
+// not turn them into ordinary int16 values. Each row alone too (m = 1 has its
+// own kernel).
 RG_TEST(matmul_kquant_int16_x_keeps_nan_and_inf) {
   rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16, .path = RG_MATMUL_GEMV};
   if (!int16_kernel_runs(t, RG_Q4_K, &o)) return;
@@ -575,6 +579,14 @@ RG_TEST(matmul_kquant_int16_x_keeps_nan_and_inf) {
       RG_CHECK(!isfinite(y[0 * N + j]));
       RG_CHECK(isfinite(y[1 * N + j]));
       RG_CHECK(!isfinite(y[2 * N + j]));
+    }
+    for (int i = 0; i < M; i++) {
+      float y1[N];
+      RG_REQUIRE_OK(rg_matmul_ex(NULL, x + i * K, 1, &w, NULL, y1, &o));
+      for (int j = 0; j < N; j++)
+        if (!isfinite(y1[j]) != (i != 1))
+          rg_test_fail(t, __FILE__, __LINE__, "%s: row %d alone, output %d is %g",
+                       rg_matmul_kernel_name_ex(&w, 1, &o), i, j, (double)y1[j]);
     }
     free(wd);
   }

@@ -297,6 +297,99 @@ void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
   }
 }
 
+// ---- m = 1: x as two int8 terms on vpdpbusd ------------------------------------
+
+// x at m = 1 for the vpdpbusd kernels: each int16 xq split exactly into xq =
+// 256 h + l, h = xq >> 8 (signed, -128..127) and l = xq & 255 (unsigned),
+// per super-block 256 bytes of h then 256 of l, the groups of 32 in the order
+// the weight type's vectors hold them (rg__x8_order), so that a 64-byte load
+// of x meets a 64-byte vector of quants.
+__attribute__((target(T_AVX512))) void rg__prepare_x8(const int16_t *xq, int64_t nb,
+                                                      rg_dtype_t type, int8_t *x8) {
+  // q4_K's nibbles: a 64-byte load holds groups g and g + 2 (low nibbles of
+  // two 32-byte runs) or g + 1 and g + 3 (high nibbles).
+  static const int q4[8] = {0, 2, 1, 3, 4, 6, 5, 7}, id[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  const int *order = type == RG_Q4_K ? q4 : id;
+  const __m512i lo8 = _mm512_set1_epi16(0xff);
+  for (int64_t b = 0; b < nb; b++)
+    for (int s = 0; s < 8; s++) {
+      __m512i v = _mm512_loadu_si512(xq + 256 * b + 32 * order[s]);
+      _mm256_storeu_si256((__m256i *)(x8 + 512 * b + 32 * s),
+                          _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+      _mm256_storeu_si256((__m256i *)(x8 + 512 * b + 256 + 32 * s),
+                          _mm512_cvtepi16_epi8(_mm512_and_si512(v, lo8)));
+    }
+}
+
+// One q4_K weight row against one row of x split as above. Per 64 quants
+// (the low or high nibbles of 64 bytes, two sub-blocks of 32, used as
+// stored, unsigned): h = vpdpbusd(quants, xh) and l = vpdpbusd(xl, quants),
+// each lane 4 products of one sub-block; vpackssdw packs h and l into words
+// (exact: |h| <= 4 * 15 * 128 = 7680, l <= 4 * 15 * 255 = 15300) and one
+// vpdpwssd multiplies them by 256 sc and sc, the sub-block's scale, into the
+// super-block's int32 sum: a lane takes 4 such vpdpwssd of 2 products of at
+// most 7680 * 16128, < 2^30. Per super-block: 8 vpdpbusd, 4 vpackssdw, 4
+// vpdpwssd, 4 vpshufb for the scale words and 2 shifts, against the 16-bit
+// kernel's 8 vpdpwssd, 8 vpmullw, 8 vpshufb, 4 widenings and 4 shifts.
+__attribute__((target(T_VNNI))) static void q4_K_row_x8(const job_t *j, int64_t r) {
+  const int64_t nb = j->k / 256;
+  const uint8_t *row = j->w + (size_t)r * j->row_bytes;
+  const size_t pf = RG__PF_L2_AHEAD;
+  const __m512i low4 = _mm512_set1_epi8(0xF);
+  // vpshufb controls giving, in 128-bit lane c of the packed words of vector
+  // v, 256 sc (bytes 0, sc) for the 4 words of h and sc (sc, 0) for the 4 of
+  // l, sc that of v's first sub-block in lanes 0-1 and its second in 2-3.
+  // The scales are broadcast as 8 bytes into each 64-bit half.
+  static const uint8_t ctl_bytes[4][64] __attribute__((aligned(64))) = {
+#define H(s) 0x80, s, 0x80, s, 0x80, s, 0x80, s
+#define L(s) s, 0x80, s, 0x80, s, 0x80, s, 0x80
+#define V(a, b) {H(a), L(a), H(a), L(a), H(b), L(b), H(b), L(b)}
+      V(0, 2), V(1, 3), V(4, 6), V(5, 7)
+#undef V
+#undef L
+#undef H
+  };
+  const __m512i ctl[4] = {_mm512_load_si512(ctl_bytes[0]), _mm512_load_si512(ctl_bytes[1]),
+                          _mm512_load_si512(ctl_bytes[2]), _mm512_load_si512(ctl_bytes[3])};
+  __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = row + (size_t)b * 144;
+    for (size_t o = 0; o < 144; o += 64) RG__PREFETCH_L2(blk + pf + o);
+    uint16_t hd, hm;
+    memcpy(&hd, blk, 2);
+    memcpy(&hm, blk + 2, 2);
+    uint32_t sm[4];
+    rg__q4_K_unpack_scales(blk + 4, sm);
+    uint64_t sc8;
+    memcpy(&sc8, sm, 8);
+    const __m512i scb = _mm512_set1_epi64((long long)sc8);
+    const __m512 dmn = _mm512_mul_ps(
+        _mm512_set1_ps(_cvtsh_ss(hm)),
+        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 2)))));
+    const __m512i r0 = _mm512_loadu_si512(blk + 16), r1 = _mm512_loadu_si512(blk + 80);
+    const __m512i W[4] = {
+        _mm512_and_si512(r0, low4), _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4),
+        _mm512_and_si512(r1, low4), _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4)};
+    const int8_t *xh = j->x8 + 512 * b, *xl = xh + 256;
+    __m512i s = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      __m512i h =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), W[v], _mm512_loadu_si512(xh + 64 * v));
+      __m512i l =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xl + 64 * v), W[v]);
+      s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(h, l), _mm512_shuffle_epi8(scb, ctl[v]));
+    }
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(_cvtsh_ss(hd) * j->xd[b]), acc);
+    accm = _mm512_fmadd_ps(dmn, _mm512_loadu_ps(j->xsum + 16 * b), accm);
+  }
+  j->y[r] = _mm512_reduce_add_ps(_mm512_sub_ps(acc, accm)) + (j->bias ? j->bias[r] : 0.0f);
+}
+
+void rg__gemv_kquant_x8(const job_t *j, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; r++) q4_K_row_x8(j, r);
+}
+
 // ---- q8_0 -----------------------------------------------------------------------
 
 // q8_0 with x in the same int16 layout, for one or two rows of x (from 3
@@ -363,6 +456,12 @@ void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
   (void)j, (void)r0, (void)r1;
 }
 void rg__gemv_q8_0_vnni(const job_t *j, int64_t r0, int64_t r1) {
+  (void)j, (void)r0, (void)r1;
+}
+void rg__prepare_x8(const int16_t *xq, int64_t nb, rg_dtype_t type, int8_t *x8) {
+  (void)xq, (void)nb, (void)type, (void)x8;
+}
+void rg__gemv_kquant_x8(const job_t *j, int64_t r0, int64_t r1) {
   (void)j, (void)r0, (void)r1;
 }
 
