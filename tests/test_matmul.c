@@ -538,6 +538,8 @@ RG_TEST(matmul_kquant_accuracy_of_int16_x) {
     void *wd = make_weight(type, N, K, &seed);
     RG_REQUIRE(wd);
     rg_wmat_t w = {wd, type, N, K};
+    if (m == 1 && type != RG_Q8_0)
+      RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, m, &o), "vpdpbusd"));
     for (int outlier = 0; outlier < 2; outlier++) {
       for (int i = 0; i < M * K; i++)
         x[i] = rng_uniform(&seed) * (outlier && i % 256 == 100 ? 20.0f : 1.0f);
@@ -998,11 +1000,17 @@ RG_TEST(matmul_kernel_names) {
   if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512_BF16) {
     rg_matmul_opts_t cap = {.isa = RG_CPU_ISA_AVX512_BF16};
     rg_wmat_t k4 = {wb, RG_Q4_K, 1, 256};
-    // The vpdpwssd kernel where the CPU has AVX512_VNNI, else vdpbf16ps.
-    const char *want = __builtin_cpu_supports("avx512vnni")
-                           ? "avx512-bf16 q4_K gemv (vpdpwssd, x in int16)"
-                           : "avx512-bf16 q4_K gemv (vdpbf16ps, x as bf16 hi+lo)";
-    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 1, &cap), want) == 0);
+    // The VNNI kernels where the CPU has AVX512_VNNI (vpdpbusd at m = 1 but
+    // in batch-invariant mode, vpdpwssd for more rows), else vdpbf16ps.
+    const int vnni = __builtin_cpu_supports("avx512vnni");
+    const char *want1 = vnni ? "avx512-bf16 q4_K gemv (vpdpbusd, x in int16 as 2 int8)"
+                             : "avx512-bf16 q4_K gemv (vdpbf16ps, x as bf16 hi+lo)",
+               *want2 = vnni ? "avx512-bf16 q4_K gemv (vpdpwssd, x in int16)"
+                             : "avx512-bf16 q4_K gemv (vdpbf16ps, x as bf16 hi+lo)";
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 1, &cap), want1) == 0);
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 2, &cap), want2) == 0);
+    rg_matmul_opts_t inv = {.isa = RG_CPU_ISA_AVX512_BF16, .batch_invariant = 1};
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 1, &inv), want2) == 0);
   }
   RG_CHECK(strcmp(rg_dtype_name(RG_BF16), "bf16") == 0);
   RG_CHECK(strcmp(rg_dtype_name((rg_dtype_t)42), "?") == 0);

@@ -302,8 +302,9 @@ void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
 // x at m = 1 for the vpdpbusd kernels: each int16 xq split exactly into xq =
 // 256 h + l, h = xq >> 8 (signed, -128..127) and l = xq & 255 (unsigned),
 // per super-block 256 bytes of h then 256 of l, the groups of 32 in the order
-// the weight type's vectors hold them (rg__x8_order), so that a 64-byte load
-// of x meets a 64-byte vector of quants.
+// the weight type's vectors hold them, so that a 64-byte load of x meets a
+// 64-byte vector of quants; then -Σh per 16 values (|Σh| <= 2048), each
+// twice, as int16, for q6_K's offset.
 __attribute__((target(T_AVX512))) void rg__prepare_x8(const int16_t *xq, int64_t nb,
                                                       rg_dtype_t type, int8_t *x8) {
   // q4_K's nibbles: a 64-byte load holds groups g and g + 2 (low nibbles of
@@ -311,14 +312,24 @@ __attribute__((target(T_AVX512))) void rg__prepare_x8(const int16_t *xq, int64_t
   static const int q4[8] = {0, 2, 1, 3, 4, 6, 5, 7}, id[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   const int *order = type == RG_Q4_K ? q4 : id;
   const __m512i lo8 = _mm512_set1_epi16(0xff);
-  for (int64_t b = 0; b < nb; b++)
+  for (int64_t b = 0; b < nb; b++) {
+    int8_t *o = x8 + RG__X8_BYTES * b;
+    int16_t sums[32];
     for (int s = 0; s < 8; s++) {
       __m512i v = _mm512_loadu_si512(xq + 256 * b + 32 * order[s]);
-      _mm256_storeu_si256((__m256i *)(x8 + 512 * b + 32 * s),
-                          _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
-      _mm256_storeu_si256((__m256i *)(x8 + 512 * b + 256 + 32 * s),
+      __m512i h = _mm512_srai_epi16(v, 8);
+      _mm256_storeu_si256((__m256i *)(o + 32 * s), _mm512_cvtepi16_epi8(h));
+      _mm256_storeu_si256((__m256i *)(o + 256 + 32 * s),
                           _mm512_cvtepi16_epi8(_mm512_and_si512(v, lo8)));
     }
+    // In natural order, for q6_K (q4_K does not read them).
+    for (int g = 0; g < 16; g++) {
+      int sum = 0;
+      for (int e = 0; e < 16; e++) sum += xq[256 * b + 16 * g + e] >> 8;
+      sums[2 * g] = sums[2 * g + 1] = (int16_t)-sum;
+    }
+    memcpy(o + 512, sums, sizeof sums);
+  }
 }
 
 // One q4_K weight row against one row of x split as above. Per 64 quants
@@ -370,7 +381,7 @@ __attribute__((target(T_VNNI))) static void q4_K_row_x8(const job_t *j, int64_t 
     const __m512i W[4] = {
         _mm512_and_si512(r0, low4), _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4),
         _mm512_and_si512(r1, low4), _mm512_and_si512(_mm512_srli_epi16(r1, 4), low4)};
-    const int8_t *xh = j->x8 + 512 * b, *xl = xh + 256;
+    const int8_t *xh = j->x8 + RG__X8_BYTES * b, *xl = xh + 256;
     __m512i s = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
@@ -386,8 +397,91 @@ __attribute__((target(T_VNNI))) static void q4_K_row_x8(const job_t *j, int64_t 
   j->y[r] = _mm512_reduce_add_ps(_mm512_sub_ps(acc, accm)) + (j->bias ? j->bias[r] : 0.0f);
 }
 
+// One q6_K weight row against one row of x split as above. A half of the
+// super-block is 64 bytes of low 4 bits and 32 of high 2 bits: its two
+// vectors of 64 quants q (0..63, the weights in order; a 128-bit lane is
+// one sub-block of 16) are the nibbles with the 2 bits put at bits 4-5
+// (variable word shifts of the 32 bytes broadcast to both halves, merged by
+// vpternlogd). h = vpdpbusd(q, xh) (|h| <= 4 * 63 * 128 = 32256) and l =
+// vpdpbusd(xl, q - 32) (|l| <= 4 * 32 * 255 = 32640) fit words; two vectors'
+// h (and l) are packed together and multiplied by their sub-blocks' scales
+// in two int32 sums, sh and sl, by vpdpwssd. The -32 of the h part is
+// -32 Σ sc Σh, one more vpdpwssd from the sums of x's high bytes. Every lane
+// stays below 2^25; w.x = d dx (256 sh + sl). Per super-block: 8 vpdpbusd,
+// 5 vpdpwssd, 4 vpackssdw, 3 vpermw and 18 to unpack, against the 16-bit
+// kernel's 8 vpdpwssd, 8 vpmullw, 8 vpermw and ~40 to unpack.
+__attribute__((target(T_VNNI))) static void q6_K_row_x8(const job_t *j, int64_t r) {
+  const int64_t nb = j->k / 256;
+  const uint8_t *row = j->w + (size_t)r * j->row_bytes;
+  const size_t pf = RG__PF_L2_AHEAD;
+  const __m512i low4 = _mm512_set1_epi8(0xF), b30 = _mm512_set1_epi8(0x30),
+                m32 = _mm512_set1_epi8(32);
+  // Word shifts putting qh's bits 0-1 / 2-3 (low vector) and 4-5 / 6-7 (high
+  // vector) at bits 4-5 for the first / second 32 quants.
+  const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1),
+                shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  // vpermw indices: packed words of vectors (0, 1) take, in 128-bit lane c,
+  // the scales of sub-blocks c (4 words) and 4 + c (4 words); (2, 3) 8 + c
+  // and 12 + c; dup: each scale twice, for the offset's pairs.
+  static const int16_t ix[3][32] __attribute__((aligned(64))) = {
+#define P(a, b) a, a, a, a, b, b, b, b
+      {P(0, 4), P(1, 5), P(2, 6), P(3, 7)},
+      {P(8, 12), P(9, 13), P(10, 14), P(11, 15)},
+#undef P
+      {0, 0, 1, 1, 2,  2,  3,  3,  4,  4,  5,  5,  6,  6,  7,  7,
+       8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15}};
+  const __m512i i01 = _mm512_load_si512(ix[0]), i23 = _mm512_load_si512(ix[1]),
+                idup = _mm512_load_si512(ix[2]);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = row + (size_t)b * 210;
+    for (size_t o = 0; o < 210; o += 64) RG__PREFETCH_L2(blk + pf + o);
+    uint16_t hd;
+    memcpy(&hd, blk + 208, 2);
+    const __m512i sc =
+        _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))));
+    const int8_t *xh = j->x8 + RG__X8_BYTES * b, *xl = xh + 256;
+    __m512i H[4], L[4];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+      const __m512i ql = _mm512_loadu_si512(blk + 64 * h),
+                    qh = _mm512_broadcast_i64x4(
+                        _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
+      // c ? b : a, c = 0x30: bits 4-5 from the shifted qh, the rest from the
+      // nibble (whose bits 4-7 are clear).
+      const __m512i q0 = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, low4),
+                                                   _mm512_sllv_epi16(qh, shl), b30, 0xD8),
+                    q1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                                   _mm512_srlv_epi16(qh, shr), b30, 0xD8);
+      H[2 * h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, _mm512_loadu_si512(xh + 128 * h));
+      H[2 * h + 1] =
+          _mm512_dpbusd_epi32(_mm512_setzero_si512(), q1, _mm512_loadu_si512(xh + 128 * h + 64));
+      L[2 * h] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xl + 128 * h),
+                                     _mm512_sub_epi8(q0, m32));
+      L[2 * h + 1] = _mm512_dpbusd_epi32(
+          _mm512_setzero_si512(), _mm512_loadu_si512(xl + 128 * h + 64), _mm512_sub_epi8(q1, m32));
+    }
+    const __m512i s01 = _mm512_permutexvar_epi16(i01, sc), s23 = _mm512_permutexvar_epi16(i23, sc);
+    __m512i sh = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(H[0], H[1]), s01);
+    sh = _mm512_dpwssd_epi32(sh, _mm512_packs_epi32(H[2], H[3]), s23);
+    // -32 sc Σh = (-Σh) (16 sc) twice; |16 sc| <= 2048.
+    sh = _mm512_dpwssd_epi32(sh, _mm512_loadu_si512(xh + 512),
+                             _mm512_slli_epi16(_mm512_permutexvar_epi16(idup, sc), 4));
+    __m512i sl = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(L[0], L[1]), s01);
+    sl = _mm512_dpwssd_epi32(sl, _mm512_packs_epi32(L[2], L[3]), s23);
+    const __m512 dd = _mm512_set1_ps(_cvtsh_ss(hd) * j->xd[b]);
+    acc = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_cvtepi32_ps(sh), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(sl)), dd,
+        acc);
+  }
+  j->y[r] = _mm512_reduce_add_ps(acc) + (j->bias ? j->bias[r] : 0.0f);
+}
+
 void rg__gemv_kquant_x8(const job_t *j, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; r++) q4_K_row_x8(j, r);
+  if (j->type == RG_Q4_K)
+    for (int64_t r = r0; r < r1; r++) q4_K_row_x8(j, r);
+  else
+    for (int64_t r = r0; r < r1; r++) q6_K_row_x8(j, r);
 }
 
 // ---- q8_0 -----------------------------------------------------------------------

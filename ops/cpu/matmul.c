@@ -572,7 +572,7 @@ static int kquant_vnni(rg_cpu_isa_t isa, rg_dtype_t t) {
 
 // Whether m = 1 takes the vpdpbusd kernel (x as two int8 terms) for t.
 static int kquant_x8(rg_cpu_isa_t isa, rg_dtype_t t) {
-  return t == RG_Q4_K && kquant_vnni(isa, t);
+  return kquant_vnni(isa, t);
 }
 
 // The GEMV kernel for a level and type; dp picks vdpbf16ps for bf16.
@@ -973,7 +973,7 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
                     (float *)(buf + qbytes + dbytes));
     x_row_bytes = (size_t)j->k * 2;
     if (p.x8) {
-      x8 = aligned_alloc(64, nb * 512);
+      x8 = aligned_alloc(64, nb * RG__X8_BYTES);
       if (!x8) {
         free(xb);
         return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to split x (1 x %lld)",
