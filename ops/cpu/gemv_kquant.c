@@ -37,14 +37,29 @@
 // AMX path for k-quants (bf16 panels rebuilt for every call) takes over
 // where it is faster (tiles_min_m in matmul.c).
 //
-// At m = 1 this kernel is bound by its vector work too: 14-15 GB/s of q4_K
-// (16 of q6_K) on one core from L2, about one core's share of DRAM
-// bandwidth, so decode streams ~0.6 of it. Tried on a Sapphire Rapids VM
-// and not kept, to save the next attempt the time:
-//   - x as two int8 terms (x = 256 h + l, exact) on vpdpbusd, the nibbles
-//     used as stored: with vpackssdw + vpdpwssd for the scales, or vpmaddubsw
-//     + vpdpwssd, 16 multiply-class instructions per super-block as here;
-//     14.7-14.9 against 14.1-14.5 GB/s.
+// At m = 1 the 16-bit kernel is bound by its vector work too: 14-15 GB/s
+// of q4_K (16 of q6_K) on one core from L2, about one core's share of DRAM
+// bandwidth, so decode streamed ~0.6 of it. Batch 1 therefore has kernels of
+// its own (q4_K_row_x8, q6_K_row_x8, below): the same int16 x split exactly
+// into two int8 terms, x = 256 h + l, dotted with the quants as stored (u8)
+// by vpdpbusd, 64 products an instruction; the two terms' lane sums are
+// packed into words and one vpdpwssd per 64 quants multiplies them by the
+// sub-blocks' scales. The integer sum of each super-block is the 16-bit
+// kernel's exactly (same x, same quants), so the accuracy is unchanged; only
+// the float rounding of the lane sums differs, which is why batch-invariant
+// mode keeps the 16-bit kernel at m = 1. Per super-block q4_K takes 8
+// vpdpbusd + 4 vpdpwssd (12 multiply-class instructions, against 16) and
+// about 35 vector instructions in all (against ~45); q6_K 13 against 16, and
+// ~45 against ~70 (its unpacking works on bytes, not words). One core, n =
+// 512, k = 2048 from L2, best of 3000 calls interleaved with the 16-bit
+// kernel: q4_K 1.15-1.3x (once 1.7x), q6_K 1.3-1.45x.
+//
+// Tried on a Sapphire Rapids VM and not kept, to save the next attempt the
+// time:
+//   - an earlier two-int8-term kernel for every m, 16 multiply-class
+//     instructions per super-block: 14.7-14.9 against 14.1-14.5 GB/s. The
+//     vpshufb controls of the m = 1 kernel must be constants: built per row
+//     (256 byte stores for 8 super-blocks at k = 2048) it ran 0.6-0.8x.
 //   - m = 1 on the AMX-INT8 tiles (tdpbusd, nibbles spread to a u8 A tile,
 //     x's two terms in per-sub-block B columns): the spreading, the scales
 //     applied per row to the 16 int32 of C and the tile ops run in turn cost
@@ -366,17 +381,17 @@ __attribute__((target(T_VNNI))) static void q4_K_row_x8(const job_t *j, int64_t 
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = row + (size_t)b * 144;
     for (size_t o = 0; o < 144; o += 64) RG__PREFETCH_L2(blk + pf + o);
-    uint16_t hd, hm;
-    memcpy(&hd, blk, 2);
-    memcpy(&hm, blk + 2, 2);
+    // d and dmin converted together from memory; the scales and mins as 8
+    // bytes each in a general register, one broadcast or move each into
+    // the vector unit (inserting them dword by dword had cost 8 shuffles).
+    const __m128 dm = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)blk));
     uint32_t sm[4];
     rg__q4_K_unpack_scales(blk + 4, sm);
-    uint64_t sc8;
-    memcpy(&sc8, sm, 8);
+    const uint64_t sc8 = sm[0] | (uint64_t)sm[1] << 32, mn8 = sm[2] | (uint64_t)sm[3] << 32;
     const __m512i scb = _mm512_set1_epi64((long long)sc8);
-    const __m512 dmn = _mm512_mul_ps(
-        _mm512_set1_ps(_cvtsh_ss(hm)),
-        _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sm + 2)))));
+    const __m512 dmn =
+        _mm512_mul_ps(_mm512_broadcastss_ps(_mm_movehdup_ps(dm)),
+                      _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn8))));
     const __m512i r0 = _mm512_loadu_si512(blk + 16), r1 = _mm512_loadu_si512(blk + 80);
     const __m512i W[4] = {
         _mm512_and_si512(r0, low4), _mm512_and_si512(_mm512_srli_epi16(r0, 4), low4),
@@ -391,7 +406,8 @@ __attribute__((target(T_VNNI))) static void q4_K_row_x8(const job_t *j, int64_t 
           _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(xl + 64 * v), W[v]);
       s = _mm512_dpwssd_epi32(s, _mm512_packs_epi32(h, l), _mm512_shuffle_epi8(scb, ctl[v]));
     }
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(_cvtsh_ss(hd) * j->xd[b]), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+                          _mm512_broadcastss_ps(_mm_mul_ss(dm, _mm_load_ss(j->xd + b))), acc);
     accm = _mm512_fmadd_ps(dmn, _mm512_loadu_ps(j->xsum + 16 * b), accm);
   }
   j->y[r] = _mm512_reduce_add_ps(_mm512_sub_ps(acc, accm)) + (j->bias ? j->bias[r] : 0.0f);
