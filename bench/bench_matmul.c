@@ -228,7 +228,7 @@ static double path_peak(const char *kernel, const char **path) {
 static void decode_table(rg_pool_t *pool, double bw) {
   printf("\ndecode (GEMV): weight GB/s streamed per call, and ratio to read bandwidth %.1f GB/s\n",
          bw / 1e9);
-  printf("%-6s %-12s %4s %-50s %9s %7s %7s %8s\n", "type", "n x k", "m", "kernel", "us/call",
+  printf("%-6s %-12s %4s %-56s %9s %7s %7s %8s\n", "type", "n x k", "m", "kernel", "us/call",
          "GB/s", "vs bw", "GFLOP/s");
   const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}}, ms[] = {1, 4, 16};
   float *x = xmalloc(16 * 2048 * 4), *y = xmalloc(16 * 8192 * 4);
@@ -253,7 +253,7 @@ static void decode_table(rg_pool_t *pool, double bw) {
         double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, copies, y, o, 10);
         double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
         const char *kn = rg_matmul_kernel_name_ex(&wm, m, o), *pp;
-        printf("%-6s %5lld x %-4lld %4lld %-50s %9.1f %7.1f %6.0f%% %8.1f",
+        printf("%-6s %5lld x %-4lld %4lld %-56s %9.1f %7.1f %6.0f%% %8.1f",
                rg_dtype_name(types[ti]), (long long)n, (long long)k, (long long)m, kn, dt * 1e6,
                gbs / 1e9, 100 * gbs / bw, gf / 1e9);
         double pk = path_peak(kn, &pp);

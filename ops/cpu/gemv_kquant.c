@@ -51,15 +51,22 @@
 // vpdpbusd + 4 vpdpwssd (12 multiply-class instructions, against 16) and
 // about 35 vector instructions in all (against ~45); q6_K 13 against 16, and
 // ~45 against ~70 (its unpacking works on bytes, not words). One core, n =
-// 512, k = 2048 from L2, best of 3000 calls interleaved with the 16-bit
-// kernel: q4_K 1.15-1.3x (once 1.7x), q6_K 1.3-1.45x.
+// 512, k = 2048 from L2, 3000 calls alternating with the 16-bit kernel,
+// median ratio of the pairs: q4_K 1.43x, q6_K 1.55x; from DRAM on 2 threads
+// q4_K streams 0.90-0.93 of read bandwidth (0.75-0.83 before), q6_K
+// 0.96-1.10 (0.74-0.87).
 //
 // Tried on a Sapphire Rapids VM and not kept, to save the next attempt the
 // time:
 //   - an earlier two-int8-term kernel for every m, 16 multiply-class
 //     instructions per super-block: 14.7-14.9 against 14.1-14.5 GB/s. The
 //     vpshufb controls of the m = 1 kernel must be constants: built per row
-//     (256 byte stores for 8 super-blocks at k = 2048) it ran 0.6-0.8x.
+//     (256 byte stores for 8 super-blocks at k = 2048) it ran 0.6-0.8x; and
+//     its scales must reach the vector unit as one 64-bit move (with the
+//     compiler's dword inserts, 8 shuffles a super-block, it was 1.17x
+//     instead of 1.43x the 16-bit kernel). A fresh
+//     zeroed register (xor idiom) per vpdpbusd instead of copies of one
+//     zero: no change.
 //   - m = 1 on the AMX-INT8 tiles (tdpbusd, nibbles spread to a u8 A tile,
 //     x's two terms in per-sub-block B columns): the spreading, the scales
 //     applied per row to the 16 int32 of C and the tile ops run in turn cost
