@@ -23,10 +23,11 @@
 // more lines in flight than the sum's hardware prefetchers do.
 //
 // Run it as `env -u OPENBLAS_CORETYPE build/bench_matmul [threads]
-// [--no-crossover] [--decode-only] [--small-m]`: this environment pins OPENBLAS_CORETYPE=Haswell,
-// which holds OpenBLAS to its AVX2 kernels, and a process cannot reliably unset it for itself
-// before OpenBLAS reads it at load time. The value seen is printed, and the matmul's choice of path
-// follows the kernels OpenBLAS uses.
+// [--no-crossover] [--decode-only] [--small-m] [--only TYPE,...]` (--only: the small-m
+// table for those weight types and nothing else, for A/B runs): this environment pins
+// OPENBLAS_CORETYPE=Haswell, which holds OpenBLAS to its AVX2 kernels, and a process cannot
+// reliably unset it for itself before OpenBLAS reads it at load time. The value seen is printed,
+// and the matmul's choice of path follows the kernels OpenBLAS uses.
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,7 +228,7 @@ static double path_peak(const char *kernel, const char **path) {
 static void decode_table(rg_pool_t *pool, double bw) {
   printf("\ndecode (GEMV): weight GB/s streamed per call, and ratio to read bandwidth %.1f GB/s\n",
          bw / 1e9);
-  printf("%-6s %-12s %4s %-50s %9s %7s %7s %8s\n", "type", "n x k", "m", "kernel", "us/call",
+  printf("%-6s %-12s %4s %-56s %9s %7s %7s %8s\n", "type", "n x k", "m", "kernel", "us/call",
          "GB/s", "vs bw", "GFLOP/s");
   const int64_t shapes[][2] = {{2048, 2048}, {8192, 2048}}, ms[] = {1, 4, 16};
   float *x = xmalloc(16 * 2048 * 4), *y = xmalloc(16 * 8192 * 4);
@@ -252,7 +253,7 @@ static void decode_table(rg_pool_t *pool, double bw) {
         double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, copies, y, o, 10);
         double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
         const char *kn = rg_matmul_kernel_name_ex(&wm, m, o), *pp;
-        printf("%-6s %5lld x %-4lld %4lld %-50s %9.1f %7.1f %6.0f%% %8.1f",
+        printf("%-6s %5lld x %-4lld %4lld %-56s %9.1f %7.1f %6.0f%% %8.1f",
                rg_dtype_name(types[ti]), (long long)n, (long long)k, (long long)m, kn, dt * 1e6,
                gbs / 1e9, 100 * gbs / bw, gf / 1e9);
         double pk = path_peak(kn, &pp);
@@ -413,6 +414,21 @@ static void crossover(rg_pool_t *pool) {
   free(x), free(y);
 }
 
+// --only TYPE[,TYPE]: the small-m table for those weight types alone (and
+// nothing else), for quick A/B runs of one kernel.
+static const char *only_types;
+
+static int type_wanted(rg_dtype_t t) {
+  if (!only_types) return 1;
+  const char *name = rg_dtype_name(t), *p = only_types;
+  const size_t len = strlen(name);
+  while ((p = strstr(p, name))) {
+    if ((p == only_types || p[-1] == ',') && (p[len] == ',' || p[len] == 0)) return 1;
+    p += len;
+  }
+  return 0;
+}
+
 // Small batches at n = 8192, k = 2048 (gate, up) and n = 2048, k = 8192
 // (down: 16 KiB rows, where the tiles stream far less), from DRAM: weight GB/s (as a share of
 // read bandwidth) by m for each path that can run, so tiles_min_m() and
@@ -436,19 +452,25 @@ static void small_m_shape(rg_pool_t *pool, int64_t n, int64_t k) {
   float *x = xmalloc(16 * k * 4), *y = xmalloc(16 * n * 4);
   for (int64_t i = 0; i < 16 * k; i++) x[i] = frand();
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    if (!type_wanted(types[ti])) continue;
     size_t bytes, rb;
     die(rg_dtype_row_bytes(types[ti], k, &rb));
     int copies = copies_for(rb * (size_t)n);
     unsigned char *w = make_copies(types[ti], n, k, copies, &bytes);
+    const int kq = types[ti] == RG_Q4_K || types[ti] == RG_Q6_K;
+    // Batch-invariant mode keeps the k-quants' 16-bit kernel at m = 1 too:
+    // the m = 1 kernel's A/B in the same run.
     const struct {
       const char *label;
       rg_matmul_opts_t o;
     } rows[] = {{"default", {0}},
                 {"gemv", {.path = RG_MATMUL_GEMV}},
                 {"gemv widening (avx512)", {.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_GEMV}},
+                {"gemv batch-invariant", {.path = RG_MATMUL_GEMV, .batch_invariant = 1}},
                 {"tiles", {.path = RG_MATMUL_TILES}}};
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
       if (r == 2 && (types[ti] != RG_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16)) continue;
+      if (r == 3 && !kq) continue;
       rg_wmat_t probe = {w, types[ti], n, k};
       if (!strcmp(rg_matmul_kernel_name_ex(&probe, 1, &rows[r].o), "invalid")) continue;
       printf("%-4s %-23s", rg_dtype_name(types[ti]), rows[r].label);
@@ -521,6 +543,13 @@ int main(int argc, char **argv) {
   if (ct)
     printf("  note: run as `env -u OPENBLAS_CORETYPE %s` to let OpenBLAS pick its best kernels\n",
            argv[0]);
+  for (int i = 2; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--only")) only_types = argv[i + 1];
+  if (only_types) {
+    small_m(pool);
+    rg_pool_destroy(pool);
+    return 0;
+  }
   double bw = read_bandwidth(pool);
   die(rg_limits_measure(pool, 1.0, &lim));
   double sg = sgemm_gflops(threads, 512, 2048, 2048);

@@ -530,11 +530,16 @@ RG_TEST(matmul_kquant_accuracy_of_int16_x) {
         *ref = malloc(M * N * sizeof(float));
   RG_REQUIRE(x && y && ref);
   static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K, RG_Q8_0};
-  for (size_t ti = 0; ti < COUNT(types); ti++) {
-    const int64_t m = types[ti] == RG_Q8_0 ? 2 : M;  // q8_0 takes it up to m = 2
-    void *wd = make_weight(types[ti], N, K, &seed);
+  // m = 1 runs its own kernel for the k-quants (x as two int8 terms on
+  // vpdpbusd), from the same int16 x.
+  for (size_t ti = 0; ti < 2 * COUNT(types); ti++) {
+    const rg_dtype_t type = types[ti / 2];
+    const int64_t m = ti % 2 ? 1 : type == RG_Q8_0 ? 2 : M;  // q8_0 takes it up to m = 2
+    void *wd = make_weight(type, N, K, &seed);
     RG_REQUIRE(wd);
-    rg_wmat_t w = {wd, types[ti], N, K};
+    rg_wmat_t w = {wd, type, N, K};
+    if (m == 1 && type != RG_Q8_0)
+      RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, m, &o), "vpdpbusd"));
     for (int outlier = 0; outlier < 2; outlier++) {
       for (int i = 0; i < M * K; i++)
         x[i] = rng_uniform(&seed) * (outlier && i % 256 == 100 ? 20.0f : 1.0f);
@@ -553,9 +558,58 @@ RG_TEST(matmul_kquant_accuracy_of_int16_x) {
   free(x), free(y), free(ref);
 }
 
+// The m = 1 kernels' word packing at its bounds: x all +1 or all -1 (every
+// xq = +-32767, so every high byte is 127 or -128 and every low byte 255 or
+// 1), against weight rows whose quants are all at their largest or all 0
+// and whose scales are all at their largest magnitude (q6_K: 127 and
+// -128). A lane sum past a word would saturate in vpackssdw and show as an
+// error of order 1; exact sums meet the reference on the same x to 1e-7.
+RG_TEST(matmul_kquant_m1_kernels_at_their_bounds) {
+  rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16, .path = RG_MATMUL_GEMV};
+  if (!int16_kernel_runs(t, RG_Q4_K, &o)) return;
+  enum { N = 4, K = 512 };
+  static const rg_dtype_t types[] = {RG_Q4_K, RG_Q6_K};
+  float x[K], xq[K], y[N], ref[N];
+  for (size_t ti = 0; ti < COUNT(types); ti++) {
+    const size_t bb = types[ti] == RG_Q4_K ? 144 : 210, nb = K / 256;
+    unsigned char *wd = calloc(N * nb, bb);
+    RG_REQUIRE(wd);
+    const uint16_t d = rg_f32_to_f16(0.01f);
+    for (int r = 0; r < N; r++)
+      for (size_t b = 0; b < nb; b++) {
+        unsigned char *blk = wd + (r * nb + b) * bb;
+        // Rows 0 and 2: quants at their largest; 1 and 3: all 0.
+        const unsigned char q = r % 2 ? 0x00 : 0xff;
+        if (types[ti] == RG_Q4_K) {
+          memcpy(blk, &d, 2), memcpy(blk + 2, &d, 2);
+          memset(blk + 4, 0xff, 12);  // scales and mins 63
+          memset(blk + 16, q, 128);
+        } else {
+          memset(blk, q, 192);                         // ql, qh
+          memset(blk + 192, r < 2 ? 0x7f : 0x80, 16);  // scales 127 / -128
+          memcpy(blk + 208, &d, 2);
+        }
+      }
+    rg_wmat_t w = {wd, types[ti], N, K};
+    RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, 1, &o), "vpdpbusd"));
+    for (int sign = -1; sign <= 1; sign += 2) {
+      for (int i = 0; i < K; i++) x[i] = (float)sign;
+      x_as_int16(x, 1, K, xq);
+      RG_REQUIRE_OK(rg_matmul_ref(xq, 1, &w, NULL, ref));
+      RG_REQUIRE_OK(rg_matmul_ex(NULL, x, 1, &w, NULL, y, &o));
+      for (int r = 0; r < N; r++)
+        if (!(fabs((double)y[r] - ref[r]) <= 1e-4 * fabs((double)ref[r]) + 1e-6))
+          rg_test_fail(t, __FILE__, __LINE__, "%s, x all %+d, row %d: %g, expected %g",
+                       rg_matmul_kernel_name_ex(&w, 1, &o), sign, r, (double)y[r], (double)ref[r]);
+    }
+    free(wd);
+  }
+}
+
 // A NaN or inf in a row of x must make that row's outputs non-finite, as
 // exact arithmetic would, and leave the other rows alone: the quantizer must
-// not turn them into ordinary int16 values.
+// not turn them into ordinary int16 values. Each row alone too (m = 1 has its
+// own kernel).
 RG_TEST(matmul_kquant_int16_x_keeps_nan_and_inf) {
   rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16, .path = RG_MATMUL_GEMV};
   if (!int16_kernel_runs(t, RG_Q4_K, &o)) return;
@@ -575,6 +629,14 @@ RG_TEST(matmul_kquant_int16_x_keeps_nan_and_inf) {
       RG_CHECK(!isfinite(y[0 * N + j]));
       RG_CHECK(isfinite(y[1 * N + j]));
       RG_CHECK(!isfinite(y[2 * N + j]));
+    }
+    for (int i = 0; i < M; i++) {
+      float y1[N];
+      RG_REQUIRE_OK(rg_matmul_ex(NULL, x + i * K, 1, &w, NULL, y1, &o));
+      for (int j = 0; j < N; j++)
+        if (!isfinite(y1[j]) != (i != 1))
+          rg_test_fail(t, __FILE__, __LINE__, "%s: row %d alone, output %d is %g",
+                       rg_matmul_kernel_name_ex(&w, 1, &o), i, j, (double)y1[j]);
     }
     free(wd);
   }
@@ -986,11 +1048,17 @@ RG_TEST(matmul_kernel_names) {
   if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512_BF16) {
     rg_matmul_opts_t cap = {.isa = RG_CPU_ISA_AVX512_BF16};
     rg_wmat_t k4 = {wb, RG_Q4_K, 1, 256};
-    // The vpdpwssd kernel where the CPU has AVX512_VNNI, else vdpbf16ps.
-    const char *want = __builtin_cpu_supports("avx512vnni")
-                           ? "avx512-bf16 q4_K gemv (vpdpwssd, x in int16)"
-                           : "avx512-bf16 q4_K gemv (vdpbf16ps, x as bf16 hi+lo)";
-    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 1, &cap), want) == 0);
+    // The VNNI kernels where the CPU has AVX512_VNNI (vpdpbusd at m = 1 but
+    // in batch-invariant mode, vpdpwssd for more rows), else vdpbf16ps.
+    const int vnni = __builtin_cpu_supports("avx512vnni");
+    const char *want1 = vnni ? "avx512-bf16 q4_K gemv (vpdpbusd, x in int16 as 2 int8)"
+                             : "avx512-bf16 q4_K gemv (vdpbf16ps, x as bf16 hi+lo)",
+               *want2 = vnni ? "avx512-bf16 q4_K gemv (vpdpwssd, x in int16)"
+                             : "avx512-bf16 q4_K gemv (vdpbf16ps, x as bf16 hi+lo)";
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 1, &cap), want1) == 0);
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 2, &cap), want2) == 0);
+    rg_matmul_opts_t inv = {.isa = RG_CPU_ISA_AVX512_BF16, .batch_invariant = 1};
+    RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&k4, 1, &inv), want2) == 0);
   }
   RG_CHECK(strcmp(rg_dtype_name(RG_BF16), "bf16") == 0);
   RG_CHECK(strcmp(rg_dtype_name((rg_dtype_t)42), "?") == 0);

@@ -78,6 +78,9 @@ typedef struct rg__mm_job_s {
   // rg__x16_rows(m), the rows past m zero. mp is also the AMX field.
   const int16_t *xq;
   const float *xd;
+  // m = 1 on vpdpbusd (rg__gemv_kquant_x8): xq split into two int8 terms,
+  // (nb, RG__X8_BYTES), see rg__prepare_x8; NULL otherwise.
+  const int8_t *x8;
   // GEMM path: one f32 tile buffer of tile_rows × k per thread.
   float *tiles;
   int64_t tile_rows;
@@ -126,6 +129,14 @@ void rg__prepare_x16(const float *x, int64_t m, int64_t k, int16_t *xq, float *x
 void rg__gemv_kquant_vnni(const rg__mm_job_t *j, int64_t r0, int64_t r1);
 // The same for q8_0, one row of x at a time (used for m <= 2).
 void rg__gemv_q8_0_vnni(const rg__mm_job_t *j, int64_t r0, int64_t r1);
+// m = 1 for q4_K / q6_K on vpdpbusd with x split into two int8 terms: xq
+// (nb super-blocks of one row, rg__prepare_x16's layout at m = 1) into x8,
+// RG__X8_BYTES per super-block: 256 high bytes, 256 low bytes (in the
+// groups' order for `type`), then the negated sums of the high bytes per 16
+// values, each twice, as int16 (q6_K's -32 offset).
+enum { RG__X8_BYTES = 576 };
+void rg__prepare_x8(const int16_t *xq, int64_t nb, rg_dtype_t type, int8_t *x8);
+void rg__gemv_kquant_x8(const rg__mm_job_t *j, int64_t r0, int64_t r1);
 
 // ---- AMX (matmul_amx.c) --------------------------------------------------
 // Packs x (m, k) into bf16 tiles for the B operand; mp = m rounded up.

@@ -570,6 +570,11 @@ static int kquant_vnni(rg_cpu_isa_t isa, rg_dtype_t t) {
   return (t == RG_Q4_K || t == RG_Q6_K) && isa >= RG_CPU_ISA_AVX512_BF16 && rg__cpu_has_vnni();
 }
 
+// Whether m = 1 takes the vpdpbusd kernel (x as two int8 terms) for t.
+static int kquant_x8(rg_cpu_isa_t isa, rg_dtype_t t) {
+  return kquant_vnni(isa, t);
+}
+
 // The GEMV kernel for a level and type; dp picks vdpbf16ps for bf16.
 static gemv_fn pick_gemv(rg_cpu_isa_t isa, rg_dtype_t t, int dp) {
 #if RG_X86
@@ -827,10 +832,11 @@ typedef struct {
   rg_matmul_path_t path;
   int dp;   // GEMV with vdpbf16ps
   int q8v;  // q8_0 GEMV with vpdpwssd
+  int x8;   // k-quant GEMV at m = 1 on vpdpbusd, x as two int8 terms
 } plan_t;
 
 static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmul_opts_t *o) {
-  plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0, 0};
+  plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0, 0, 0};
   if (o && o->batch_invariant) {
     // One kernel whatever m (see rg_matmul_opts_t): the tiles, else the
     // GEMV's 4-row shape, whose sums run in the same order for every row.
@@ -848,6 +854,9 @@ static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmu
   p.dp = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16 && m >= DP_MIN_M;
   p.q8v = p.path == RG_MATMUL_GEMV && isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_Q8_0 &&
           m <= Q8V_MAX_M && rg__cpu_has_vnni();
+  // Batch 1 only: its sums run in another order than the rows of a batch
+  // (batch-invariant mode keeps the 16-bit kernel for every m).
+  p.x8 = p.path == RG_MATMUL_GEMV && m == 1 && kquant_x8(isa, t);
   return p;
 }
 
@@ -897,6 +906,9 @@ static void names_init(void) {
 
 static const char *name_of(rg_cpu_isa_t isa, rg_dtype_t t, plan_t p) {
   pthread_once(&names_once, names_init);
+  if (p.x8)
+    return t == RG_Q4_K ? "avx512-bf16 q4_K gemv (vpdpbusd, x in int16 as 2 int8)"
+                        : "avx512-bf16 q6_K gemv (vpdpbusd, x in int16 as 2 int8)";
   // Only the vdpbf16ps and vpdpwssd kernels need more than avx512, and only
   // the tiles more than avx512-bf16.
   int kq = t == RG_Q4_K || t == RG_Q6_K;
@@ -943,6 +955,7 @@ const char *rg_matmul_kernel_name(const rg_wmat_t *w, int64_t m) {
 
 static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   uint16_t *xb = NULL;
+  int8_t *x8 = NULL;
   size_t x_row_bytes = (size_t)j->k * sizeof(float);
   if (kquant_vnni(j->isa, j->type) || p.q8v) {
     // x as int16 per 256 values, its scales and its group sums (see
@@ -962,6 +975,16 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
     rg__prepare_x16(j->x, j->m, j->k, (int16_t *)buf, (float *)(buf + qbytes),
                     (float *)(buf + qbytes + dbytes));
     x_row_bytes = (size_t)j->k * 2;
+    if (p.x8) {
+      x8 = aligned_alloc(64, nb * RG__X8_BYTES);
+      if (!x8) {
+        free(xb);
+        return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to split x (1 x %lld)",
+                              (long long)j->k);
+      }
+      rg__prepare_x8(j->xq, (int64_t)nb, j->type, x8);
+      j->x8 = x8;
+    }
   } else if ((j->type == RG_Q4_K || j->type == RG_Q6_K) && j->isa >= RG_CPU_ISA_AVX512_BF16) {
     // x as two bf16 terms and its sums per 32 values (see kquants.c).
     j->kp = j->k;
@@ -999,8 +1022,11 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   size_t chunk = (262144 + per_group - 1) / per_group,
          eighth = groups / (8 * (size_t)rg_pool_threads(pool));
   if (chunk > eighth) chunk = eighth > grain ? eighth : grain;
-  gemv_ctx_t c = {j, p.q8v ? rg__gemv_q8_0_vnni : pick_gemv(j->isa, j->type, p.dp)};
+  gemv_ctx_t c = {j, p.q8v  ? rg__gemv_q8_0_vnni
+                     : p.x8 ? rg__gemv_kquant_x8
+                            : pick_gemv(j->isa, j->type, p.dp)};
   run_shared(pool, j, groups, share_count(pool, groups, grain, MAX_SHARES), chunk, gemv_worker, &c);
+  free(x8);
   free(xb);
   return NULL;
 }
