@@ -863,7 +863,11 @@ RG_TEST(cluster_ctrl_c_stops_the_run_and_its_workers) {
 // workers are mid-generation: each worker notices its control connection
 // closed and exits within seconds, even with a step deadline of a minute
 // and a send to the coordinator that no one will ever take. This process
-// adopts the orphans (a child subreaper) to see them go.
+// adopts the orphans (a child subreaper) to see them go, and reaps all it
+// adopts: not only the workers but whatever they leave behind (a sanitized
+// worker starts llvm-symbolizer at exit to match its leak suppressions,
+// and that child outlives it), which would otherwise stay this process's
+// zombies for the rest of the suite.
 static double since(const struct timespec *t0) {
   struct timespec t1;
   clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -898,6 +902,8 @@ RG_TEST(cluster_workers_exit_when_the_coordinator_is_killed) {
   RG_REQUIRE(dense);
   char log[1100];
   snprintf(log, sizeof log, "%s/killed.log", rg_test_tmpdir(t));
+  pid_t before[16];
+  int n_before = children_of(getpid(), before, 16);
   RG_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   int ready;
   pid_t pid = start_serving_run(dense, log, "--step-timeout", "60", &ready);
@@ -927,10 +933,37 @@ RG_TEST(cluster_workers_exit_when_the_coordinator_is_killed) {
   for (int i = 0; i < n_workers; i++)
     if (workers[i] > 0) kill(workers[i], SIGKILL), waitpid(workers[i], NULL, 0), hung++;
   prctl(PR_SET_CHILD_SUBREAPER, 0);
+  // The rest of what was adopted: given a moment to finish, then killed.
+  int adopted = 0, left = 0;
+  for (double t_end = since(&t0) + 5;;) {
+    pid_t now[16];
+    int n_now = children_of(getpid(), now, 16), stray = 0;
+    for (int i = 0; i < n_now; i++) {
+      int known = 0;
+      for (int k = 0; k < n_before; k++) known |= now[i] == before[k];
+      if (known) continue;
+      if (since(&t0) > t_end)
+        kill(now[i], SIGKILL), waitpid(now[i], NULL, 0), left++;
+      else if (waitpid(now[i], NULL, WNOHANG) == now[i])
+        adopted++;
+      else
+        stray++;
+    }
+    if (!stray || since(&t0) > t_end + 1) break;
+    struct timespec tick = {0, 20000000};
+    nanosleep(&tick, NULL);
+  }
+  pid_t after[16];
+  int n_after = children_of(getpid(), after, 16);
   if (hung) printf("    %d workers still running after 20 s: killed\n", hung);
-  printf("    %d workers exited, the last %.2f s after the coordinator was killed\n", reaped, last);
+  printf(
+      "    %d workers exited, the last %.2f s after the coordinator was killed; %d other "
+      "processes adopted and reaped, %d of them killed\n",
+      reaped, last, adopted + left, left);
   RG_CHECK(reaped == n_workers);
   RG_CHECK(last < 10);
+  RG_CHECK(left == 0);
+  RG_CHECK(n_after == n_before);  // no zombie of this run is left behind
 }
 
 // A session that comes back after the golden time finds its prefix in the
