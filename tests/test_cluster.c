@@ -1211,4 +1211,30 @@ RG_TEST(cluster_prefill_decode_reports_a_transfer_order_that_fails_on_the_prefil
     RG_CHECK(got[i].n_tokens == OUT2 && !memcmp(got[i].tokens, want[i].tokens, OUT2 * 4));
   rg_serve_results_free(got, 2);
   rg_serve_results_free(want, 2);
+
+  // `ridge run --quiet --json` lists it, the request answered all the same.
+  char cmd[2048], *out = NULL;
+  snprintf(cmd, sizeof cmd,
+           "--quiet run --model %s --layout prefill-decode --prompt-ids 4,8,15,16,23,42 -n 3 "
+           "--temperature 0 --threads 1 --isa avx512 --kv-dtype f32 --no-measure "
+           "--step-timeout 2 --json",
+           dense);
+  setenv("RIDGE_TEST_FAIL_KV_ORDER", "1", 1);
+  int rc = rg_test_run_ridge(t, cmd, &out);
+  unsetenv("RIDGE_TEST_FAIL_KV_ORDER");
+  RG_CHECK(rc == 0);
+  cJSON *j = cJSON_Parse(out);
+  RG_CHECK(j != NULL);
+  if (!j) printf("    ridge run said: %s\n", out);
+  cJSON *faults = cJSON_GetObjectItem(j, "kv_transfer_faults");
+  RG_CHECK(cJSON_IsArray(faults) && cJSON_GetArraySize(faults) == 1);
+  cJSON *f0 = cJSON_GetArrayItem(faults, 0);
+  cJSON *msg = cJSON_GetObjectItem(f0, "message"), *wk = cJSON_GetObjectItem(f0, "worker");
+  RG_CHECK(cJSON_IsString(msg) && strstr(msg->valuestring, "request 0: KV transfer"));
+  RG_CHECK(cJSON_IsString(wk) && !strcmp(wk->valuestring, co.layout.workers[0].name));
+  RG_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(f0, "bytes")) == 6 * row);
+  RG_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "kv_recomputed")) == 1);
+  RG_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "failed")) == 0);
+  cJSON_Delete(j);
+  free(out);
 }
