@@ -1726,6 +1726,20 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
                   be.plan_mode ? be.plan_mb : (double)(a->micro_batches ? a->micro_batches : 1),
                   &bad);
       link_rows(&be, rg_json_arr(root, "links", &bad), &bad, NULL);
+      // KV transfers that failed on their senders, as they reported them.
+      cJSON *kf = rg_json_arr(root, "kv_transfer_faults", &bad);
+      for (size_t i = 0; i < rg_cluster_kv_fault_count(be.c); i++) {
+        const rg_cluster_kv_fault_t *f = rg_cluster_kv_fault(be.c, i);
+        cJSON *o = rg_json_push_obj(kf, &bad);
+        if (f->request != RG_CLUSTER_KEY_RELOAD)
+          rg_json_num(o, "request", (double)f->request, &bad);
+        rg_json_str(o, "worker", f->worker, &bad);
+        rg_json_str(o, "to", f->to, &bad);
+        rg_json_str(o, "stage", f->stage, &bad);
+        rg_json_num(o, "bytes", (double)f->bytes, &bad);
+        rg_json_str(o, "error", f->error, &bad);
+        rg_json_str(o, "message", f->message, &bad);
+      }
     }
     rg_json_num(root, "requests", (double)n, &bad);
     rg_json_num(root, "failed", n_bad + n_failed, &bad);
@@ -1903,8 +1917,12 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
       fputc('\n', stderr);
     }
     if (ss.kv_recomputed)
-      fprintf(stderr, "  %lld request%s recomputed: imported KV pages failed their checksum\n",
+      fprintf(stderr,
+              "  %lld request%s recomputed: imported KV pages failed their checksum or did not "
+              "come\n",
               (long long)ss.kv_recomputed, ss.kv_recomputed == 1 ? "" : "s");
+    for (size_t i = 0; be.c && i < rg_cluster_kv_fault_count(be.c); i++)
+      fprintf(stderr, "  %s\n", rg_cluster_kv_fault(be.c, i)->message);
     fprintf(stderr, "  prefill %.1f tokens/s (%.2f GFLOP/s); decode %.1f tokens/s",
             pf_s > 0 ? pf_tok / pf_s : 0, pf_s > 0 ? ss.prefill.flops / pf_s / 1e9 : 0,
             dec_s > 0 ? dec_tok / dec_s : 0);

@@ -152,7 +152,9 @@ typedef struct {
   const char *ridge_binary;  // for launch; NULL: this executable
   const rg_control_secret_t *secret;  // required unless launch (then generated)
   double join_timeout_s;              // 0 = 30: for every worker to join and load
-  double step_timeout_s;              // 0 = 10: for every worker to finish a step
+  // 0 = 10: the floor of every step's deadline (below), and the deadline of
+  // transfers and control waits outside steps.
+  double step_timeout_s;
   const char *trace_path;  // a Chrome trace of every worker's stages and transfers, or NULL
   int quiet;               // no progress lines on stderr
   // Most segments one KV transfer carries (0 = RG_TRANSPORT_MAX_SEGMENTS): a
@@ -174,6 +176,78 @@ int rg_cluster_port(const rg_cluster_t *c);
 rg_executor_t rg_cluster_executor(rg_cluster_t *c);
 RG_MUST_USE rg_status_t rg_cluster_forward(rg_cluster_t *c, const rg_step_entry_t *entries,
                                            size_t n, float *logits);
+
+// ---- Step deadlines -----------------------------------------------------------------
+//
+// Every wait of a step (a worker's receive of its hidden states, the
+// decode side's wait for imported KV pages, the coordinator's wait for the
+// step's reports) ends at the step's deadline. A fixed one fails long steps
+// on a slow or loaded machine (a 512-token prefill chunk at 8K context takes
+// seconds on one core) and waits long on short ones, so it grows with the
+// step: RG_CLUSTER_DEADLINE_FACTOR times the time the step is predicted to
+// take, where that is more than the configured step_timeout_s, which stays
+// the floor. The prediction is this run's own: the step's FLOPs and bytes
+// (rg_stage_costs_batch, the formulas the planner's predictions use) at the
+// best pace the pipeline's earlier steps have shown for each, so it follows
+// this machine and not the class a plan assumed. The coordinator sends each
+// step's deadline with it; a missed one says which deadline it was and where
+// it came from (rg_cluster_deadline_describe).
+#define RG_CLUSTER_DEADLINE_FACTOR 20.0
+
+typedef struct {
+  double s_per_flop, s_per_byte;  // best pace seen; 0: not measured yet
+  int64_t steps;
+} rg_cluster_pace_t;
+
+// Adds a finished step: its cost and the seconds it took.
+void rg_cluster_pace_add(rg_cluster_pace_t *p, double flops, double bytes, double seconds);
+// Seconds a step of this cost should take at the best pace seen (0: nothing
+// to go on yet).
+double rg_cluster_pace_predict(const rg_cluster_pace_t *p, double flops, double bytes);
+
+typedef struct {
+  double seconds;      // the deadline
+  double floor_s;      // the configured one
+  double predicted_s;  // the step's predicted time; 0: none
+  int scaled;          // 1: FACTOR x predicted_s, above the floor
+} rg_cluster_deadline_t;
+
+rg_cluster_deadline_t rg_cluster_step_deadline(double floor_s, double predicted_s);
+// Where the deadline came from, as a clause for error messages: "the step
+// deadline: 20 x the 0.62 s this step is predicted to take ..., above the
+// configured 10 s".
+const char *rg_cluster_deadline_describe(const rg_cluster_deadline_t *d, char *buf, size_t len);
+
+// ---- KV transfers that failed on their sender ----------------------------------------
+//
+// A transfer order (prefill-decode's imports, a capacity tier's reloads)
+// that fails on the worker told to carry it out (a bad order, a write the
+// transport or the peer refuses, a write past its deadline) travels back to
+// the coordinator over the control plane (an Error with its TransferFault),
+// also from a --quiet worker. The pages' receiver only sees them not come
+// and its request is recomputed there, as for a page corrupted in transit;
+// the coordinator keeps the sender's word, naming the worker, the stage and
+// the bytes, and prints it unless quiet. Reloads carry
+// RG_CLUSTER_KEY_RELOAD as their request.
+#define RG_CLUSTER_KEY_RELOAD UINT64_MAX
+typedef struct {
+  uint64_t request;   // the executor's key (serve: the request's index)
+  uint64_t transfer;  // the transfer's id; 0 when the order could not be read
+  char worker[48];    // the sender
+  char to[48];        // the receiver; "" when unknown
+  char stage[160];    // what was moving
+  uint64_t bytes;
+  rg_code_t code;
+  char error[512];  // the sender's error
+  // The whole sentence, as the coordinator prints it: "request 0: KV
+  // transfer 1 from w0-prefill (cpu:0) failed: KV pages of request 0, ...
+  // (40960 bytes) for w1-decode: ...".
+  char message[1024];
+} rg_cluster_kv_fault_t;
+
+size_t rg_cluster_kv_fault_count(const rg_cluster_t *c);
+// Borrowed; valid until the next call into c.
+const rg_cluster_kv_fault_t *rg_cluster_kv_fault(const rg_cluster_t *c, size_t i);
 
 // What each stage instance and each link did, for measured-vs-predicted.
 typedef struct {

@@ -863,7 +863,11 @@ RG_TEST(cluster_ctrl_c_stops_the_run_and_its_workers) {
 // workers are mid-generation: each worker notices its control connection
 // closed and exits within seconds, even with a step deadline of a minute
 // and a send to the coordinator that no one will ever take. This process
-// adopts the orphans (a child subreaper) to see them go.
+// adopts the orphans (a child subreaper) to see them go, and reaps all it
+// adopts: not only the workers but whatever they leave behind (a sanitized
+// worker starts llvm-symbolizer at exit to match its leak suppressions,
+// and that child outlives it), which would otherwise stay this process's
+// zombies for the rest of the suite.
 static double since(const struct timespec *t0) {
   struct timespec t1;
   clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -898,6 +902,8 @@ RG_TEST(cluster_workers_exit_when_the_coordinator_is_killed) {
   RG_REQUIRE(dense);
   char log[1100];
   snprintf(log, sizeof log, "%s/killed.log", rg_test_tmpdir(t));
+  pid_t before[16];
+  int n_before = children_of(getpid(), before, 16);
   RG_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   int ready;
   pid_t pid = start_serving_run(dense, log, "--step-timeout", "60", &ready);
@@ -927,10 +933,37 @@ RG_TEST(cluster_workers_exit_when_the_coordinator_is_killed) {
   for (int i = 0; i < n_workers; i++)
     if (workers[i] > 0) kill(workers[i], SIGKILL), waitpid(workers[i], NULL, 0), hung++;
   prctl(PR_SET_CHILD_SUBREAPER, 0);
+  // The rest of what was adopted: given a moment to finish, then killed.
+  int adopted = 0, left = 0;
+  for (double t_end = since(&t0) + 5;;) {
+    pid_t now[16];
+    int n_now = children_of(getpid(), now, 16), stray = 0;
+    for (int i = 0; i < n_now; i++) {
+      int known = 0;
+      for (int k = 0; k < n_before; k++) known |= now[i] == before[k];
+      if (known) continue;
+      if (since(&t0) > t_end)
+        kill(now[i], SIGKILL), waitpid(now[i], NULL, 0), left++;
+      else if (waitpid(now[i], NULL, WNOHANG) == now[i])
+        adopted++;
+      else
+        stray++;
+    }
+    if (!stray || since(&t0) > t_end + 1) break;
+    struct timespec tick = {0, 20000000};
+    nanosleep(&tick, NULL);
+  }
+  pid_t after[16];
+  int n_after = children_of(getpid(), after, 16);
   if (hung) printf("    %d workers still running after 20 s: killed\n", hung);
-  printf("    %d workers exited, the last %.2f s after the coordinator was killed\n", reaped, last);
+  printf(
+      "    %d workers exited, the last %.2f s after the coordinator was killed; %d other "
+      "processes adopted and reaped, %d of them killed\n",
+      reaped, last, adopted + left, left);
   RG_CHECK(reaped == n_workers);
   RG_CHECK(last < 10);
+  RG_CHECK(left == 0);
+  RG_CHECK(n_after == n_before);  // no zombie of this run is left behind
 }
 
 // A session that comes back after the golden time finds its prefix in the
@@ -1013,4 +1046,195 @@ RG_TEST(cluster_capacity_tier_keeps_idle_prefixes_and_brings_them_back) {
     rg_serve_results_free(got, 2);
   }
   rg_serve_results_free(want, 2);
+}
+
+// ----- Deadlines and transfer faults ---------------------------------------------------
+
+// The deadline rule: the configured deadline is the floor; a step predicted
+// to take long gets RG_CLUSTER_DEADLINE_FACTOR times its prediction, the
+// prediction being its FLOPs and bytes at the best pace earlier steps showed
+// for each; and the message says which it was.
+RG_TEST(cluster_step_deadline_grows_with_the_predicted_step_above_the_configured_floor) {
+  char why[256];
+  // Nothing measured yet: the configured deadline, saying so.
+  rg_cluster_pace_t pace = {0};
+  RG_CHECK(rg_cluster_pace_predict(&pace, 1e9, 1e6) == 0);
+  rg_cluster_deadline_t d = rg_cluster_step_deadline(10, 0);
+  RG_CHECK(d.seconds == 10 && !d.scaled);
+  RG_CHECK_CONTAINS(rg_cluster_deadline_describe(&d, why, sizeof why), "the configured 10 s");
+  RG_CHECK_CONTAINS(why, "no earlier step");
+  // A decode step (1e6 FLOPs, 1e8 bytes in 10 ms) and a prefill chunk (1e10
+  // FLOPs, 1e8 bytes in 1 s): 1e-10 s per FLOP and 1e-10 s per byte at best.
+  rg_cluster_pace_add(&pace, 1e6, 1e8, 0.01);
+  rg_cluster_pace_add(&pace, 1e10, 1e8, 1.0);
+  rg_cluster_pace_add(&pace, 1e10, 1e8, 0);  // a step without a time is no evidence
+  RG_CHECK(pace.steps == 2);
+  RG_CHECK(fabs(pace.s_per_flop - 1e-10) < 1e-22 && fabs(pace.s_per_byte - 1e-10) < 1e-22);
+  // A slower step of the same cost does not slow the pace: the best is kept.
+  rg_cluster_pace_add(&pace, 1e10, 1e8, 3.0);
+  RG_CHECK(fabs(pace.s_per_flop - 1e-10) < 1e-22);
+  // Predicted: the slower of compute and memory at that pace.
+  RG_CHECK(fabs(rg_cluster_pace_predict(&pace, 1e10, 1e8) - 1.0) < 1e-9);
+  RG_CHECK(fabs(rg_cluster_pace_predict(&pace, 1e6, 1e9) - 0.1) < 1e-9);
+  // A short step keeps the floor; the prediction is named beside it.
+  d = rg_cluster_step_deadline(10, rg_cluster_pace_predict(&pace, 1e6, 1e8));
+  RG_CHECK(d.seconds == 10 && !d.scaled && fabs(d.predicted_s - 0.01) < 1e-12);
+  RG_CHECK_CONTAINS(rg_cluster_deadline_describe(&d, why, sizeof why), "the configured 10 s");
+  RG_CHECK_CONTAINS(why, "the floor");
+  // A 512-token chunk at 8K context, 6e10 FLOPs: 6 s predicted, 120 s allowed.
+  d = rg_cluster_step_deadline(10, rg_cluster_pace_predict(&pace, 6e10, 1e8));
+  RG_CHECK(d.scaled && fabs(d.seconds - 20 * 6.0) < 1e-6 && d.floor_s == 10);
+  RG_CHECK_CONTAINS(rg_cluster_deadline_describe(&d, why, sizeof why), "20 x the 6 s");
+  RG_CHECK_CONTAINS(why, "above the configured 10 s");
+  // Exactly at the floor is the floor.
+  d = rg_cluster_step_deadline(10, 0.5);
+  RG_CHECK(d.seconds == 10 && !d.scaled);
+}
+
+// The configured step deadline still holds for short steps: a worker that
+// hangs (stopped) mid-run fails the step within it, and the message says it
+// was the configured deadline and that the step's prediction was below it.
+RG_TEST(cluster_a_hung_worker_fails_the_step_by_the_configured_deadline) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  rg_arch_t a;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  pid_t before[16];
+  int n_before = children_of(getpid(), before, 16);
+  // Below the 3 s of heartbeats, so the deadline, not the heartbeats, ends it.
+  rg_cluster_options_t co = {.model_path = dense,
+                             .engine = exact_options(),
+                             .launch = 1,
+                             .ridge_binary = rg_test_ridge_bin(),
+                             .quiet = 1,
+                             .step_timeout_s = 1};
+  RG_REQUIRE_OK(rg_cluster_layout_colocated(&a, "cpu:0", &co.layout));
+  rg_cluster_t *c;
+  RG_REQUIRE_OK(rg_cluster_create(&co, &c));
+  pid_t now[16], worker = 0;
+  int n_now = children_of(getpid(), now, 16);
+  for (int i = 0; i < n_now; i++) {
+    int known = 0;
+    for (int k = 0; k < n_before; k++) known |= now[i] == before[k];
+    if (!known) worker = now[i];
+  }
+  RG_CHECK(worker > 0);
+  int32_t ids[24];
+  for (int k = 0; k < 24; k++) ids[k] = (k * 17 + 2) % 400;
+  float *logits = calloc((size_t)a.vocab, sizeof(float));
+  RG_REQUIRE(logits);
+  // Two steps that go through set the pace.
+  RG_CHECK_OK(prefill(c, NULL, ids, 8, 0, logits));
+  RG_CHECK_OK(prefill(c, NULL, ids + 8, 8, 8, logits));
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  if (worker > 0) kill(worker, SIGSTOP);
+  rg_status_t st = prefill(c, NULL, ids + 16, 4, 16, logits);
+  double took = since(&t0);
+  printf("    stopped worker: %s (after %.2f s)\n", st ? rg_status_message(st) : "no error", took);
+  RG_CHECK(st && rg_status_code(st) == RG_DEADLINE_EXCEEDED);
+  RG_CHECK(has(st, co.layout.workers[0].name));
+  RG_CHECK(has(st, "the configured 1 s (--step-timeout), the floor"));
+  RG_CHECK(has(st, "predicted"));
+  RG_CHECK(took < 3);
+  rg_status_free(st);
+  if (worker > 0) kill(worker, SIGKILL);
+  rg_cluster_destroy(c);  // reaps it
+  free(logits);
+}
+
+// A transfer order that fails on the prefill worker (its write refused by
+// the transport: a test hook aims it past the end of the decode pool's
+// region) reaches the coordinator, from a --quiet worker, naming the
+// worker, the stage and the bytes; the request is recomputed on the decode
+// side, as for pages that never come, and gives the single-process tokens.
+RG_TEST(cluster_prefill_decode_reports_a_transfer_order_that_fails_on_the_prefill_worker) {
+  if (!exact_isa_available()) RG_SKIP("needs AVX-512 for the bit-exact kernels");
+  const char *dense = model_dir(t, RG_TESTMODEL_LLAMA, "dense");
+  RG_REQUIRE(dense);
+  rg_arch_t a;
+  RG_REQUIRE_OK(arch_of(dense, &a));
+  enum { L = 40, OUT2 = 4 };
+  int32_t ids[2][L];
+  for (int i = 0; i < 2; i++)
+    for (int k = 0; k < L; k++) ids[i][k] = (int32_t)((i * 51 + k * 7 + 3) % 400);
+  rg_serve_request_t r[2] = {{0, ids[0], L, OUT2, {0, 0, 1, 0}, 0},
+                             {1, ids[1], L, OUT2, {0, 0, 1, 0}, 0}};
+  rg_serve_options_t so = {.max_batch_tokens = 128};
+  rg_engine_options_t eo = exact_options();
+  rg_engine_t *e;
+  RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
+  rg_serve_result_t want[2], got[2];
+  rg_serve_stats_t ss;
+  rg_status_t st = rg_serve(e, r, 2, &so, want, &ss);
+  rg_engine_destroy(e);
+  RG_REQUIRE_OK(st);
+  rg_cluster_options_t co = {.model_path = dense,
+                             .engine = exact_options(),
+                             .launch = 1,
+                             .ridge_binary = rg_test_ridge_bin(),
+                             .quiet = 1,
+                             .step_timeout_s = 2};
+  RG_REQUIRE_OK(rg_cluster_layout_pd(&a, "cpu:0", "cpu:0", 16, 16, &co.layout));
+  setenv("RIDGE_TEST_FAIL_KV_ORDER", "1", 1);
+  rg_cluster_t *c;
+  st = rg_cluster_create(&co, &c);
+  unsetenv("RIDGE_TEST_FAIL_KV_ORDER");
+  RG_REQUIRE_OK(st);
+  rg_executor_t cx = rg_cluster_executor(c);
+  st = rg_serve_on(&cx, r, 2, &so, got, &ss);
+  size_t n_faults = rg_cluster_kv_fault_count(c);
+  rg_cluster_kv_fault_t f = {0};
+  if (n_faults) f = *rg_cluster_kv_fault(c, 0);
+  RG_CHECK(rg_cluster_kv_fault(c, n_faults) == NULL);
+  rg_cluster_destroy(c);
+  RG_CHECK_OK(st);
+  printf("    %zu fault(s): %s\n", n_faults, n_faults ? f.message : "-");
+  RG_CHECK(n_faults == 1);
+  // The first order is request 0's, the whole prompt in one transfer.
+  double row = (double)(a.n_kv_heads * a.head_dim) * 4.0 * 2 * (double)a.n_layers;
+  RG_CHECK(f.request == 0 && f.transfer > 0);
+  RG_CHECK(!strcmp(f.worker, co.layout.workers[0].name));
+  RG_CHECK(!strcmp(f.to, co.layout.workers[1].name));
+  RG_CHECK((double)f.bytes == L * row);
+  RG_CHECK(f.code == RG_INVALID_ARGUMENT);
+  RG_CHECK_CONTAINS(f.stage, "KV pages of request 0");
+  RG_CHECK_CONTAINS(f.error, "reaches past the end");
+  RG_CHECK_CONTAINS(f.message, "request 0: KV transfer");
+  RG_CHECK_CONTAINS(f.message, co.layout.workers[0].name);
+  RG_CHECK_CONTAINS(f.message, "bytes");
+  RG_CHECK_CONTAINS(f.message, "recomputes the request");
+  // Still answered: recomputed on the decode side, the single-process tokens.
+  RG_CHECK(ss.kv_recomputed == 1);
+  for (int i = 0; i < 2; i++)
+    RG_CHECK(got[i].n_tokens == OUT2 && !memcmp(got[i].tokens, want[i].tokens, OUT2 * 4));
+  rg_serve_results_free(got, 2);
+  rg_serve_results_free(want, 2);
+
+  // `ridge run --quiet --json` lists it, the request answered all the same.
+  char cmd[2048], *out = NULL;
+  snprintf(cmd, sizeof cmd,
+           "--quiet run --model %s --layout prefill-decode --prompt-ids 4,8,15,16,23,42 -n 3 "
+           "--temperature 0 --threads 1 --isa avx512 --kv-dtype f32 --no-measure "
+           "--step-timeout 2 --json",
+           dense);
+  setenv("RIDGE_TEST_FAIL_KV_ORDER", "1", 1);
+  int rc = rg_test_run_ridge(t, cmd, &out);
+  unsetenv("RIDGE_TEST_FAIL_KV_ORDER");
+  RG_CHECK(rc == 0);
+  cJSON *j = cJSON_Parse(out);
+  RG_CHECK(j != NULL);
+  if (!j) printf("    ridge run said: %s\n", out);
+  cJSON *faults = cJSON_GetObjectItem(j, "kv_transfer_faults");
+  RG_CHECK(cJSON_IsArray(faults) && cJSON_GetArraySize(faults) == 1);
+  cJSON *f0 = cJSON_GetArrayItem(faults, 0);
+  cJSON *msg = cJSON_GetObjectItem(f0, "message"), *wk = cJSON_GetObjectItem(f0, "worker");
+  RG_CHECK(cJSON_IsString(msg) && strstr(msg->valuestring, "request 0: KV transfer"));
+  RG_CHECK(cJSON_IsString(wk) && !strcmp(wk->valuestring, co.layout.workers[0].name));
+  RG_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(f0, "bytes")) == 6 * row);
+  RG_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "kv_recomputed")) == 1);
+  RG_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "failed")) == 0);
+  cJSON_Delete(j);
+  free(out);
 }

@@ -30,13 +30,14 @@ static inline uint64_t rg__tag(int kind, uint64_t step, int mb, int hop) {
 }
 
 // STEP: "RGSP", u64 step, u32 flags, u32 n_micro_batches, u32 the PeerTable
-// epoch its sends need, then each micro-batch's step in rg_step_encode's form,
-// then the KV moves around it (rg__kvplan_t): u32 n_stash + n_stash x {i32
+// epoch its sends need, f64 the step's deadline in seconds and f64 its
+// predicted time (0: none; rg_cluster_step_deadline), then each micro-batch's step in
+// rg_step_encode's form, then the KV moves around it (rg__kvplan_t): u32 n_stash + n_stash x {i32
 // device block, i32 outbox block}; u32 n_expect + n_expect x {u32 receiving
 // worker, u32 sending worker, u64 transfer id, u64 request key}; u32 n_push +
 // n_push x {u32 worker, u32 slot, i32 device block, u64 offset, u64 transfer
 // id}, then (when n_push > 0) the tier region's descriptor.
-#define RG__STEP_HEAD 24
+#define RG__STEP_HEAD 40
 
 // Prefill-decode: after its forward, a prefill worker copies the blocks of
 // the prompts it finished into its outbox ("stash"), so the scheduler may
@@ -112,7 +113,7 @@ typedef struct {
 } rg__expect_order_t;
 // The key of a reload's expected notice: not a request's (reloads fill
 // cached blocks), so a reload that fails its checksum fails the step.
-#define RG__KEY_RELOAD UINT64_MAX
+#define RG__KEY_RELOAD RG_CLUSTER_KEY_RELOAD
 RG_MUST_USE rg_status_t rg__expect_encode(const rg__expect_order_t *e, uint8_t **buf, size_t *cap,
                                           size_t *len);
 RG_MUST_USE rg_status_t rg__expect_decode(const uint8_t *buf, size_t len, rg__expect_order_t *e);
@@ -163,6 +164,9 @@ typedef struct {
   uint64_t bad_keys[64];
   uint32_t n_bad_keys;
 } rg__done_t;
+
+// The control plane's TransferFault (runtime/control/control.proto).
+typedef Ridge__Control__TransferFault rg__transfer_fault_t;
 
 RG_MUST_USE rg_status_t rg__done_encode(const rg__done_t *d, uint8_t **buf, size_t *cap,
                                         size_t *len);

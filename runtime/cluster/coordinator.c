@@ -75,6 +75,11 @@ typedef struct {
   uint64_t *keys_now;  // prefill: the prompts stashed; decode: the imports
   size_t n_keys_now, cap_keys_now;
   rg_engine_counters_t c;
+  // Step deadlines (rg_cluster_step_deadline): the pace of this pipeline's
+  // finished steps, and the step in flight's cost and deadline.
+  rg_cluster_pace_t pace;
+  double flops_now, bytes_now;
+  rg_cluster_deadline_t deadline;
 } pipe_t;
 
 // One attention instance's share of the capacity tier's memory.
@@ -140,6 +145,9 @@ struct rg_cluster_s {
   int n_slices;
   rg__expect_order_t *expect_order;
   rg_engine_counters_t c;
+  // KV transfers that failed on their senders, as they reported them.
+  rg_cluster_kv_fault_t *faults;
+  size_t n_faults, cap_faults;
   trace_ev_t *trace;
   size_t n_trace, cap_trace;
   double t0;
@@ -292,10 +300,65 @@ static void on_lost(rg_cluster_t *c, const rg_control_event_t *ev) {
   if (c->tp && c->w[i].ready) rg_transport_peer_fail(c->tp, c->w[i].peer, ev->text);
 }
 
+// A worker's report that a transfer order failed there (an Error with its
+// TransferFault): kept with the request it concerns, and said.
+static void on_transfer_fault(rg_cluster_t *c, const rg_control_event_t *ev,
+                              const rg_control_error_t *er) {
+  const rg__transfer_fault_t *tf = er->transfer;
+  int i = find_by_id(c, ev->worker_id);
+  if (c->n_faults == c->cap_faults) {
+    size_t cap = c->cap_faults ? 2 * c->cap_faults : 8;
+    if (cap > 4096) return;  // a worker failing every order: the first 4096 say it
+    rg_cluster_kv_fault_t *nf = realloc(c->faults, cap * sizeof *nf);
+    if (!nf) return;
+    c->faults = nf, c->cap_faults = cap;
+  }
+  rg_cluster_kv_fault_t *f = &c->faults[c->n_faults++];
+  memset(f, 0, sizeof *f);
+  char lb[160];
+  f->request = tf->request_key;
+  f->transfer = tf->transfer_id;
+  snprintf(f->worker, sizeof f->worker, "%s", i >= 0 ? wname(c, i) : "?");
+  snprintf(f->to, sizeof f->to, "%s", tf->to_worker ? tf->to_worker : "");
+  snprintf(f->stage, sizeof f->stage, "%s", tf->stage ? tf->stage : "");
+  f->bytes = tf->bytes;
+  f->code = tf->code && tf->code < RG_STATUS_CODE_COUNT ? (rg_code_t)tf->code : RG_INTERNAL;
+  snprintf(f->error, sizeof f->error, "%s", er->text ? er->text : "");
+  char who[80] = "";
+  if (tf->request_key == RG_CLUSTER_KEY_RELOAD)
+    snprintf(who, sizeof who, "a reload from the capacity tier: ");
+  else if (tf->transfer_id)
+    snprintf(who, sizeof who, "request %llu: ", (unsigned long long)tf->request_key);
+  snprintf(f->message, sizeof f->message,
+           "%sKV transfer %llu from worker %s%s%s failed: %s (%llu bytes): %s; %s", who,
+           (unsigned long long)tf->transfer_id, i >= 0 ? wlabel(c, i, lb, sizeof lb) : "?",
+           f->to[0] ? " to " : "", f->to, f->stage, (unsigned long long)f->bytes, f->error,
+           tf->request_key == RG_CLUSTER_KEY_RELOAD
+               ? "the step's requests fail rather than use what did not come"
+               : "its pages do not come, and the receiving side recomputes the request");
+  say(c, "%s", f->message);
+}
+
+size_t rg_cluster_kv_fault_count(const rg_cluster_t *c) {
+  return c->n_faults;
+}
+
+const rg_cluster_kv_fault_t *rg_cluster_kv_fault(const rg_cluster_t *c, size_t i) {
+  return i < c->n_faults ? &c->faults[i] : NULL;
+}
+
 // Handles control events for up to `timeout` seconds (0: only what is queued).
+// Transfer faults are taken here whoever waits, so none is lost to a wait
+// for another message.
 static rg_status_t pump(rg_cluster_t *c, double timeout, rg_control_event_t *keep) {
   rg_control_event_t ev;
   RG_RETURN_IF_ERROR(rg_control_server_recv(c->srv, timeout, &ev));
+  const rg_control_error_t *er =
+      ev.kind == RG_CONTROL_EVENT_MESSAGE ? RG_CONTROL_MSG_AS(ev.msg, error) : NULL;
+  if (er && er->transfer) {
+    on_transfer_fault(c, &ev, er);
+    ev.kind = RG_CONTROL_EVENT_NONE;
+  }
   switch (ev.kind) {
     case RG_CONTROL_EVENT_JOINED:
       on_joined(c, &ev);
@@ -773,6 +836,34 @@ static const char *stage_list(const rg_cluster_t *c, int i, char *buf, size_t le
   return buf;
 }
 
+// The FLOPs and bytes of the pipeline's step of n_mb micro-batches, by the
+// formulas the planner predicts with (over every layer: the pipeline covers
+// the model once). Only their ratio to earlier steps' counts, so the dtypes
+// need only be the same from step to step.
+static void step_cost(const rg_cluster_t *c, const pipe_t *p, int n_mb, double *flops,
+                      double *bytes) {
+  *flops = *bytes = 0;
+  for (int m = 0; m < n_mb; m++) {
+    if (!p->st[m].n_seqs) continue;
+    rg_batch_shape_t b = {.seqs = p->st[m].shape,
+                          .n_seqs = (size_t)p->st[m].n_seqs,
+                          .n_logits = p->st[m].n_logits,
+                          .weight_dtype = c->a->weight_dtype,
+                          .kv_dtype = c->kv_dtype,
+                          .act_dtype = RG_F32};
+    rg_stage_cost_t cost[32];
+    size_t n = 0;
+    rg_status_t st = rg_stage_costs_batch(c->a, &b, cost, 32, &n);
+    if (st) {  // no prediction for this step: the floor holds
+      rg_status_free(st);
+      *flops = *bytes = 0;
+      return;
+    }
+    for (size_t k = 0; k < n; k++)
+      if (!cost[k].is_part) *flops += cost[k].flops, *bytes += cost[k].bytes;
+  }
+}
+
 // Sends the pipeline's next step: STEP (its micro-batches and KV plan) to
 // each of its workers, with the receives of the logits and of every
 // worker's report posted first. The step is then in flight until
@@ -797,6 +888,12 @@ static rg_status_t pipe_begin(rg_cluster_t *c, pipe_t *p, int n_mb, uint32_t fla
   uint32_t nm = (uint32_t)n_mb, epoch = (uint32_t)c->epoch;
   memcpy(head + 16, &nm, 4);
   memcpy(head + 20, &epoch, 4);
+  // The step's deadline, from its cost at this run's pace.
+  step_cost(c, p, n_mb, &p->flops_now, &p->bytes_now);
+  p->deadline = rg_cluster_step_deadline(
+      c->o.step_timeout_s, rg_cluster_pace_predict(&p->pace, p->flops_now, p->bytes_now));
+  memcpy(head + 24, &p->deadline.seconds, 8);
+  memcpy(head + 32, &p->deadline.predicted_s, 8);
   p->msg_len = 0;
   if (p->msg_cap < RG__STEP_HEAD) {
     uint8_t *nb = realloc(p->msg, 4096);
@@ -893,24 +990,29 @@ static rg_status_t pipe_poll(rg_cluster_t *c, pipe_t *p, int *done) {
                           wlabel(c, i, lb, sizeof lb), (unsigned long long)p->step,
                           c->w[i].lost_why[0] ? c->w[i].lost_why : why);
   }
-  // The workers give up on a silent peer after step_timeout_s and report
+  // The workers give up on a silent peer at the step's deadline and report
   // whom they waited for; the coordinator waits a little longer, so that
   // report, not a guess, names the culprit.
-  double limit = c->o.step_timeout_s * 1.25 + 0.25;
+  double limit = p->deadline.seconds * 1.25 + 0.25;
   if (!st && pending && rg_clock_now() - p->t0 > limit) {
     for (size_t k = 0; k < p->nr && !st; k++)
       if (!rg_transport_req_done(p->reqs[k])) {
-        char stages[256];
+        char stages[256], why[256];
         st = rg_status_make(RG_DEADLINE_EXCEEDED,
-                            "worker %s did not finish step %llu within %.1f s (it runs %s); the "
-                            "step's requests fail",
+                            "worker %s did not finish step %llu within %.1f s (it runs %s; %s, "
+                            "and a quarter more for its report); the step's requests fail",
                             wlabel(c, p->owner[k], lb, sizeof lb), (unsigned long long)p->step,
-                            limit, stage_list(c, p->owner[k], stages, sizeof stages));
+                            limit, stage_list(c, p->owner[k], stages, sizeof stages),
+                            rg_cluster_deadline_describe(&p->deadline, why, sizeof why));
       }
   }
   if (!st && pending) return NULL;
   for (int i = 0; i < n && !st; i++)
     if (p->sends[i]) st = rg_transport_wait(p->sends[i], c->o.step_timeout_s);
+  // A step that went through sets the pace later deadlines are predicted at
+  // (a diagnostic rerun does more work per step than it counts).
+  if (!st && !(p->flags & RG__STEP_CHECK))
+    rg_cluster_pace_add(&p->pace, p->flops_now, p->bytes_now, rg_clock_now() - p->t0);
   if (!st && (p->flags & RG__STEP_TRACE)) {
     int64_t tokens = 0, seqs = 0;
     for (int m = 0; m < p->n_mb_now; m++) tokens += p->st[m].n_tokens, seqs += p->st[m].n_seqs;
@@ -1593,6 +1695,7 @@ void rg_cluster_destroy(rg_cluster_t *c) {
   }
   write_trace(c);
   free(c->trace);
+  free(c->faults);
   for (int i = 0; i < RG_CLUSTER_MAX_WORKERS; i++) free(c->w[i].done_buf);
   for (int k = 0; k < 2; k++) {
     pipe_t *p = &c->pipes[k];

@@ -24,6 +24,14 @@ typedef struct {
   void *stage;  // host copy (non-host devices), or NULL
 } dbuf_t;
 
+// A KV write in flight from a transfer order: what it moves and since when.
+typedef struct {
+  uint64_t xfer, key, bytes;
+  uint32_t to;
+  int64_t layer_begin, layer_end, pos_begin, pos_end;
+  double t0;
+} write_info_t;
+
 typedef struct {
   rg_worker_options_t o;
   rg_device_t *dev;
@@ -46,7 +54,12 @@ typedef struct {
   rg_step_limits_t lim;
   rg__step_bounds_t bounds;
   int n_mb;
-  double step_timeout;
+  // The step in progress's deadline (the coordinator's, from its STEP) and
+  // where it came from; step_floor is the configured one, the deadline of
+  // transfers and control waits outside steps.
+  double step_timeout, step_floor;
+  rg_cluster_deadline_t deadline;
+  char deadline_why[256];
   // Per micro-batch.
   rg_step_buf_t sb[MAX_MB];
   rg_step_t st[MAX_MB];
@@ -74,6 +87,7 @@ typedef struct {
   uint8_t *xfer_buf;
   rg_transport_req_t *writes[256];
   size_t n_writes;
+  write_info_t write_info[256];  // what each write in flight moves, to report its failure
   // A prefill worker's transfer thread: it takes the XFER orders and pushes
   // the pages while the main thread computes, so a decode step never waits
   // for the prefill's next hop. It owns everything above from xfer_seq on;
@@ -88,9 +102,13 @@ typedef struct {
   rg_status_t xfer_err;
   uint64_t bad_keys[64];
   uint32_t n_bad_keys;
-  // Test hook (RIDGE_TEST_CORRUPT_KV_WRITE=k): flip a bit of the k-th KV
-  // transfer this worker sends, so a test can show the receiver catches it.
-  uint64_t corrupt_at, drop_at, n_xfers_done;
+  // Test hooks, counting the KV transfers this worker sends:
+  // RIDGE_TEST_CORRUPT_KV_WRITE=k flips a bit of the k-th (its receiver
+  // must catch it), RIDGE_TEST_DROP_KV_WRITE=k never writes it (its
+  // receiver's wait runs out), RIDGE_TEST_FAIL_KV_ORDER=k aims its write
+  // past the end of the receiver's region, so the transport refuses it here
+  // (the coordinator must learn why).
+  uint64_t corrupt_at, drop_at, fail_at, n_xfers_done;
   // Capacity tier: the tier worker's memory (host, registered both ways);
   // attention workers of a layout with a tier register their pools both
   // ways too (offloads read them, reloads write them).
@@ -239,6 +257,8 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
   // Test hook: the Nth transfer is never written (its receiver's wait runs out).
   const char *drop = getenv("RIDGE_TEST_DROP_KV_WRITE");
   w->drop_at = drop ? strtoull(drop, NULL, 10) : 0;
+  const char *fail = getenv("RIDGE_TEST_FAIL_KV_ORDER");
+  w->fail_at = fail ? strtoull(fail, NULL, 10) : 0;
   w->n_mb = (int)opt_int(as, "micro_batches", 1);
   if (w->n_mb < 1 || w->n_mb > MAX_MB)
     return rg_status_make(RG_INVALID_ARGUMENT, "Assign: %d micro-batches", w->n_mb);
@@ -254,7 +274,11 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
                               (int64_t)as->kv_block_count};
   w->bounds = (rg__step_bounds_t){opt_int(as, "max_tokens", 4096), opt_int(as, "max_seqs", 256),
                                   opt_int(as, "max_table", 65536)};
-  w->step_timeout = (double)opt_int(as, "step_timeout_ms", 10000) / 1e3;
+  w->step_floor = (double)opt_int(as, "step_timeout_ms", 10000) / 1e3;
+  if (!(w->step_floor > 0)) w->step_floor = 10;
+  w->step_timeout = w->step_floor;
+  w->deadline = rg_cluster_step_deadline(w->step_floor, 0);
+  rg_cluster_deadline_describe(&w->deadline, w->deadline_why, sizeof w->deadline_why);
   w->step = (uint64_t)opt_int(as, "next_step", 1);
   if (w->lim.block_size < 1 || w->lim.n_blocks < 1 || w->lim.max_context < 1)
     return rg_status_make(RG_INVALID_ARGUMENT, "Assign: KV pool of %lld blocks of %lld",
@@ -317,8 +341,8 @@ static rg_status_t wait_peers(worker_t *w, uint32_t epoch) {
     if (left <= 0)
       return rg_status_make(
           RG_DEADLINE_EXCEEDED,
-          "no PeerTable %u from the coordinator within %.1f s (the step needs it)", epoch,
-          w->step_timeout);
+          "no PeerTable %u from the coordinator within %.1f s (the step needs it; %s)", epoch,
+          w->step_timeout, w->deadline_why);
     rg_control_event_t ev;
     RG_RETURN_IF_ERROR(rg_control_client_recv(w->ctl, left, &ev));
     rg_status_t st = NULL;
@@ -446,9 +470,10 @@ static rg_status_t reap_sends(worker_t *w, prog_t *p, int mb, int *all) {
         snprintf(who, sizeof who, "the coordinator");
       else
         snprintf(who, sizeof who, "%s", w->names[p->send_peer[i]]);
-      s = rg_status_make(
-          RG_DEADLINE_EXCEEDED, "%s: %zu bytes of micro-batch %d to %s not taken within %.1f s",
-          w->names[w->me], rg_transport_req_bytes(p->sends[i]), mb, who, t1 - p->send_t0[i]);
+      s = rg_status_make(RG_DEADLINE_EXCEEDED,
+                         "%s: %zu bytes of micro-batch %d to %s not taken within %.1f s (%s)",
+                         w->names[w->me], rg_transport_req_bytes(p->sends[i]), mb, who,
+                         t1 - p->send_t0[i], w->deadline_why);
     } else if (!done && !s) {
       i++;
       continue;
@@ -553,11 +578,12 @@ static rg_status_t advance(worker_t *w, prog_t *p, int mb, int *blocked) {
         rg_status_t s = rg_transport_test(p->recv, &done);
         if (!done && !s) {
           if (rg_clock_now() - p->recv_since > w->step_timeout) {
-            s = rg_status_make(RG_DEADLINE_EXCEEDED,
-                               "%s: waited %.1f s for %zu bytes of micro-batch %d from %s for %s",
-                               w->names[w->me], rg_clock_now() - p->recv_since, xb, mb,
-                               a->peer < 0 ? "the coordinator" : w->names[a->peer],
-                               hop_name(w, a->hop, hn, sizeof hn));
+            s = rg_status_make(
+                RG_DEADLINE_EXCEEDED,
+                "%s: waited %.1f s for %zu bytes of micro-batch %d from %s for %s (%s)",
+                w->names[w->me], rg_clock_now() - p->recv_since, xb, mb,
+                a->peer < 0 ? "the coordinator" : w->names[a->peer],
+                hop_name(w, a->hop, hn, sizeof hn), w->deadline_why);
           } else {
             *blocked = 1;
             return NULL;
@@ -632,22 +658,72 @@ static int attention_stage(const worker_t *w, int64_t l0, int64_t l1) {
   return -1;
 }
 
-// Reaps finished RMA writes; a failed one is reported (its receiver fails
-// the step waiting for the notice, naming this worker).
+// A transfer order that failed here: the coordinator, which owns the
+// request, is told over the control plane (its receiver only sees the pages
+// not come), naming the transfer, the stage and the bytes; and stderr
+// unless quiet. x may be partly read (an order that failed to decode); to
+// is the receiver's index, or -1 when unknown.
+static void report_order_fault(worker_t *w, uint64_t xfer, uint64_t key, int64_t to,
+                               int64_t layer_begin, int64_t layer_end, int64_t pos_begin,
+                               int64_t pos_end, uint64_t bytes, rg_status_t err) {
+  const char *to_name = to >= 0 && to < w->layout.n_workers ? w->names[to] : "";
+  char stage[160];
+  if (!xfer)
+    snprintf(stage, sizeof stage, "a transfer order that could not be read");
+  else if (key == RG__KEY_RELOAD)
+    snprintf(stage, sizeof stage, "a reload of layers [%lld, %lld) from the capacity tier",
+             (long long)layer_begin, (long long)layer_end);
+  else
+    snprintf(stage, sizeof stage,
+             "KV pages of request %llu, layers [%lld, %lld), positions [%lld, %lld)",
+             (unsigned long long)key, (long long)layer_begin, (long long)layer_end,
+             (long long)pos_begin, (long long)pos_end);
+  if (!w->o.quiet)
+    fprintf(stderr, "ridge worker %s: transfer %llu (%s, %llu bytes%s%s) failed: %s\n",
+            w->names[w->me], (unsigned long long)xfer, stage, (unsigned long long)bytes,
+            *to_name ? " for " : "", to_name, rg_status_message(err));
+  rg__transfer_fault_t tf = RIDGE__CONTROL__TRANSFER_FAULT__INIT;
+  tf.transfer_id = xfer;
+  tf.request_key = key;
+  tf.to_worker = (char *)to_name;
+  tf.stage = stage;
+  tf.bytes = bytes;
+  tf.code = (uint32_t)rg_status_code(err);
+  rg_control_error_t er = RIDGE__CONTROL__ERROR__INIT;
+  er.text = (char *)rg_status_message(err);
+  er.transfer = &tf;
+  // A coordinator gone cannot be told; the loop finds that out on its own.
+  rg_status_free(rg_control_client_send(w->ctl, &er.base));
+}
+
+// Reaps finished RMA writes; a failed one, or one still in flight past the
+// transfer deadline (the configured step timeout), is reported to the
+// coordinator (its receiver then fails its wait for the notice and
+// recomputes).
 static void reap_writes(worker_t *w) {
+  double now = rg_clock_now();
   for (size_t i = 0; i < w->n_writes;) {
     bool done = false;
     rg_status_t s = rg_transport_test(w->writes[i], &done);
-    if (!done && !s) {
+    if (!done && !s && now - w->write_info[i].t0 > w->step_floor)
+      s = rg_status_make(RG_DEADLINE_EXCEEDED,
+                         "%s: the write to %s was not complete within %.1f s (the transfer "
+                         "deadline: the configured %.3g s, --step-timeout)",
+                         w->names[w->me], w->names[w->write_info[i].to], now - w->write_info[i].t0,
+                         w->step_floor);
+    else if (!done && !s) {
       i++;
       continue;
     }
-    if (s && !w->o.quiet)
-      fprintf(stderr, "ridge worker %s: a KV transfer failed: %s\n", w->names[w->me],
-              rg_status_message(s));
+    if (s) {
+      const write_info_t *in = &w->write_info[i];
+      report_order_fault(w, in->xfer, in->key, in->to, in->layer_begin, in->layer_end,
+                         in->pos_begin, in->pos_end, in->bytes, s);
+    }
     rg_status_free(s);
     rg_transport_req_free(w->writes[i]);
     w->writes[i] = w->writes[--w->n_writes];
+    w->write_info[i] = w->write_info[w->n_writes];
   }
 }
 
@@ -658,7 +734,8 @@ static void reap_writes(worker_t *w) {
 // head: a segment strides over the heads, one per (layer, K|V, run). Where
 // the block sizes agree and a run fills its block, the heads' pieces are
 // adjacent on both sides and the transport merges them into one.
-static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
+static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x, uint64_t *out_bytes) {
+  *out_bytes = 0;
   if (x->to >= (uint32_t)w->layout.n_workers || (int)x->to == w->me)
     return rg_status_make(RG_INVALID_ARGUMENT, "transfer %llu: to worker %u",
                           (unsigned long long)x->xfer, x->to);
@@ -712,6 +789,8 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
   rg_transport_region_desc_t desc;
   RG_RETURN_IF_ERROR(rg_transport_desc_decode(x->desc, sizeof x->desc, &desc));
   size_t row = block_bytes / (size_t)bp;
+  *out_bytes =
+      (uint64_t)(x->pos_end - x->pos_begin) * row * 2 * (uint64_t)(x->layer_end - x->layer_begin);
   int64_t bd = x->dst_block_size;
   size_t dst_blk = (size_t)bd * row, dst_layer = (size_t)x->dst_n_blocks * dst_blk;
   size_t cap = 64, n = 0;
@@ -758,10 +837,10 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
            w->names[x->to]);
   // The notice carries the request and the bytes, which the receiver counts
   // on its inbound link (it sees the whole transfer: post to checked notice).
-  uint64_t payload[2] = {x->key, (uint64_t)(x->pos_end - x->pos_begin) * row * 2 *
-                                     (uint64_t)(x->layer_end - x->layer_begin)};
+  uint64_t payload[2] = {x->key, *out_bytes};
   const uint64_t nth = st ? 0 : ++w->n_xfers_done;
   if (!st && w->corrupt_at && nth == w->corrupt_at) rg_transport_corrupt_next_write(w->tp);
+  if (!st && w->fail_at && nth == w->fail_at) desc.len = 0;
   if (!st && w->drop_at && nth == w->drop_at) {
     free(seg);
     return NULL;
@@ -776,9 +855,18 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x) {
   // and shm's writes complete only as both sides make progress, which a
   // step busy computing would give only between its hops.
   if (!st && w->xfer_on) {
+    w->write_info[w->n_writes].xfer = x->xfer;
+    w->write_info[w->n_writes].key = x->key;
+    w->write_info[w->n_writes].bytes = *out_bytes;
+    w->write_info[w->n_writes].to = x->to;
+    w->write_info[w->n_writes].layer_begin = x->layer_begin;
+    w->write_info[w->n_writes].layer_end = x->layer_end;
+    w->write_info[w->n_writes].pos_begin = x->pos_begin;
+    w->write_info[w->n_writes].pos_end = x->pos_end;
+    w->write_info[w->n_writes].t0 = rg_clock_now();
     w->n_writes++;
   } else if (!st) {
-    st = rg_transport_wait(w->writes[w->n_writes], w->step_timeout);
+    st = rg_transport_wait(w->writes[w->n_writes], w->step_floor);
     rg_transport_req_free(w->writes[w->n_writes]);
     w->writes[w->n_writes] = NULL;
   }
@@ -807,11 +895,15 @@ static rg_status_t take_offloads(worker_t *w, size_t len) {
                                   &reqs[n]);
     if (!st) n++;
   }
-  if (!st && n) rg_status_free(rg_transport_wait_all(reqs, n, w->step_timeout));
+  if (!st && n) rg_status_free(rg_transport_wait_all(reqs, n, w->step_floor));
   for (size_t k = 0; k < n; k++) {
     bool done = false;
     rg_status_t s = rg_transport_test(reqs[k], &done);
-    if (!done && !s) s = rg_status_make(RG_DEADLINE_EXCEEDED, "an offload did not come");
+    if (!done && !s)
+      s = rg_status_make(RG_DEADLINE_EXCEEDED,
+                         "an offload did not come within %.3g s (the transfer deadline: the "
+                         "configured --step-timeout)",
+                         w->step_floor);
     if (s) {
       if (!w->o.quiet)
         fprintf(stderr, "ridge worker %s: an offload into the tier: %s\n", w->names[w->me],
@@ -909,14 +1001,19 @@ static rg_status_t serve_orders(worker_t *w, int *served) {
     ++*served;
     if (len >= 4 && !memcmp(w->xfer_buf, "RGXE", 4)) {
       s = take_offloads(w, len);
+      if (s && !w->o.quiet)
+        fprintf(stderr, "ridge worker %s: %s\n", w->names[w->me], rg_status_message(s));
     } else {
       rg__xfer_t x;
+      uint64_t bytes = 0;
       s = rg__xfer_decode(w->xfer_buf, len, &x);
-      if (!s) s = do_xfer(w, &x);
+      if (!s) s = do_xfer(w, &x, &bytes);
+      // What the decoder read of a bad order is kept in x's fields.
+      if (s)
+        report_order_fault(w, x.xfer, x.key, x.xfer ? (int64_t)x.to : -1, x.layer_begin,
+                           x.layer_end, x.pos_begin, x.pos_end, bytes, s);
       rg__xfer_free(&x);
     }
-    if (s && !w->o.quiet)
-      fprintf(stderr, "ridge worker %s: %s\n", w->names[w->me], rg_status_message(s));
     rg_status_free(s);
   }
   reap_writes(w);
@@ -1033,9 +1130,9 @@ static rg_status_t take_imports(worker_t *w) {
     rg_status_t s = rg_transport_test(reqs[k], &done);
     if (!done && !s)
       s = rg_status_make(RG_DEADLINE_EXCEEDED,
-                         "%s: the KV pages of request %llu from %s did not come within %.1f s",
+                         "%s: the KV pages of request %llu from %s did not come within %.1f s (%s)",
                          w->names[w->me], (unsigned long long)keys[k], w->names[from[k]],
-                         rg_clock_now() - t0);
+                         rg_clock_now() - t0, w->deadline_why);
     // Pages that came corrupted, or not at all, are not used: the request
     // is recomputed here (as the coordinator does for every bad key), and
     // the other requests of the step go on.
@@ -1098,6 +1195,17 @@ static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_
   memcpy(&n_mb, msg + 16, 4);
   uint32_t epoch;
   memcpy(&epoch, msg + 20, 4);
+  double deadline, predicted;
+  memcpy(&deadline, msg + 24, 8);
+  memcpy(&predicted, msg + 32, 8);
+  if (!(deadline >= w->step_floor) || !(deadline < 1e6) || !(predicted >= 0))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "a STEP with a deadline of %g s (predicted %g s); the floor is %g s",
+                          deadline, predicted, w->step_floor);
+  w->deadline = rg_cluster_step_deadline(w->step_floor, predicted);
+  w->deadline.seconds = deadline;
+  w->step_timeout = deadline;
+  rg_cluster_deadline_describe(&w->deadline, w->deadline_why, sizeof w->deadline_why);
   if (epoch > (uint32_t)w->epoch) RG_RETURN_IF_ERROR(wait_peers(w, epoch));
   if (step != w->step)
     return rg_status_make(RG_INVALID_ARGUMENT, "STEP %llu where %llu was due",
