@@ -151,15 +151,28 @@ static void x_as_int16(const float *x, int64_t m, int64_t k, float *out) {
 }
 
 // Paths a level runs: GEMV and GEMM everywhere, the tiles where AMX is.
-static int path_runs(rg_cpu_isa_t isa, rg_dtype_t type, int path) {
+// The automatic choice runs too where it picks a kernel that no forced
+// path does (bf16 prefill on packed panels).
+static int path_runs(rg_cpu_isa_t isa, const rg_wmat_t *w, int64_t m, int path) {
+  if (path == RG_MATMUL_AUTO) {
+    rg_matmul_opts_t o = {.isa = isa};
+    const char *auto_name = rg_matmul_kernel_name_ex(w, m, &o);
+    for (int q = RG_MATMUL_GEMV; q < RG_MATMUL_PATH_COUNT; q++) {
+      o.path = (rg_matmul_path_t)q;
+      if (path_runs(isa, w, m, q) && !strcmp(rg_matmul_kernel_name_ex(w, m, &o), auto_name))
+        return 0;
+    }
+    return 1;
+  }
   if (path != RG_MATMUL_TILES) return 1;
-  return type != RG_F32 && rg_matmul_tiles_available(isa, NULL);
+  return w->type != RG_F32 && rg_matmul_tiles_available(isa, NULL);
 }
 
 static const char *const pool_names[] = {"NULL", "1-thread", "2-thread"};
 enum { GUARDS = 8, MAX_M = 130, MAX_N = 257, MAX_K = 4128 };
 
-// Runs one shape through both paths, each with a NULL pool without bias, a
+// Runs one shape through every path (and the automatic choice where it
+// picks a kernel of its own), each with a NULL pool without bias, a
 // 1-thread pool with bias, and a 2-thread pool with and without. ref is the
 // reference for x as given; ref_r for x rounded to bf16, which the kernels
 // whose name says "x in bf16" compute (NULL where none can run). Returns 0
@@ -169,8 +182,8 @@ static int check_shape(rg_test_ctx_t *t, fixture_t *f, rg_cpu_isa_t isa, const r
   static const int combos[][2] = {{0, 0}, {1, 1}, {2, 0}, {2, 1}};
   int64_t n = w->rows;
   size_t ny = (size_t)(m * n);
-  for (int path = RG_MATMUL_GEMV; path < RG_MATMUL_PATH_COUNT; path++)
-    for (size_t c = 0; c < COUNT(combos) && path_runs(isa, w->type, path); c++) {
+  for (int path = RG_MATMUL_AUTO; path < RG_MATMUL_PATH_COUNT; path++)
+    for (size_t c = 0; c < COUNT(combos) && path_runs(isa, w, m, path); c++) {
       int pi = combos[c][0], with_bias = combos[c][1];
       rg_matmul_opts_t o = {.isa = isa, .path = (rg_matmul_path_t)path};
       const char *kernel = rg_matmul_kernel_name_ex(w, m, &o);
@@ -410,6 +423,73 @@ RG_TEST(matmul_avx512bf16_accuracy_of_bf16_x) {
   if (!(e < 1e-5 && e > 1e-8))
     rg_test_fail(t, __FILE__, __LINE__, "nmse %.3g, expected about 1.3e-6", e);
   free(wd), free(x), free(y), free(ref);
+}
+
+// bf16 prefill on packed weight panels (the automatic choice from 128 rows
+// of x at avx512-bf16): the edges of its blocking. Rows of x past a
+// multiple of the 8-row micro-kernel (133) and past a 512-row chunk (520), weight
+// rows past a 32-row panel, k below one 32-value step, past a 256-value
+// block and inside one, with and without bias, 1 and 2 threads. Held to
+// 1e-7 against the reference on x rounded to bf16, as the kernel computes,
+// with guards after y.
+RG_TEST(matmul_bf16_packed_panels_match_reference) {
+  rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16};
+  rg_cpu_isa_t got;
+  rg_status_t st = rg_cpu_isa_resolve(o.isa, &got);
+  if (st) {
+    rg_test_skip(t, rg_status_message(st));
+    rg_status_free(st);
+    return;
+  }
+  static const int64_t ms[] = {128, 133, 520}, ns[] = {5, 33, 64}, ks[] = {7, 256, 300, 777};
+  enum { MM = 520, MN = 64, MK = 777, G = 8 };
+  rg_pool_t *pools[2];
+  RG_REQUIRE_OK(rg_pool_create(1, &pools[0]));
+  RG_REQUIRE_OK(rg_pool_create(2, &pools[1]));
+  float *x = malloc(MM * MK * sizeof(float)), *y = malloc((MM * MN + G) * sizeof(float)),
+        *ref = malloc(MM * MN * sizeof(float)), *bias = malloc(MN * sizeof(float));
+  RG_REQUIRE(x && y && ref && bias);
+  uint64_t seed = 0x9ac4;
+  int cases = 0;
+  for (size_t ki = 0; ki < COUNT(ks); ki++)
+    for (size_t ni = 0; ni < COUNT(ns); ni++) {
+      const int64_t k = ks[ki], n = ns[ni];
+      void *wd = make_weight(RG_BF16, n, k, &seed);
+      RG_REQUIRE(wd);
+      rg_wmat_t w = {wd, RG_BF16, n, k};
+      for (int64_t j = 0; j < n; j++) bias[j] = rng_uniform(&seed);
+      for (size_t mi = 0; mi < COUNT(ms); mi++) {
+        const int64_t m = ms[mi];
+        if (m == 520 && k * n > 300 * 33) continue;  // the chunk edge once per few shapes
+        RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, m, &o), "packed panels") != NULL);
+        for (int64_t i = 0; i < m * k; i++)
+          x[i] = rg_bf16_to_f32(rg_f32_to_bf16(rng_uniform(&seed)));
+        RG_REQUIRE_OK(rg_matmul_ref(x, m, &w, NULL, ref));
+        for (int c = 0; c < 3; c++) {
+          const int with_bias = c != 1;
+          rg_pool_t *pool = pools[c == 0 ? 0 : 1];
+          for (int64_t i = 0; i < m * n + G; i++) y[i] = -12345.0f;
+          RG_REQUIRE_OK(rg_matmul_ex(pool, x, m, &w, with_bias ? bias : NULL, y, &o));
+          if (with_bias)
+            for (int64_t i = 0; i < m; i++)
+              for (int64_t j = 0; j < n; j++) y[i * n + j] -= bias[j];
+          const double e = nmse(y, ref, (size_t)(m * n));
+          int guards = 1;
+          for (int64_t i = m * n; i < m * n + G; i++) guards &= y[i] == -12345.0f;
+          if (!(e <= 1e-7) || !all_finite(y, (size_t)(m * n)) || !guards)
+            rg_test_fail(t, __FILE__, __LINE__,
+                         "m=%lld n=%lld k=%lld %s bias, %d thread(s): nmse %.3g%s", (long long)m,
+                         (long long)n, (long long)k, with_bias ? "with" : "without", c == 0 ? 1 : 2,
+                         e, guards ? "" : ", wrote past y");
+          cases++;
+        }
+      }
+      free(wd);
+    }
+  RG_CHECK(cases == 3 * (24 + 8));  // 12 shapes at m = 128 and 133, 8 at 520
+  free(x), free(y), free(ref), free(bias);
+  rg_pool_destroy(pools[0]);
+  rg_pool_destroy(pools[1]);
 }
 
 // The k-quant kernel that quantizes x to int16 (vpdpwssd) where the CPU has

@@ -559,6 +559,188 @@ __attribute__((target(T_AVX512BF16))) static void gemv_dpbf16(const job_t *j, in
         tile_dpbf16(j, c1 - i0 < 4 ? (int)(c1 - i0) : 4, i0, r);
   }
 }
+
+// ---- AVX512_BF16 GEMM on packed weight panels: prefill-sized batches ----------
+
+// The GEMV above dots each weight row with each row of x and sums 16 lanes
+// at the end; in place it reaches about half the vdpbf16ps peak whatever
+// its tile shape (4 x 4 and k-blocked variants, a transposing reduction:
+// all 0.5-0.55 on a Zen 4 VM, though the same loop on data held in L1 runs
+// at the peak). This path is a GEMM in the usual form instead: a panel of
+// PK_NB weight rows and PK_KC values of k is packed, with a 16 x 16
+// transpose of 32-bit pairs, so that one 64-byte load holds the same pair
+// of k positions for 16 rows, and vdpbf16ps multiplies it by a pair of x
+// broadcast from memory: PK_MR rows of x by 32 columns of y in 16
+// accumulators, with no horizontal sums. The panel (16 KiB) stays in L1
+// for every row of x, so the packing, read once from memory, is shared by
+// all of them; below PK_MIN_M rows it costs more than it saves. Each
+// output is the sum over k in pairs, in order, in f32; x is rounded to
+// bf16 as in the GEMV (same error).
+enum { PK_NB = 32, PK_KC = 256, PK_MR = 8, PK_MC = 512 };
+
+// The 32-bit transpose of 16 rows: out[c] = element c of each row.
+INLINE __attribute__((target(T_AVX512))) void transpose16(const __m512i r[16], __m512i out[16]) {
+  __m512i a[16], b[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // b[4 i + c], lane L: rows 4 i .. 4 i + 3 at column 4 L + c.
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) {
+    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  // Column 4 L + c is lane L of b[c], b[4 + c], b[8 + c], b[12 + c].
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    __m512i s0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44);
+    __m512i s1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
+    __m512i s2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+    __m512i s3 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
+    out[c] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+    out[4 + c] = _mm512_shuffle_i32x4(s0, s2, 0xdd);
+    out[8 + c] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+    out[12 + c] = _mm512_shuffle_i32x4(s1, s3, 0xdd);
+  }
+}
+
+// Packs weight rows [r0, r0 + PK_NB) (rows past n repeat the last), values
+// [kc, kc + 2 np) (np a multiple of 16; values past k are zero) into
+// pan[np][PK_NB] 32-bit pairs.
+__attribute__((target(T_AVX512))) static void pk_pack(const job_t *j, int64_t r0, int64_t kc,
+                                                      int64_t np, uint32_t *pan) {
+  const unsigned char *rows[PK_NB];
+  for (int q = 0; q < PK_NB; q++) {
+    int64_t r = r0 + q < j->n ? r0 + q : j->n - 1;
+    rows[q] = j->w + (size_t)r * j->row_bytes;
+  }
+  for (int64_t p0 = 0; p0 < np; p0 += 16) {
+    const int64_t e0 = kc + 2 * p0;  // the first value of these 16 pairs
+    const __mmask32 mask = j->k - e0 >= 32 ? (__mmask32)0xffffffffu
+                           : j->k > e0     ? (__mmask32)((1u << (j->k - e0)) - 1)
+                                           : 0;
+    for (int h = 0; h < PK_NB / 16; h++) {
+      __m512i r[16], t[16];
+#pragma GCC unroll 16
+      for (int q = 0; q < 16; q++) r[q] = _mm512_maskz_loadu_epi16(mask, rows[16 * h + q] + 2 * e0);
+      transpose16(r, t);
+#pragma GCC unroll 16
+      for (int c = 0; c < 16; c++) _mm512_store_si512(pan + (p0 + c) * PK_NB + 16 * h, t[c]);
+    }
+  }
+}
+
+// Rows [i0, i0 + mv) of x (mv <= PK_MR) against a packed panel of np pairs:
+// y's columns [r0, r0 + PK_NB) (those below n) get the panel's sums, added
+// to what they hold unless first; the last panel of k adds the bias.
+__attribute__((target(T_AVX512BF16))) static void pk_micro(const job_t *j, const uint32_t *pan,
+                                                           int64_t np, int64_t kc, int64_t i0,
+                                                           int mv, int64_t r0, int first,
+                                                           int last) {
+  const int64_t cols = j->n - r0 < PK_NB ? j->n - r0 : PK_NB;
+  const __mmask16 m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32  ? (__mmask16)0xffff
+                       : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1)
+                                   : 0;
+  // x in blocks of PK_KC values (x_to_blocks): row i of block kc / PK_KC at
+  // ((kc / PK_KC) * m + i) * PK_KC, so the rows in play sit 512 bytes apart
+  // rather than a row of k apart, which put all eight in one set of L1.
+  const uint16_t *xs[PK_MR];
+  for (int i = 0; i < PK_MR; i++)
+    xs[i] = j->xb + ((kc / PK_KC) * j->m + i0 + (i < mv ? i : 0)) * PK_KC;
+  __m512 acc[PK_MR][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < PK_MR; i++) {
+    float *yr = j->y + (i0 + (i < mv ? i : 0)) * j->n + r0;
+    acc[i][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yr);
+    acc[i][1] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yr + 16);
+  }
+  for (int64_t p = 0; p < np; p++) {
+    const __m512bh w0 = (__m512bh)_mm512_load_si512(pan + p * PK_NB);
+    const __m512bh w1 = (__m512bh)_mm512_load_si512(pan + p * PK_NB + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < PK_MR; i++) {
+      uint32_t xv;
+      memcpy(&xv, xs[i] + 2 * p, 4);
+      const __m512bh b = (__m512bh)_mm512_set1_epi32((int)xv);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], w0, b);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], w1, b);
+    }
+  }
+  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+  if (last && j->bias) {
+    b0 = _mm512_maskz_loadu_ps(m0, j->bias + r0);
+    b1 = _mm512_maskz_loadu_ps(m1, j->bias + r0 + 16);
+  }
+  for (int i = 0; i < mv; i++) {
+    float *yr = j->y + (i0 + i) * j->n + r0;
+    _mm512_mask_storeu_ps(yr, m0, _mm512_add_ps(acc[i][0], b0));
+    _mm512_mask_storeu_ps(yr + 16, m1, _mm512_add_ps(acc[i][1], b1));
+  }
+}
+
+// x rounded to bf16 in blocks of PK_KC values: block b of row i at
+// (b * m + i) * PK_KC, zeros past k.
+static void x_to_blocks_worker(void *ctx, size_t b, size_t e, int thread) {
+  (void)thread;
+  const job_t *j = ctx;
+  uint16_t *xb = (uint16_t *)j->xb;
+  const int64_t nblk = (j->k + PK_KC - 1) / PK_KC;
+  for (size_t i = b; i < e; i++)
+    for (int64_t kb = 0; kb < nblk; kb++) {
+      const int64_t k0 = kb * PK_KC, len = j->k - k0 < PK_KC ? j->k - k0 : PK_KC;
+      uint16_t *dst = xb + ((size_t)kb * (size_t)j->m + i) * PK_KC;
+      rg_status_free(rg_row_from_f32_isa(j->isa, RG_BF16, j->x + i * (size_t)j->k + k0, dst, len));
+      memset(dst + len, 0, (size_t)(PK_KC - len) * sizeof(uint16_t));
+    }
+}
+
+// Asks for the weights the next pack reads (rows [nr, nr + PK_NB) at k
+// offset nk) into L2 while the micro-kernels run on this panel: 32 rows
+// read 512 bytes at a time are more streams than the hardware prefetchers
+// follow.
+static void pk_prefetch(const job_t *j, int64_t nr, int64_t nk) {
+  const int64_t bytes = 2 * (j->k - nk < PK_KC ? j->k - nk : PK_KC);
+  for (int q = 0; q < PK_NB && nr + q < j->n; q++) {
+    const char *row = (const char *)j->w + (size_t)(nr + q) * j->row_bytes + 2 * nk;
+    for (int64_t off = 0; off < bytes; off += 64) RG__PREFETCH_L2(row + off);
+  }
+}
+
+// Weight-row panels [b, e) of PK_NB rows each: every row of x, in chunks
+// of PK_MC rows, one block of k at a time, so each packed panel serves the
+// whole chunk and y's tile stays in L1 from block to block. (Blocks of k
+// outer and panels inner, which keeps a chunk's x for the block in L2
+// when all of x does not fit, ran 1.2-1.4x slower at m = 32-64 and no
+// faster at m = 512: y's partial sums then go through L2 every block.)
+static void pk_worker(void *ctx, size_t b, size_t e, int thread) {
+  (void)thread;
+  const job_t *j = ctx;
+  uint32_t pan[PK_KC / 2 * PK_NB] __attribute__((aligned(64)));
+  // Pairs up to k rounded up to 32; zeros past k.
+  const int64_t k32 = (j->k + 31) / 32 * 32;
+  for (size_t blk = b; blk < e; blk++) {
+    const int64_t r0 = (int64_t)blk * PK_NB;
+    for (int64_t c0 = 0; c0 < j->m; c0 += PK_MC) {
+      const int64_t c1 = j->m - c0 < PK_MC ? j->m : c0 + PK_MC;
+      for (int64_t kc = 0; kc < k32; kc += PK_KC) {
+        const int64_t np = (k32 - kc < PK_KC ? k32 - kc : PK_KC) / 2;
+        pk_pack(j, r0, kc, np, pan);
+        if (kc + PK_KC < k32)
+          pk_prefetch(j, r0, kc + PK_KC);
+        else if (c1 == j->m && blk + 1 < e)
+          pk_prefetch(j, r0 + PK_NB, 0);
+        for (int64_t i0 = c0; i0 < c1; i0 += PK_MR)
+          pk_micro(j, pan, np, kc, i0, c1 - i0 < PK_MR ? (int)(c1 - i0) : PK_MR, r0, kc == 0,
+                   kc + PK_KC >= k32);
+      }
+    }
+  }
+}
 #endif  // RG_X86
 
 typedef void (*gemv_fn)(const job_t *j, int64_t r0, int64_t r1);
@@ -757,7 +939,15 @@ static void run_shared(rg_pool_t *pool, job_t *j, size_t items, size_t threads, 
 //   from avx512-bf16 on, where the CPU has AVX512_VNNI: 1.37x less time
 //   than the FMA kernel at m = 1 from L2, 1.3x at m = 2, 0.9x at m = 3
 //   (where the 4 x 4 tiles share each block's widening among 3 rows).
-enum { DP_MIN_M = 8, Q8V_MAX_M = 2 };
+// - bf16 from m = PK_MIN_M on takes the GEMM on packed panels instead (a
+//   GEMV path of its own, chosen only automatically). Time against the
+//   vdpbf16ps GEMV on a 2-core Zen 4 VM (best of 6 alternated calls from
+//   DRAM), n = 8192, k = 2048 / n = 2048, k = 8192: m = 32 1.07 / 1.33
+//   (the panel's packing is not hidden behind so few rows), 64 0.89 /
+//   1.10, 96 1.00 / 1.00, 128 0.89 / 0.92, 512 0.75 / 0.74; the 1b test
+//   model's prefill of 512 went from 248 to 327 GFLOP/s (0.53 to 0.70 of
+//   the vdpbf16ps peak).
+enum { DP_MIN_M = 8, Q8V_MAX_M = 2, PK_MIN_M = 128 };
 #define NEVER INT64_MAX
 
 // Whether OpenBLAS picked AVX-512 sgemm kernels (its core names as of 0.3.21).
@@ -833,10 +1023,11 @@ typedef struct {
   int dp;   // GEMV with vdpbf16ps
   int q8v;  // q8_0 GEMV with vpdpwssd
   int x8;   // k-quant GEMV at m = 1 on vpdpbusd, x as two int8 terms
+  int pk;   // bf16 on vdpbf16ps as a GEMM on packed weight panels
 } plan_t;
 
 static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmul_opts_t *o) {
-  plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0, 0, 0};
+  plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0, 0, 0, 0};
   if (o && o->batch_invariant) {
     // One kernel whatever m (see rg_matmul_opts_t): the tiles, else the
     // GEMV's 4-row shape, whose sums run in the same order for every row.
@@ -857,6 +1048,8 @@ static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmu
   // Batch 1 only: its sums run in another order than the rows of a batch
   // (batch-invariant mode keeps the 16-bit kernel for every m).
   p.x8 = p.path == RG_MATMUL_GEMV && m == 1 && kquant_x8(isa, t);
+  // Chosen, not forced: --path gemv keeps the GEMV kernel at every m.
+  p.pk = p.dp && m >= PK_MIN_M && !(o && o->path == RG_MATMUL_GEMV);
   return p;
 }
 
@@ -906,6 +1099,7 @@ static void names_init(void) {
 
 static const char *name_of(rg_cpu_isa_t isa, rg_dtype_t t, plan_t p) {
   pthread_once(&names_once, names_init);
+  if (p.pk) return "avx512-bf16 bf16 gemm (vdpbf16ps on packed panels, x in bf16)";
   if (p.x8)
     return t == RG_Q4_K ? "avx512-bf16 q4_K gemv (vpdpbusd, x in int16 as 2 int8)"
                         : "avx512-bf16 q6_K gemv (vpdpbusd, x in int16 as 2 int8)";
@@ -999,6 +1193,22 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
     rg__kquant_prepare_x(j->x, j->m, j->k, j->k, xb, (float *)(xb + n2));
     x_row_bytes = (size_t)j->k * 4;
   }
+#if RG_X86
+  if (p.pk) {
+    // kp: k rounded up to whole blocks, which x_to_blocks fills with zeros.
+    j->kp = (j->k + PK_KC - 1) / PK_KC * PK_KC;
+    xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
+    if (!xb)
+      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to round x (%lld x %lld) to bf16",
+                            (long long)j->m, (long long)j->k);
+    j->xb = xb;
+    rg_pool_parallel_for(pool, (size_t)j->m, 16, x_to_blocks_worker, j);
+    size_t panels = (size_t)((j->n + PK_NB - 1) / PK_NB);
+    rg_pool_parallel_for(pool, panels, 1, pk_worker, j);
+    free(xb);
+    return NULL;
+  }
+#endif
   if (p.dp) {
     j->kp = (j->k + 31) / 32 * 32;
     xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
