@@ -204,11 +204,17 @@ INLINE __attribute__((target(T_AVX2))) void tile_q8_avx2(const job_t *j, int MR,
   for (int i = 0; i < MR; i++)
     for (int q = 0; q < NR; q++) acc[i][q] = _mm256_setzero_ps();
   const size_t pf = prefetch_ahead(j, NR);
+  size_t line = 0;  // the next line of the rows to prefetch
   for (int64_t b = 0; b < j->k / 32; b++) {
+    // Each 64-byte line once, in the block it starts in (blocks are 34
+    // bytes: one prefetch every other block skipped a line in 17).
+    const size_t pl = line;
+    const int fetch = line < (size_t)(b + 1) * 34;
+    line += fetch ? 64 : 0;
     __m256 d[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
-      if (!(b & 1)) _mm_prefetch((const char *)rows[q] + (size_t)b * 34 + pf, _MM_HINT_T0);
+      if (fetch) _mm_prefetch((const char *)rows[q] + pl + pf, _MM_HINT_T0);
       uint16_t h;
       memcpy(&h, rows[q] + (size_t)b * 34, 2);
       d[q] = _mm256_set1_ps(_cvtsh_ss(h));
@@ -405,12 +411,18 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_4x4(const job_t *j, int mv
     for (int q = 0; q < NR; q++) acc[i][q] = _mm512_setzero_ps();
   const int64_t nb = j->k / 32;
   const size_t pf = prefetch_ahead(j, NR);
+  size_t line = 0;  // the next line of the rows to prefetch
   for (int64_t b = 0; b < nb; b++) {
+    // Each 64-byte line once, in the block it starts in (blocks are 34
+    // bytes: one prefetch every other block skipped a line in 17).
+    const size_t pl = line;
+    const int fetch = line < (size_t)(b + 1) * 34;
+    line += fetch ? 64 : 0;
     __m512 lo[NR], hi[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
       const unsigned char *blk = rows[q] + (size_t)b * 34;
-      if (!(b & 1)) _mm_prefetch((const char *)blk + pf, _MM_HINT_T0);  // one per 68 bytes
+      if (fetch) _mm_prefetch((const char *)rows[q] + pl + pf, _MM_HINT_T0);
       uint16_t h;
       memcpy(&h, blk, 2);
       __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
@@ -456,13 +468,14 @@ INLINE __attribute__((target(T_AVX512))) __m512 q8_scale(const unsigned char *bl
 INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_t i0, int64_t r) {
   const unsigned char *row = j->w + (size_t)r * j->row_bytes;
   const float *x = j->x + i0 * j->k;
-  const size_t pf = RG__PF_L2_AHEAD;  // one line per two blocks
+  const size_t pf = RG__PF_L2_AHEAD;
   const int64_t nb = j->k / 32;
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
   int64_t b = 0;
+  size_t line = 0;  // each line once, in the step it starts in
   for (; b + 2 <= nb; b += 2) {
     const unsigned char *blk = row + (size_t)b * 34;
-    RG__PREFETCH_L2(blk + pf);
+    for (; line < (size_t)(b + 2) * 34; line += 64) RG__PREFETCH_L2(row + line + pf);
     a0 = _mm512_fmadd_ps(q8_scale(blk), q8_dot(blk, x + 32 * b), a0);
     a1 = _mm512_fmadd_ps(q8_scale(blk + 34), q8_dot(blk + 34, x + 32 * b + 32), a1);
   }
