@@ -45,8 +45,11 @@ enum { RG__NR = 4 };  // weight rows per GEMV tile
 // prefetcht0 holds one of the core's few L1 fill buffers until its line
 // arrives from DRAM, so it caps the lines in flight; one into L2 does not,
 // and the L1 streamer brings the lines on from L2 in time. The 4-row tiles
-// (four streams) stay on prefetcht0 one tile ahead: prefetcht1 there ran 3-10
-// points slower.
+// (four streams) had stayed on prefetcht0 one tile ahead, where prefetcht1
+// ran 3-10 points slower (Sapphire Rapids, when m = 1 still ran on them);
+// at m = 2-16 the rows of x share L1 with the tile and evicted the next one
+// before its first pass, and into L2 they ran 1.1-2x faster (Zen 4 VM,
+// bf16 and f16, 2 threads, alternated calls), so they go to L2 too.
 enum { RG__PF_L2_AHEAD = 8192 };
 // Locality 2 is prefetcht1 on x86.
 #define RG__PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)

@@ -341,8 +341,9 @@ INLINE __attribute__((target(T_AVX512))) void tile_step(rg_dtype_t t, const unsi
   __m512 w0[NR], w1[NR];
 #pragma GCC unroll 4
   for (int q = 0; q < NR; q++) {
-    _mm_prefetch((const char *)rows[q] + off + pf, _MM_HINT_T0);
-    if (sb > 64) _mm_prefetch((const char *)rows[q] + off + pf + 64, _MM_HINT_T0);
+    // Into L2: see RG__PF_L2_AHEAD in cpu_impl.h.
+    RG__PREFETCH_L2((const char *)rows[q] + off + pf);
+    if (sb > 64) RG__PREFETCH_L2((const char *)rows[q] + off + pf + 64);
     w0[q] = w16_avx512(t, rows[q], p, m0);
     w1[q] = w16_avx512(t, rows[q], p + 16, m1);
   }
