@@ -214,7 +214,7 @@ INLINE __attribute__((target(T_AVX2))) void tile_q8_avx2(const job_t *j, int MR,
     __m256 d[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
-      if (fetch) _mm_prefetch((const char *)rows[q] + pl + pf, _MM_HINT_T0);
+      if (fetch) RG__PREFETCH_L2((const char *)rows[q] + pl + pf);
       uint16_t h;
       memcpy(&h, rows[q] + (size_t)b * 34, 2);
       d[q] = _mm256_set1_ps(_cvtsh_ss(h));
@@ -423,7 +423,7 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_4x4(const job_t *j, int mv
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
       const unsigned char *blk = rows[q] + (size_t)b * 34;
-      if (fetch) _mm_prefetch((const char *)rows[q] + pl + pf, _MM_HINT_T0);
+      if (fetch) RG__PREFETCH_L2((const char *)rows[q] + pl + pf);
       uint16_t h;
       memcpy(&h, blk, 2);
       __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)h));
