@@ -160,7 +160,7 @@ INLINE __attribute__((target(T_AVX2))) void tile_avx2(const job_t *j, rg_dtype_t
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
       if (!((size_t)p * eb & 63))
-        _mm_prefetch((const char *)rows[q] + (size_t)p * eb + pf, _MM_HINT_T0);
+        RG__PREFETCH_L2((const char *)rows[q] + (size_t)p * eb + pf);
       wv[q] = w8_avx2(t, rows[q], p);
     }
 #pragma GCC unroll 2
