@@ -717,6 +717,19 @@ RG_TEST(cluster_prefill_decode_single_request_is_bit_identical) {
   free(lg[1]);
 }
 
+// The single-process pipeline's answers to r on the bit-exact kernels:
+// what every layout must give.
+static rg_status_t serve_alone(const char *dense, const rg_serve_request_t *r, size_t n,
+                               const rg_serve_options_t *so, rg_serve_result_t *want,
+                               rg_serve_stats_t *ss) {
+  rg_engine_options_t eo = exact_options();
+  rg_engine_t *e;
+  RG_RETURN_IF_ERROR(rg_engine_create(dense, &eo, &e));
+  rg_status_t st = rg_serve(e, r, n, so, want, ss);
+  rg_engine_destroy(e);
+  return st;
+}
+
 // A prefix the decode side has cached is not sent again; a page corrupted in
 // transit is caught by its checksum and never used, and pages that never
 // come are waited for only until the step deadline: either way the request
@@ -738,14 +751,10 @@ RG_TEST(cluster_prefill_decode_skips_cached_prefixes_and_recomputes_corrupted_pa
   rg_serve_request_t r[2] = {{0, ids[0], L, OUT2, {0, 0, 1, 0}, 0},
                              {1, ids[1], L, OUT2, {0, 0, 1, 0}, 0.5}};
   rg_serve_options_t so = {.max_batch_tokens = 64, .prefix_cache = 1};
-  rg_engine_options_t eo = exact_options();
-  rg_engine_t *e;
-  RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
   rg_serve_result_t want[2], got[2];
   rg_serve_stats_t ss;
-  rg_status_t st = rg_serve(e, r, 2, &so, want, &ss);
-  rg_engine_destroy(e);
-  RG_REQUIRE_OK(st);
+  RG_REQUIRE_OK(serve_alone(dense, r, 2, &so, want, &ss));
+  rg_status_t st;
   double row = (double)(a.n_kv_heads * a.head_dim) * 4.0 * 2 * (double)a.n_layers;
   // 0: clean; 1: the first transfer corrupted; 2: the first transfer never
   // written (the decode worker's wait runs out, the step's other work goes on).
@@ -1162,14 +1171,10 @@ RG_TEST(cluster_prefill_decode_reports_a_transfer_order_that_fails_on_the_prefil
   rg_serve_request_t r[2] = {{0, ids[0], L, OUT2, {0, 0, 1, 0}, 0},
                              {1, ids[1], L, OUT2, {0, 0, 1, 0}, 0}};
   rg_serve_options_t so = {.max_batch_tokens = 128};
-  rg_engine_options_t eo = exact_options();
-  rg_engine_t *e;
-  RG_REQUIRE_OK(rg_engine_create(dense, &eo, &e));
   rg_serve_result_t want[2], got[2];
   rg_serve_stats_t ss;
-  rg_status_t st = rg_serve(e, r, 2, &so, want, &ss);
-  rg_engine_destroy(e);
-  RG_REQUIRE_OK(st);
+  RG_REQUIRE_OK(serve_alone(dense, r, 2, &so, want, &ss));
+  rg_status_t st;
   rg_cluster_options_t co = {.model_path = dense,
                              .engine = exact_options(),
                              .launch = 1,

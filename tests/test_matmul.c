@@ -219,14 +219,18 @@ static int check_shape(rg_test_ctx_t *t, fixture_t *f, rg_cpu_isa_t isa, const r
   return 1;
 }
 
-static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
+// Whether this CPU has the level; skips the test with the reason if not.
+static int level_runs(rg_test_ctx_t *t, rg_cpu_isa_t isa) {
   rg_cpu_isa_t got;
   rg_status_t st = rg_cpu_isa_resolve(isa, &got);
-  if (st) {
-    rg_test_skip(t, rg_status_message(st));
-    rg_status_free(st);
-    return;
-  }
+  if (!st) return 1;
+  rg_test_skip(t, rg_status_message(st));
+  rg_status_free(st);
+  return 0;
+}
+
+static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
+  if (!level_runs(t, isa)) return;
   // Levels from avx512-bf16 up have kernels that round x: vdpbf16ps and the
   // tiles for bf16 weights, and the tiles round the other types' weights
   // too. Each reference is computed only where some kernel needs it.
@@ -335,13 +339,7 @@ PATH_TEST(amx, RG_CPU_ISA_AMX, q6_K, RG_Q6_K)
 // the tiles (rows past m and n, values past k). Held to 1e-7 against the
 // reference on x and w rounded to bf16, as the path computes.
 RG_TEST(matmul_amx_prefill_matches_reference) {
-  rg_cpu_isa_t got;
-  rg_status_t st = rg_cpu_isa_resolve(RG_CPU_ISA_AMX, &got);
-  if (st) {
-    rg_test_skip(t, rg_status_message(st));
-    rg_status_free(st);
-    return;
-  }
+  if (!level_runs(t, RG_CPU_ISA_AMX)) return;
   static const struct {
     rg_dtype_t type;
     int64_t m, n, k;
@@ -401,13 +399,7 @@ RG_TEST(matmul_amx_prefill_matches_reference) {
 // rounding (relative error up to 2^-9) gives NMSE ~ 2^-18 / 3 ≈ 1.3e-6.
 RG_TEST(matmul_avx512bf16_accuracy_of_bf16_x) {
   rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16, .path = RG_MATMUL_GEMV};
-  rg_cpu_isa_t got;
-  rg_status_t st = rg_cpu_isa_resolve(o.isa, &got);
-  if (st) {
-    rg_test_skip(t, rg_status_message(st));
-    rg_status_free(st);
-    return;
-  }
+  if (!level_runs(t, o.isa)) return;
   enum { M = 16, N = 64, K = 2048 };
   uint64_t seed = 99;
   void *wd = make_weight(RG_BF16, N, K, &seed);
@@ -434,13 +426,7 @@ RG_TEST(matmul_avx512bf16_accuracy_of_bf16_x) {
 // with guards after y.
 RG_TEST(matmul_bf16_packed_panels_match_reference) {
   rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16};
-  rg_cpu_isa_t got;
-  rg_status_t st = rg_cpu_isa_resolve(o.isa, &got);
-  if (st) {
-    rg_test_skip(t, rg_status_message(st));
-    rg_status_free(st);
-    return;
-  }
+  if (!level_runs(t, o.isa)) return;
   static const int64_t ms[] = {128, 133, 520}, ns[] = {5, 33, 64}, ks[] = {7, 256, 300, 777};
   enum { MM = 520, MN = 64, MK = 777, G = 8 };
   rg_pool_t *pools[2];
@@ -495,13 +481,7 @@ RG_TEST(matmul_bf16_packed_panels_match_reference) {
 // The k-quant kernel that quantizes x to int16 (vpdpwssd) where the CPU has
 // AVX512_VNNI; skipped, with the reason, elsewhere.
 static int int16_kernel_runs(rg_test_ctx_t *t, rg_dtype_t type, rg_matmul_opts_t *o) {
-  rg_cpu_isa_t got;
-  rg_status_t st = rg_cpu_isa_resolve(o->isa, &got);
-  if (st) {
-    rg_test_skip(t, rg_status_message(st));
-    rg_status_free(st);
-    return 0;
-  }
+  if (!level_runs(t, o->isa)) return 0;
   unsigned char blk[210] = {0};
   rg_wmat_t w = {blk, type, 1, 256};
   if (!strstr(rg_matmul_kernel_name_ex(&w, 1, o), "x in int16")) {
