@@ -672,6 +672,7 @@ RG_TEST(planner_memory_by_m_prices_each_batch_at_its_stream) {
   RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g0, RG_SLOT_FFN, RG_PHASE_DECODE, 8, 1, 64, 0, &t8z));
   RG_CHECK_NEAR(t1, t1z, 1e-12 * t1);
   RG_CHECK(t8 / t8z > 1.95 && t8 / t8z <= 2.0);  // the activations' bytes are a sliver
+  fx_close(f);
 }
 
 // ----- Per-stage figures ------------------------------------------------------------
