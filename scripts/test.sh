@@ -40,8 +40,14 @@ if [ $# -eq 0 ]; then
 fi
 build-test/ridge_tests "$@" | tee "$log"
 status=${PIPESTATUS[0]}
-counts=$(tail -n 1 "$log")
-read -r passed _ failed _ skipped _ <<<"$(echo "$counts" | tr -d ',')"
+counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$log" | tail -n 1)
+read -r passed _ failed _ skipped _ <<<"$(echo "${counts:-0 passed, 0 failed, 0 skipped}" | tr -d ',')"
+# A runner that passed every test and still exits non-zero failed after
+# them (LeakSanitizer's report at exit, a crash in teardown): one failure.
+if [ "$status" -ne 0 ] && [ "${failed:-0}" -eq 0 ]; then
+  echo "FAIL ridge_tests exited $status after its tests (LeakSanitizer at exit, or a crash in teardown: see above)"
+  failed=1
+fi
 case "${release_ok:-}" in
   1) passed=$((passed + 1)) ;;
   0) failed=$((failed + 1)); status=1 ;;
