@@ -159,8 +159,7 @@ INLINE __attribute__((target(T_AVX2))) void tile_avx2(const job_t *j, rg_dtype_t
     __m256 wv[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
-      if (!((size_t)p * eb & 63))
-        RG__PREFETCH_L2((const char *)rows[q] + (size_t)p * eb + pf);
+      if (!((size_t)p * eb & 63)) RG__PREFETCH_L2((const char *)rows[q] + (size_t)p * eb + pf);
       wv[q] = w8_avx2(t, rows[q], p);
     }
 #pragma GCC unroll 2
@@ -582,10 +581,9 @@ __attribute__((target(T_AVX512BF16))) static void gemv_dpbf16(const job_t *j, in
 // ---- AVX512_BF16 GEMM on packed weight panels: prefill-sized batches ----------
 
 // The GEMV above dots each weight row with each row of x and sums 16 lanes
-// at the end; in place it reaches about half the vdpbf16ps peak whatever
-// its tile shape (4 x 4 and k-blocked variants, a transposing reduction:
-// all 0.5-0.55 on a Zen 4 VM, though the same loop on data held in L1 runs
-// at the peak). This path is a GEMM in the usual form instead: a panel of
+// at the end; in place it reaches 0.55-0.8 of the vdpbf16ps peak from m =
+// 16 on (Zen 4 VM, its next tile prefetched into L2), though the same loop
+// on data held in L1 runs at the peak. This path is a GEMM in the usual form instead: a panel of
 // PK_NB weight rows and PK_KC values of k is packed, with a 16 x 16
 // transpose of 32-bit pairs, so that one 64-byte load holds the same pair
 // of k positions for 16 rows, and vdpbf16ps multiplies it by a pair of x
@@ -961,12 +959,13 @@ static void run_shared(rg_pool_t *pool, job_t *j, size_t items, size_t threads, 
 // - bf16 from m = PK_MIN_M on takes the GEMM on packed panels instead (a
 //   GEMV path of its own, chosen only automatically). Time against the
 //   vdpbf16ps GEMV on a 2-core Zen 4 VM (best of 6 alternated calls from
-//   DRAM), n = 8192, k = 2048 / n = 2048, k = 8192: m = 32 1.07 / 1.33
-//   (the panel's packing is not hidden behind so few rows), 64 0.89 /
-//   1.10, 96 1.00 / 1.00, 128 0.89 / 0.92, 512 0.75 / 0.74; the 1b test
-//   model's prefill of 512 went from 248 to 327 GFLOP/s (0.53 to 0.70 of
-//   the vdpbf16ps peak).
-enum { DP_MIN_M = 8, Q8V_MAX_M = 2, PK_MIN_M = 128 };
+//   DRAM, two runs), n = 8192, k = 2048 / n = 2048, k = 8192: m = 128
+//   1.13-1.16 / 0.93-1.01, 192 1.08-1.09 / 0.86-0.88, 256 1.00-1.04 / 0.85-0.87,
+//   512 0.88-0.91 / 0.84-0.87. (Before the GEMV's tiles prefetched into L2
+//   the panels won from m = 64 and by 0.75 at 512: the GEMV had waited on
+//   memory.) The 1b test model's prefill of 512: 248 -> 327 GFLOP/s in the
+//   first measurement, 0.53 -> 0.70 of the vdpbf16ps peak.
+enum { DP_MIN_M = 8, Q8V_MAX_M = 2, PK_MIN_M = 256 };
 #define NEVER INT64_MAX
 
 // Whether OpenBLAS picked AVX-512 sgemm kernels (its core names as of 0.3.21).
