@@ -10,7 +10,9 @@
 // Each side of a split gets one thread (two cores in all); the single
 // process gets two. The per-link table shows what moved and how fast.
 // Run as `env -u OPENBLAS_CORETYPE build/bench_cluster [--afd | --pd] [MODEL] [LONG_PROMPT]`
-// (--afd or --pd: only that part; LONG_PROMPT default 8192; about 3 minutes in all).
+// (--afd or --pd: only that part; LONG_PROMPT default 8192; on a 2-core VM the AFD part
+// takes about a minute and the prefill-decode part 15-20 minutes, most of it the
+// colocated and disaggregated prefills of the three 8K prompts).
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
