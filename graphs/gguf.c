@@ -661,7 +661,11 @@ static rg_status_t add_view(rg_weights_t *w, const gguf_t *g, const char *name,
   t.file = g->file;
   uint64_t align = (uint64_t)rg_dtype_block_bytes(type);
   if (rg_dtype_block_elems(type) > 1) align = 2;  // blocks hold f16 scales, nothing wider
-  if (qk_groups > 0 && n_dims >= 1 && shape[0] > 0) {
+  if (qk_groups > 0 && n_dims >= 1 && shape[0] > 0 && nbytes > 0) {
+    if (nbytes % (uint64_t)shape[0])
+      return rg_status_make(RG_PARSE,
+                            "%s: tensor '%s': %llu bytes do not split into its %lld rows", g->file,
+                            name, (unsigned long long)nbytes, (long long)shape[0]);
     void *copy = rg__weights_alloc(w, nbytes);
     if (!copy)
       return rg_status_make(RG_OUT_OF_MEMORY, "%s: tensor '%s': out of memory", g->file, name);

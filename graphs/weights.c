@@ -754,6 +754,9 @@ rg_status_t rg_weights_qk_permute(void *dst, const void *src, int64_t rows, uint
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "%lld rows do not split into %lld heads of an even size", (long long)rows,
                           (long long)n_groups);
+  // Rows of no bytes (a tensor with a zero dimension) have nothing to move;
+  // a hostile file's 2^40 of them must not be walked one by one.
+  if (row_bytes == 0) return NULL;
   const int64_t hd = rows / n_groups, half = hd / 2;
   uint8_t *d = dst;
   const uint8_t *s = src;
