@@ -14,8 +14,12 @@
 //      checked the notice's checksum and acknowledged; and the same pages
 //      into 64-token blocks (per-head strided runs). GB/s ÷ the 1 MiB
 //      bandwidth, goal ≥ 0.9;
-//   3. an activation round trip (16 × 4096 f32 each way) through the
-//      transport ÷ the provider's small-message round trip, goal ≤ 2.
+//   3. activation round trips through the transport ÷ the provider's
+//      small-message round trip, goal ≤ 2: one token's hidden state (1 ×
+//      4096 f32, a batch-1 decode step, where the goal is about latency)
+//      and 16 of them (where the bytes dominate, so the figure beside it is
+//      the ratio to what the provider's own round trip and bandwidth
+//      predict).
 // Then the inproc transport's KV figure ÷ this machine's memcpy bandwidth.
 // The measurements run in interleaved rounds and each figure is the best
 // over them (see ROUNDS). It prints figures and never fails; a provider that
@@ -268,6 +272,9 @@ static size_t kv_segments(const uint8_t *src, bool to64, rg_transport_segment_t 
 #define KV_PER_ROUND 3
 #define ACT_ITERS 64
 #define ACT_BYTES (16 * 4096 * 4)
+// One token's hidden state at d_model 4096 in f32: a batch-1 decode step,
+// the size at which the round-trip goal can mean latency.
+#define ACT1_BYTES (4096 * 4)
 #define KV_ITERS (ROUNDS * KV_PER_ROUND)
 
 static void print_status(const char *what, rg_status_t s) {
@@ -411,6 +418,7 @@ static int child_main(const char *prov, int ctl) {
     }
     for (int i = 0; i < 2 * KV_PER_ROUND && !s; i++) s = kv_serve(&x);
     if (!s) act_pingpong(&x, 8, false, &s);
+    if (!s) act_pingpong(&x, ACT1_BYTES, false, &s);
     if (!s) act_pingpong(&x, ACT_BYTES, false, &s);
   }
   if (s) print_status("decode side", s);
@@ -443,7 +451,8 @@ static void bench_provider(const char *prov) {
   printf("  %s\n", rg_transport_describe(x.ep));
   static rg_transport_segment_t segs[2][LAYERS * 2 * REQ_BLOCKS];
   size_t n_segs[2] = {kv_segments(x.mem, false, segs[0]), kv_segments(x.mem, true, segs[1])};
-  double rtt8 = 1e30, rtt1m = 1e30, rtt_kv = 1e30, kv[2] = {1e30, 1e30}, act8 = 1e30, act = 1e30;
+  double rtt8 = 1e30, rtt1m = 1e30, rtt_kv = 1e30, kv[2] = {1e30, 1e30}, act8 = 1e30, act = 1e30,
+         act1 = 1e30;
   for (int round = 0; round < ROUNDS && !s; round++) {
     double a = raw_pingpong(&x.raw, x.buf, 8, 400, 40, true);
     double b = raw_pingpong(&x.raw, x.buf, 1 << 20, 16, 2, true);
@@ -459,6 +468,7 @@ static void bench_provider(const char *prov) {
       for (int i = 0; i < KV_PER_ROUND && !s; i++)
         kv[k] = min_pos(kv[k], kv_once(&x, segs[k], n_segs[k], &s));
     if (!s) act8 = min_pos(act8, act_pingpong(&x, 8, true, &s));
+    if (!s) act1 = min_pos(act1, act_pingpong(&x, ACT1_BYTES, true, &s));
     if (!s) act = min_pos(act, act_pingpong(&x, ACT_BYTES, true, &s));
   }
   if (s) {
@@ -485,6 +495,12 @@ static void bench_provider(const char *prov) {
     // The goal compares with the small-message round trip; what the
     // provider's own figures predict for these bytes (that round trip plus
     // both ways at the 1 MiB bandwidth) shows the transport's own overhead.
+    double predicted1 = rtt8 + 2.0 * ACT1_BYTES / bw;
+    printf(
+        "  activation round trip (1 x 4096 f32 each way, a batch-1 decode step) %.2f us: %.2f x "
+        "the provider's small-message round trip (goal <= 2); %.2f x the %.2f us its own figures "
+        "predict\n",
+        act1 * 1e6, act1 / rtt8, act1 / predicted1, predicted1 * 1e6);
     double predicted = rtt8 + 2.0 * ACT_BYTES / bw;
     printf(
         "  activation round trip (16 x 4096 f32 each way) %.2f us: %.2f x the provider's "
