@@ -546,13 +546,9 @@ __attribute__((target(T_VNNI))) void rg__gemv_q8_0_vnni(const job_t *j, int64_t 
 #pragma GCC unroll 8
         for (int64_t u = 0; u < be; u++) {
           const uint8_t *blk = blk0 + 34 * u;
-          // Each 64-byte line once, in the block it starts in: a prefetch
-          // every other block (68 bytes) skipped a line in 17, which on a
-          // Zen 4 VM held m = 1 at 15-20 GB/s from DRAM against 27-30.
-          if (i == 0 && line < (size_t)(8 * s + u + 1) * 34) {
-            RG__PREFETCH_L2(row + line + pf);
-            line += 64;
-          }
+          size_t pl;
+          if (i == 0 && rg__q8_line_due(&line, (size_t)(8 * s + u + 1) * 34, &pl))
+            RG__PREFETCH_L2(row + pl + pf);
           __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(blk + 2)));
           __m512i dot =
               _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(xq + 32 * u));

@@ -205,11 +205,8 @@ INLINE __attribute__((target(T_AVX2))) void tile_q8_avx2(const job_t *j, int MR,
   const size_t pf = prefetch_ahead(j, NR);
   size_t line = 0;  // the next line of the rows to prefetch
   for (int64_t b = 0; b < j->k / 32; b++) {
-    // Each 64-byte line once, in the block it starts in (blocks are 34
-    // bytes: one prefetch every other block skipped a line in 17).
-    const size_t pl = line;
-    const int fetch = line < (size_t)(b + 1) * 34;
-    line += fetch ? 64 : 0;
+    size_t pl;
+    const int fetch = rg__q8_line_due(&line, (size_t)(b + 1) * 34, &pl);
     __m256 d[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
@@ -413,11 +410,8 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_4x4(const job_t *j, int mv
   const size_t pf = prefetch_ahead(j, NR);
   size_t line = 0;  // the next line of the rows to prefetch
   for (int64_t b = 0; b < nb; b++) {
-    // Each 64-byte line once, in the block it starts in (blocks are 34
-    // bytes: one prefetch every other block skipped a line in 17).
-    const size_t pl = line;
-    const int fetch = line < (size_t)(b + 1) * 34;
-    line += fetch ? 64 : 0;
+    size_t pl;
+    const int fetch = rg__q8_line_due(&line, (size_t)(b + 1) * 34, &pl);
     __m512 lo[NR], hi[NR];
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
@@ -472,10 +466,10 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_
   const int64_t nb = j->k / 32;
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
   int64_t b = 0;
-  size_t line = 0;  // each line once, in the step it starts in
+  size_t line = 0, at;  // the next line of the row to prefetch
   for (; b + 2 <= nb; b += 2) {
     const unsigned char *blk = row + (size_t)b * 34;
-    for (; line < (size_t)(b + 2) * 34; line += 64) RG__PREFETCH_L2(row + line + pf);
+    while (rg__q8_line_due(&line, (size_t)(b + 2) * 34, &at)) RG__PREFETCH_L2(row + at + pf);
     a0 = _mm512_fmadd_ps(q8_scale(blk), q8_dot(blk, x + 32 * b), a0);
     a1 = _mm512_fmadd_ps(q8_scale(blk + 34), q8_dot(blk + 34, x + 32 * b + 32), a1);
   }
@@ -583,9 +577,10 @@ __attribute__((target(T_AVX512BF16))) static void gemv_dpbf16(const job_t *j, in
 // The GEMV above dots each weight row with each row of x and sums 16 lanes
 // at the end; in place it reaches 0.55-0.8 of the vdpbf16ps peak from m =
 // 16 on (Zen 4 VM, its next tile prefetched into L2), though the same loop
-// on data held in L1 runs at the peak. This path is a GEMM in the usual form instead: a panel of
-// PK_NB weight rows and PK_KC values of k is packed, with a 16 x 16
-// transpose of 32-bit pairs, so that one 64-byte load holds the same pair
+// on data held in L1 runs at the peak. This path is a GEMM in the usual
+// form instead: a panel of PK_NB weight rows and PK_KC values of k is
+// packed, with a 16 x 16 transpose of 32-bit pairs (rg__transpose16, as the
+// AMX kernels build their B tiles), so that one 64-byte load holds the same pair
 // of k positions for 16 rows, and vdpbf16ps multiplies it by a pair of x
 // broadcast from memory: PK_MR rows of x by 32 columns of y in 16
 // accumulators, with no horizontal sums. The panel (16 KiB) stays in L1
@@ -594,36 +589,6 @@ __attribute__((target(T_AVX512BF16))) static void gemv_dpbf16(const job_t *j, in
 // output is the sum over k in pairs, in order, in f32; x is rounded to
 // bf16 as in the GEMV (same error).
 enum { PK_NB = 32, PK_KC = 256, PK_MR = 8, PK_MC = 512 };
-
-// The 32-bit transpose of 16 rows: out[c] = element c of each row.
-INLINE __attribute__((target(T_AVX512))) void transpose16(const __m512i r[16], __m512i out[16]) {
-  __m512i a[16], b[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; i++) {
-    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // b[4 i + c], lane L: rows 4 i .. 4 i + 3 at column 4 L + c.
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; i++) {
-    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  // Column 4 L + c is lane L of b[c], b[4 + c], b[8 + c], b[12 + c].
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; c++) {
-    __m512i s0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44);
-    __m512i s1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
-    __m512i s2 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
-    __m512i s3 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
-    out[c] = _mm512_shuffle_i32x4(s0, s2, 0x88);
-    out[4 + c] = _mm512_shuffle_i32x4(s0, s2, 0xdd);
-    out[8 + c] = _mm512_shuffle_i32x4(s1, s3, 0x88);
-    out[12 + c] = _mm512_shuffle_i32x4(s1, s3, 0xdd);
-  }
-}
 
 // Packs weight rows [r0, r0 + PK_NB) (rows past n repeat the last), values
 // [kc, kc + 2 np) (np a multiple of 16; values past k are zero) into
@@ -641,12 +606,12 @@ __attribute__((target(T_AVX512))) static void pk_pack(const job_t *j, int64_t r0
                            : j->k > e0     ? (__mmask32)((1u << (j->k - e0)) - 1)
                                            : 0;
     for (int h = 0; h < PK_NB / 16; h++) {
-      __m512i r[16], t[16];
+      __m512i r[16];
 #pragma GCC unroll 16
       for (int q = 0; q < 16; q++) r[q] = _mm512_maskz_loadu_epi16(mask, rows[16 * h + q] + 2 * e0);
-      transpose16(r, t);
+      rg__transpose16(r);  // r[c]: pair c of each of the 16 rows
 #pragma GCC unroll 16
-      for (int c = 0; c < 16; c++) _mm512_store_si512(pan + (p0 + c) * PK_NB + 16 * h, t[c]);
+      for (int c = 0; c < 16; c++) _mm512_store_si512(pan + (p0 + c) * PK_NB + 16 * h, r[c]);
     }
   }
 }
@@ -1211,32 +1176,29 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
     rg__kquant_prepare_x(j->x, j->m, j->k, j->k, xb, (float *)(xb + n2));
     x_row_bytes = (size_t)j->k * 4;
   }
-#if RG_X86
-  if (p.pk) {
-    // kp: k rounded up to whole blocks, which x_to_blocks fills with zeros.
-    j->kp = (j->k + PK_KC - 1) / PK_KC * PK_KC;
-    xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
-    if (!xb)
-      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to round x (%lld x %lld) to bf16",
-                            (long long)j->m, (long long)j->k);
-    j->xb = xb;
-    rg_pool_parallel_for(pool, (size_t)j->m, 16, x_to_blocks_worker, j);
-    size_t panels = (size_t)((j->n + PK_NB - 1) / PK_NB);
-    rg_pool_parallel_for(pool, panels, 1, pk_worker, j);
-    free(xb);
-    return NULL;
-  }
-#endif
   if (p.dp) {
+    // x rounded to bf16, rows padded with zeros to 32 values; the packed
+    // panels take it in blocks of PK_KC values instead (x_to_blocks).
+    rg_pool_fn_t to_bf16 = x_to_bf16_worker;
     j->kp = (j->k + 31) / 32 * 32;
+#if RG_X86
+    if (p.pk) j->kp = (j->k + PK_KC - 1) / PK_KC * PK_KC, to_bf16 = x_to_blocks_worker;
+#endif
     xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
     if (!xb)
       return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to round x (%lld x %lld) to bf16",
                             (long long)j->m, (long long)j->k);
     j->xb = xb;
     x_row_bytes = (size_t)j->kp * sizeof(uint16_t);
-    rg_pool_parallel_for(pool, (size_t)j->m, 16, x_to_bf16_worker, j);
+    rg_pool_parallel_for(pool, (size_t)j->m, 16, to_bf16, j);
   }
+#if RG_X86
+  if (p.pk) {
+    rg_pool_parallel_for(pool, (size_t)((j->n + PK_NB - 1) / PK_NB), 1, pk_worker, j);
+    free(xb);
+    return NULL;
+  }
+#endif
   // About 384 KiB of x per pass: in L2 next to the weight rows being reused.
   j->m_chunk = (int64_t)((384u << 10) / x_row_bytes) / 4 * 4;
   if (j->m_chunk < 4) j->m_chunk = 4;
