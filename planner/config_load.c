@@ -417,6 +417,25 @@ static rg_status_t rg_read_curve(const rg_node_t *n, const char *label, rg_eff_c
 }
 
 // Keys of efficiency.compute: every dtype, and `all` for dtypes not listed.
+// A mapping of compute dtype to a curve of M, each into curves[t], and the
+// key `extra` (when not NULL) into *extra_curve; other keys are refused.
+static rg_status_t read_dtype_curves(const rg_node_t *n, const char *what, const char *extra,
+                                     rg_eff_curve_t curves[RG_DTYPE_COMPUTE_COUNT],
+                                     rg_eff_curve_t *extra_curve) {
+  const char *keys[RG_DTYPE_COMPUTE_COUNT + 2];
+  fill_dtype_keys(keys, extra);
+  RG_RETURN_IF_ERROR(rg_node_check_keys(n, keys, what));
+  for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT + (extra != NULL); t++) {
+    const rg_node_t *k = rg_node_get(n, keys[t]);
+    if (!k) continue;
+    char label[64];
+    rg_label(label, sizeof label, what, keys[t]);
+    RG_RETURN_IF_ERROR(
+        rg_read_curve(k, label, t < RG_DTYPE_COMPUTE_COUNT ? &curves[t] : extra_curve));
+  }
+  return NULL;
+}
+
 static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *c) {
   const rg_node_t *e;
   RG_RETURN_IF_ERROR(rg_want(root, "efficiency", "device class", 0, NULL, &e));
@@ -436,18 +455,9 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
     return rg_status_at(RG_INVALID_ARGUMENT, &mn->pos,
                         "efficiency.memory_by_m: expected a mapping of dtype to a curve of GEMM M "
                         "to fraction, like '{ bf16: { 1: 0.98, 8: 0.8 } }'");
-  if (mn) {
-    const char *mkeys[RG_DTYPE_COMPUTE_COUNT + 2];
-    fill_dtype_keys(mkeys, NULL);
-    RG_RETURN_IF_ERROR(rg_node_check_keys(mn, mkeys, "efficiency.memory_by_m"));
-    for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) {
-      const rg_node_t *k = rg_node_get(mn, mkeys[t]);
-      if (!k) continue;
-      char label[64];
-      rg_label(label, sizeof label, "efficiency.memory_by_m", mkeys[t]);
-      RG_RETURN_IF_ERROR(rg_read_curve(k, label, &c->eff_memory_m[t]));
-    }
-  }
+  if (mn)
+    RG_RETURN_IF_ERROR(
+        read_dtype_curves(mn, "efficiency.memory_by_m", NULL, c->eff_memory_m, NULL));
   const rg_node_t *cn;
   RG_RETURN_IF_ERROR(rg_want(e, "compute", "efficiency", 0, NULL, &cn));
   if (!cn) return NULL;
@@ -458,18 +468,7 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
     for (int t = 0; t < RG_DTYPE_COMPUTE_COUNT; t++) c->eff_compute[t].n = 0;
     return rg_read_curve(cn, "efficiency.compute", &c->eff_compute_all);
   }
-  const char *rg_curve_keys[RG_DTYPE_COMPUTE_COUNT + 2];
-  fill_dtype_keys(rg_curve_keys, "all");
-  RG_RETURN_IF_ERROR(rg_node_check_keys(cn, rg_curve_keys, "efficiency.compute"));
-  for (int t = 0; t <= RG_DTYPE_COMPUTE_COUNT; t++) {
-    const rg_node_t *k = rg_node_get(cn, rg_curve_keys[t]);
-    if (!k) continue;
-    char label[64];
-    rg_label(label, sizeof label, "efficiency.compute", rg_curve_keys[t]);
-    RG_RETURN_IF_ERROR(rg_read_curve(
-        k, label, t < RG_DTYPE_COMPUTE_COUNT ? &c->eff_compute[t] : &c->eff_compute_all));
-  }
-  return NULL;
+  return read_dtype_curves(cn, "efficiency.compute", "all", c->eff_compute, &c->eff_compute_all);
 }
 
 static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c) {

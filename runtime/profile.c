@@ -505,6 +505,13 @@ static void weights_free(weights_t *W) {
 // then copies them on the device until the set spans the footprint: at
 // small M a matmul streams its weights, and they must come from memory as a
 // model's layers do, not from a cache that holds one layer.
+// Copies of a layer of `set` bytes that span `footprint`: at least 1, at
+// most `max`.
+static int copies_for(size_t footprint, size_t set, int max) {
+  size_t n = set ? (footprint + set - 1) / set : 1;
+  return n < 1 ? 1 : n > (size_t)max ? max : (int)n;
+}
+
 static rg_status_t weights_init(prof_t *P, rg_queue_t *q, rg_dtype_t t, const shape_t *sh, int n_sh,
                                 weights_t *W) {
   memset(W, 0, sizeof(*W));
@@ -536,12 +543,8 @@ static rg_status_t weights_init(prof_t *P, rg_queue_t *q, rg_dtype_t t, const sh
     if (!s) s = rg_buffer_write(W->w[0][i], 0, packed, W->wbytes[i]);
     set += W->wbytes[i];
   }
-  W->copies = set ? (int)((P->mem_footprint + set - 1) / set) : 1;
-  if (W->copies > MAX_COPIES) W->copies = MAX_COPIES;
-  if (W->copies < 1) W->copies = 1;
-  W->small = set ? (int)((P->footprint + set - 1) / set) : 1;
-  if (W->small > W->copies) W->small = W->copies;
-  if (W->small < 1) W->small = 1;
+  W->copies = copies_for(P->mem_footprint, set, MAX_COPIES);
+  W->small = copies_for(P->footprint, set, W->copies);
   for (int c = 1; c < W->copies && !s; c++)
     for (int i = 0; i < n_sh && !s; i++) {
       s = rg_buffer_alloc(P->dev, W->wbytes[i], &W->w[c][i]);
@@ -1139,6 +1142,17 @@ static int host_memory_device(const rg_device_info_t *info) {
   return !strcmp(info->driver, "opencl") && strstr(words, " cpu ") != NULL;
 }
 
+// Bytes of weights to cycle through: `base`, or (with past_cache) twice
+// the host's largest cache where the device streams from host memory and
+// that is more, within an eighth of the device's memory.
+static size_t weights_span(const rg_device_info_t *info, size_t base, int past_cache) {
+  size_t span = base;
+  if (past_cache && host_memory_device(info) && 2 * host_cache_bytes() > span)
+    span = 2 * host_cache_bytes();
+  if (info->memory && span > info->memory / 8) span = (size_t)(info->memory / 8);
+  return span;
+}
+
 rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
                            rg_profile_result_t *out) {
   if (!dev || !out) return rg_status_make(RG_INVALID_ARGUMENT, "rg_profile_run: no device given");
@@ -1201,20 +1215,13 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
   // MiB of L3, and decode read 2x the read bandwidth with the weights in
   // it), within an eighth of the memory. Quick keeps to its 64 MiB, for
   // time, and says so in the file.
-  P.footprint = P.p->footprint;
-  if (!opts->quick && host_memory_device(info) && 2 * host_cache_bytes() > P.footprint)
-    P.footprint = 2 * host_cache_bytes();
-  if (info->memory && P.footprint > info->memory / 8) P.footprint = (size_t)(info->memory / 8);
+  P.footprint = weights_span(info, P.p->footprint, !opts->quick);
   r->footprint = P.footprint;
   // The decode points go past the cache in a quick profile too: with one
   // layer of the 1b model's weights (121 MiB bf16) in this VM's cache, its
   // AMX tiles read 0.95 of bandwidth at M = 8, against 0.6-0.8 from memory
   // in a real run (memory_by_m).
-  P.mem_footprint = P.footprint;
-  if (host_memory_device(info) && 2 * host_cache_bytes() > P.mem_footprint)
-    P.mem_footprint = 2 * host_cache_bytes();
-  if (info->memory && P.mem_footprint > info->memory / 8)
-    P.mem_footprint = (size_t)(info->memory / 8);
+  P.mem_footprint = weights_span(info, P.footprint, 1);
   if (P.mem_footprint < P.footprint) P.mem_footprint = P.footprint;
   r->mem_footprint = P.mem_footprint;
   P.total = 1 + 1 + 3 + 1 + 1 + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m) +
@@ -1276,6 +1283,21 @@ static void comment_bw(FILE *f, const char *what, const rg_profile_bw_t *b) {
             rg_fmt_quantity(b->rate, RG_UNIT_BANDWIDTH, q, sizeof q), b->how);
   else
     fprintf(f, "#   %-16s not measured: %s\n", what, b->reason);
+}
+
+static int has_memory_curves(const rg_profile_derived_t *d) {
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++)
+    if (d->curve[i].n_mem > 0) return 1;
+  return 0;
+}
+
+// One curve of the class file, "    bf16: { 1: 0.9, 8: 0.45 }": the first
+// n points of c's M with their values v; nothing when n is 0.
+static void write_curve(FILE *f, const rg_profile_curve_t *c, int n, const double *v) {
+  if (n == 0) return;
+  fprintf(f, "    %s: {", rg_dtype_name(c->compute));
+  for (int j = 0; j < n; j++) fprintf(f, "%s %lld: %.3g", j ? "," : "", (long long)c->m[j], v[j]);
+  fprintf(f, " }\n");
 }
 
 rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
@@ -1361,14 +1383,11 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
               rg_dtype_name(c->compute));
   }
   if (d->eff_memory_why[0]) fprintf(f, "# efficiency.memory: %s.\n", d->eff_memory_why);
-  for (int i = 0, first = 1; i < RG_PROFILE_DTYPES; i++)
-    if (d->curve[i].n_mem > 0 && first) {
-      fprintf(f,
-              "# efficiency.memory_by_m: each type's weight stream at GEMM M up to %d over the "
-              "read bandwidth (a decode batch's kernel need not stream as batch 1's does).\n",
-              RG_PROFILE_MEM_MAX_M);
-      first = 0;
-    }
+  if (has_memory_curves(d))
+    fprintf(f,
+            "# efficiency.memory_by_m: each type's weight stream at GEMM M up to %d over the "
+            "read bandwidth (a decode batch's kernel need not stream as batch 1's does).\n",
+            RG_PROFILE_MEM_MAX_M);
   if (d->eff_attention > 0) fprintf(f, "# efficiency.attention: %s.\n", d->eff_attention_why);
   if (d->layer >= 0 && !d->have_stages)
     fprintf(f,
@@ -1431,29 +1450,15 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
     fprintf(f, "efficiency:\n");
     if (d->eff_memory > 0) fprintf(f, "  memory: %.3g\n", d->eff_memory);
     if (d->eff_attention > 0) fprintf(f, "  attention: %.3g\n", d->eff_attention);
-    int n_mem = 0;
-    for (int i = 0; i < RG_PROFILE_DTYPES; i++) n_mem += d->curve[i].n_mem > 0;
-    if (n_mem) {
+    if (has_memory_curves(d)) {
       fprintf(f, "  memory_by_m:\n");
-      for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
-        const rg_profile_curve_t *c = &d->curve[i];
-        if (c->n_mem == 0) continue;
-        fprintf(f, "    %s: {", rg_dtype_name(c->compute));
-        for (int j = 0; j < c->n_mem; j++)
-          fprintf(f, "%s %lld: %.3g", j ? "," : "", (long long)c->m[j], c->mem[j]);
-        fprintf(f, " }\n");
-      }
+      for (int i = 0; i < RG_PROFILE_DTYPES; i++)
+        write_curve(f, &d->curve[i], d->curve[i].n_mem, d->curve[i].mem);
     }
     if (n_curves) {
       fprintf(f, "  compute:\n");
-      for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
-        const rg_profile_curve_t *c = &d->curve[i];
-        if (c->n == 0) continue;
-        fprintf(f, "    %s: {", rg_dtype_name(c->compute));
-        for (int j = 0; j < c->n; j++)
-          fprintf(f, "%s %lld: %.3g", j ? "," : "", (long long)c->m[j], c->eff[j]);
-        fprintf(f, " }\n");
-      }
+      for (int i = 0; i < RG_PROFILE_DTYPES; i++)
+        write_curve(f, &d->curve[i], d->curve[i].n, d->curve[i].eff);
     }
   }
   if (d->layer >= 0)
