@@ -1071,18 +1071,19 @@ static void calibrate_devices(const run_args_t *a, const rg_cli_common_t *common
   rg_catalog_destroy(cat);
 }
 
-// The host's read bandwidth measured in this run replaces the one a CPU
-// class was profiled with: a calibration cached while the machine was busy
-// (or quiet) would otherwise predict this run at that machine's speed. The
-// efficiencies and fixed costs keep their profiled values.
+// Seconds of each limits reading, before and after the run: the same for
+// both, so that the higher of the two is a like-for-like best.
+#define RUN_LIMITS_S 0.3
+
 // The read bandwidth (and FMA peak) for this run's figures: measured again
-// after the run and the higher reading kept, the rule `ridge profile` keeps its own by. A
-// calibrated class's efficiencies are shares of the profile's best reading,
-// so pricing them at one reading (which on a shared machine lands low as
-// often as not) made every predicted stage slow by the reading's shortfall.
+// after the run and the higher reading kept, the rule `ridge profile` keeps
+// its own by. A calibrated class's efficiencies are shares of the profile's
+// best reading, so pricing them at one reading (which on a shared machine
+// lands low as often as not) made every predicted stage slow by the
+// reading's shortfall.
 static void run_bandwidth(rg_pool_t *pool, rg_limits_t *lim) {
   rg_limits_t after = {0};
-  rg_status_t s = rg_limits_measure(pool, 0.3, &after);
+  rg_status_t s = rg_limits_measure(pool, RUN_LIMITS_S, &after);
   if (s) {
     rg_status_free(s);  // the reading from before the run stands
     return;
@@ -1091,6 +1092,10 @@ static void run_bandwidth(rg_pool_t *pool, rg_limits_t *lim) {
   if (after.fma_peak > lim->fma_peak) lim->fma_peak = after.fma_peak;
 }
 
+// The host's read bandwidth measured in this run replaces the one a CPU
+// class was profiled with: a calibration cached while the machine was busy
+// (or quiet) would otherwise predict this run at that machine's speed. The
+// efficiencies and fixed costs keep their profiled values.
 static void use_run_bandwidth(predict_t *P, double read_bandwidth) {
   for (int k = 0; k < P->n_cal; k++) {
     rg_cli_calibration_t *c = &P->cal[k];
@@ -1647,7 +1652,8 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   }
   if (pr.on) calibrate_devices(a, common, &be, &eo, &pr);
   rg_limits_t lim = {0};
-  if (!a->no_measure && (st = rg_limits_measure(be.e ? rg_engine_pool(be.e) : be.pool, 0.3, &lim)))
+  if (!a->no_measure &&
+      (st = rg_limits_measure(be.e ? rg_engine_pool(be.e) : be.pool, RUN_LIMITS_S, &lim)))
     goto done;
   int measured = !a->no_measure && lim.read_bandwidth > 0 && lim.fma_peak > 0;
   if (!quiet && be.e) {
