@@ -1088,8 +1088,7 @@ static void run_bandwidth(rg_pool_t *pool, rg_limits_t *lim) {
     rg_status_free(s);  // the reading from before the run stands
     return;
   }
-  if (after.read_bandwidth > lim->read_bandwidth) lim->read_bandwidth = after.read_bandwidth;
-  if (after.fma_peak > lim->fma_peak) lim->fma_peak = after.fma_peak;
+  (void)rg_limits_keep_best(lim, &after);
 }
 
 // The host's read bandwidth measured in this run replaces the one a CPU

@@ -1,6 +1,7 @@
 #include "runtime/limits.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -258,4 +259,27 @@ rg_status_t rg_limits_measure(rg_pool_t *pool, double budget_s, rg_limits_t *out
     out->amx_note = why;
   }
   return NULL;
+}
+
+static double keep_higher(double *best, double other, double moved) {
+  if (*best > 0 && other > 0) {
+    double hi = *best > other ? *best : other, d = fabs(*best - other) / hi;
+    if (d > moved) moved = d;
+  }
+  if (other > *best) *best = other;
+  return moved;
+}
+
+double rg_limits_keep_best(rg_limits_t *best, const rg_limits_t *other) {
+  double moved = 0;
+  moved = keep_higher(&best->read_bandwidth, other->read_bandwidth, moved);
+  moved = keep_higher(&best->fma_peak, other->fma_peak, moved);
+  moved = keep_higher(&best->bf16_dot_peak, other->bf16_dot_peak, moved);
+  moved = keep_higher(&best->amx_bf16_peak, other->amx_bf16_peak, moved);
+  moved = keep_higher(&best->amx_int8_peak, other->amx_int8_peak, moved);
+  if (!best->fma_isa) best->fma_isa = other->fma_isa;
+  if (best->bf16_dot_peak > 0) best->bf16_dot_note = NULL;
+  if (best->amx_bf16_peak > 0) best->amx_note = NULL;
+  if (!best->threads) best->threads = other->threads;
+  return moved;
 }

@@ -42,4 +42,14 @@ double rg_limits_matrix_peak(const rg_limits_t *l, rg_dtype_t weight_dtype, rg_c
 // Takes about `budget_s` seconds (0.3 is enough for 2-digit figures).
 RG_MUST_USE rg_status_t rg_limits_measure(rg_pool_t *pool, double budget_s, rg_limits_t *out);
 
+// Keeps in *best the higher of each figure of *best and *other (two readings
+// of the same pool, e.g. before and after a run). On a shared machine the
+// figures move by 2x between back-to-back readings (a VM's two vCPUs put on
+// one core's AMX unit halve its tile peak), and a figure can only read low,
+// never high, so the best reading is the machine's limit. A path one reading
+// lacks keeps the other's figure and note. Returns the largest relative move
+// of any figure both measured, max(|a - b|) / max(a, b), for the reports to
+// say how sure the limit is.
+double rg_limits_keep_best(rg_limits_t *best, const rg_limits_t *other);
+
 #endif  // RG_RUNTIME_LIMITS_H

@@ -45,3 +45,33 @@ RG_TEST(limits_matrix_peaks_per_path) {
     RG_CHECK(v == l.bf16_dot_peak && !strcmp(path, "avx512-bf16 dot"));
   rg_pool_destroy(p);
 }
+
+// Two readings combine figure by figure into the higher one, a path one
+// reading lacks takes the other's, and the largest move between figures
+// both measured is returned.
+RG_TEST(limits_keep_best_takes_each_higher_figure) {
+  rg_limits_t best = {.read_bandwidth = 20e9,
+                      .fma_peak = 300e9,
+                      .fma_isa = "avx512f",
+                      .amx_bf16_peak = 2000e9,
+                      .amx_int8_peak = 4000e9,
+                      .threads = 2};
+  const rg_limits_t other = {.read_bandwidth = 25e9,
+                             .fma_peak = 270e9,
+                             .fma_isa = "avx512f",
+                             .bf16_dot_peak = 150e9,
+                             .amx_bf16_peak = 5000e9,
+                             .amx_int8_peak = 3000e9,
+                             .threads = 2};
+  best.bf16_dot_note = "absent in this reading";
+  double moved = rg_limits_keep_best(&best, &other);
+  RG_CHECK(best.read_bandwidth == 25e9 && best.fma_peak == 300e9);
+  RG_CHECK(best.amx_bf16_peak == 5000e9 && best.amx_int8_peak == 4000e9);
+  RG_CHECK(best.bf16_dot_peak == 150e9 && best.bf16_dot_note == NULL);
+  RG_CHECK(fabs(moved - 0.6) < 1e-12);  // AMX-BF16: |2000 - 5000| / 5000
+  // A reading with nothing in it changes nothing and moves nothing.
+  const rg_limits_t none = {0};
+  rg_limits_t copy = best;
+  RG_CHECK(rg_limits_keep_best(&copy, &none) == 0);
+  RG_CHECK(!memcmp(&copy, &best, sizeof copy));
+}
