@@ -3,13 +3,34 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-// Workers wait on a generation counter: the caller publishes a job, bumps the
-// generation, runs its own chunk, then waits for `pending` to reach zero.
+// A job is split into at most n chunks. The caller publishes it, bumps the
+// generation, and then claims and runs chunks itself like any worker; it
+// waits only for the chunks some thread has claimed. A worker that is slow to
+// wake (asleep on the condition variable, or waiting for a core another
+// process holds) finds nothing left to claim and goes back to waiting, so a
+// small job never waits for a wake-up: after a worker has blocked (a remote
+// hop, an idle server) the first kernels cost what they cost back to back,
+// plus one futex wake, instead of the ~50 us a sleeping thread takes to get a
+// core on a busy 2-core machine.
+//
+// Who runs which chunk is one 64-bit word, so a claim is one compare-and-swap
+// that also checks the job is still the one the claimant saw:
+//
+//     bits 63..32  the job's generation
+//     bits 31..16  its number of chunks
+//     bits 15..0   the next unclaimed chunk
+//
+// The job's fields (fn, ctx, sizes) are read only after a successful claim:
+// the publisher wrote them before the release store of this word, and cannot
+// write the next job's until every claimed chunk has been counted off
+// `pending`, so a claimant always sees one job's fields whole.
+//
 // Workers spin for a while (cheap wake-up between back-to-back kernels) and
-// then sleep on a condition variable.
+// then sleep on the condition variable.
 #define SPIN_ITERS 20000
 
 struct rg_pool_s {
@@ -18,7 +39,8 @@ struct rg_pool_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   atomic_uint gen;
-  atomic_int pending;
+  _Atomic uint64_t claim;
+  atomic_int pending;  // chunks of the current job not finished
   atomic_int stop;
   // The job in flight.
   rg_pool_fn_t fn;
@@ -26,24 +48,26 @@ struct rg_pool_s {
   size_t n_items, chunk;
 };
 
-typedef struct {
-  rg_pool_t *pool;
-  int id;
-} worker_arg_t;
-
-static void run_chunk(rg_pool_t *p, int id) {
-  size_t b = (size_t)id * p->chunk;
-  if (b < p->n_items) {
+// Claims and runs chunks of job `g` until none is left, or until a newer job
+// has replaced it (then g is long done and this thread has nothing of it).
+static void run_chunks(rg_pool_t *p, unsigned g) {
+  uint64_t v = atomic_load_explicit(&p->claim, memory_order_relaxed);
+  for (;;) {
+    unsigned next = (unsigned)(v & 0xffff), total = (unsigned)(v >> 16 & 0xffff);
+    if ((unsigned)(v >> 32) != g || next >= total) return;
+    if (!atomic_compare_exchange_weak_explicit(&p->claim, &v, v + 1, memory_order_acquire,
+                                               memory_order_relaxed))
+      continue;
+    size_t b = (size_t)next * p->chunk;
     size_t e = b + p->chunk < p->n_items ? b + p->chunk : p->n_items;
-    p->fn(p->ctx, b, e, id);
+    p->fn(p->ctx, b, e, (int)next);
+    atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    v = atomic_load_explicit(&p->claim, memory_order_relaxed);
   }
 }
 
 static void *worker(void *arg) {
-  worker_arg_t *wa = arg;
-  rg_pool_t *p = wa->pool;
-  int id = wa->id;
-  free(wa);
+  rg_pool_t *p = arg;
   // Generation 0 is "no job yet": a worker that starts late must not skip
   // a job published before it first looked.
   unsigned seen = 0;
@@ -56,9 +80,8 @@ static void *worker(void *arg) {
       pthread_mutex_unlock(&p->mu);
     }
     if (atomic_load(&p->stop)) return NULL;
-    seen = atomic_load(&p->gen);
-    run_chunk(p, id);
-    atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    seen = atomic_load_explicit(&p->gen, memory_order_acquire);
+    run_chunks(p, seen);
   }
 }
 
@@ -87,11 +110,7 @@ rg_status_t rg_pool_create(int n_threads, rg_pool_t **out) {
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   for (int i = 1; i < n_threads; i++) {
-    worker_arg_t *wa = malloc(sizeof(*wa));
-    if (wa) *wa = (worker_arg_t){p, i};  // before the thread can read it
-    int err = wa ? pthread_create(&p->threads[i], NULL, worker, wa) : -1;
-    if (err) {
-      free(wa);
+    if (pthread_create(&p->threads[i], NULL, worker, p)) {
       p->n = i;  // destroy joins the ones started
       rg_pool_destroy(p);
       return rg_status_make(RG_UNAVAILABLE, "could not start thread %d of %d", i, n_threads);
@@ -130,13 +149,15 @@ void rg_pool_parallel_for(rg_pool_t *p, size_t n, size_t grain, rg_pool_fn_t fn,
   p->ctx = ctx;
   p->n_items = n;
   p->chunk = (n + (size_t)use - 1) / (size_t)use;
-  // Threads past `use` get an empty range; all workers take part so the
-  // pending count is simple.
-  atomic_store(&p->pending, p->n - 1);
+  // Every chunk holds at least one item (n = 5 over 4 threads is 3 chunks of 2).
+  uint64_t total = (n + p->chunk - 1) / p->chunk;
+  unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+  atomic_store_explicit(&p->pending, (int)total, memory_order_relaxed);
+  atomic_store_explicit(&p->claim, (uint64_t)g << 32 | total << 16, memory_order_release);
   pthread_mutex_lock(&p->mu);
-  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+  atomic_store_explicit(&p->gen, g, memory_order_release);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
-  run_chunk(p, 0);
+  run_chunks(p, g);
   while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) sched_yield();
 }

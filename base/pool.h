@@ -8,7 +8,10 @@
 // takes part, so a pool of n threads runs n-1 workers. One call is in flight
 // per pool at a time (a pool belongs to one queue). Decode calls it a few
 // hundred times per token, so dispatch must cost microseconds, not
-// milliseconds: workers spin briefly before they sleep.
+// milliseconds: workers spin briefly before they sleep, and a call never
+// waits for a worker to wake. Chunks go to whichever thread claims them
+// first, the caller included, so a chunk no awake thread took is run by the
+// caller; a call waits only for chunks already running elsewhere.
 //
 // Ownership: rg_pool_create returns a pool the caller destroys.
 #ifndef RG_BASE_POOL_H
@@ -20,8 +23,11 @@
 
 typedef struct rg_pool_s rg_pool_t;
 
-// fn runs on [begin, end) of the items on thread `thread` (0..threads-1).
-typedef void (*rg_pool_fn_t)(void *ctx, size_t begin, size_t end, int thread);
+// fn runs on [begin, end) of the items. `slot` (0..threads-1) is the chunk's
+// index: unique among the calls of one rg_pool_parallel_for, so it can pick
+// per-thread scratch, but not tied to an OS thread (the caller may run
+// several chunks one after the other).
+typedef void (*rg_pool_fn_t)(void *ctx, size_t begin, size_t end, int slot);
 
 // n_threads <= 0: one per core this process may run on.
 RG_MUST_USE rg_status_t rg_pool_create(int n_threads, rg_pool_t **out);

@@ -1,5 +1,14 @@
+#include <dirent.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/pool.h"
 #include "tests/test.h"
@@ -37,4 +46,118 @@ RG_TEST(pool_covers_every_item_once) {
     }
   rg_pool_destroy(p);
   RG_CHECK(rg_cpu_count() >= 1);
+}
+
+// A worker that cannot run (here: held in a signal handler, as a sleeping
+// thread is held while the core it needs runs another process) must not hold
+// calls back: the caller runs the chunks nobody claimed. Before chunks were
+// claimed, every call waited for every worker, so this test hung until its
+// deadline.
+static sem_t stall_release;
+static atomic_int stall_entered;
+
+static void stall_handler(int sig) {
+  (void)sig;
+  atomic_store(&stall_entered, 1);
+  while (sem_wait(&stall_release) != 0) {
+  }
+}
+
+typedef struct {
+  rg_pool_t *pool;
+  atomic_int calls_done;
+  int all_covered;
+} stall_jobs_t;
+
+static void *stall_jobs(void *arg) {
+  stall_jobs_t *s = arg;
+  s->all_covered = 1;
+  for (int rep = 0; rep < 100; rep++) {
+    int hits[16] = {0};
+    sum_ctx_t c = {.hits = hits};
+    rg_pool_parallel_for(s->pool, 16, 1, add_range, &c);
+    for (int i = 0; i < 16; i++) s->all_covered &= hits[i] == 1;
+    s->all_covered &= atomic_load(&c.sum) == 120;
+    atomic_fetch_add(&s->calls_done, 1);
+  }
+  return NULL;
+}
+
+// The thread ids of this process, into ids (at most cap); returns the count.
+static size_t task_ids(pid_t *ids, size_t cap) {
+  size_t n = 0;
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return 0;
+  for (struct dirent *e; (e = readdir(d)) && n < cap;)
+    if (e->d_name[0] != '.') ids[n++] = (pid_t)atoi(e->d_name);
+  closedir(d);
+  return n;
+}
+
+// The state letter of thread tid ('R', 'S', ...), '?' if unreadable.
+static char task_state(pid_t tid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return '?';
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *close_paren = strrchr(buf, ')');
+  return close_paren && close_paren[1] == ' ' ? close_paren[2] : '?';
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+RG_TEST(pool_call_does_not_wait_for_a_stalled_worker) {
+  pid_t before[256], after[256];
+  size_t nb = task_ids(before, 256);
+  rg_pool_t *p;
+  RG_REQUIRE_OK(rg_pool_create(2, &p));
+  size_t na = task_ids(after, 256);
+  pid_t worker = 0;
+  int fresh = 0;
+  for (size_t i = 0; i < na; i++) {
+    int old = 0;
+    for (size_t k = 0; k < nb; k++) old |= after[i] == before[k];
+    if (!old) worker = after[i], fresh++;
+  }
+  if (fresh != 1) {
+    rg_pool_destroy(p);
+    RG_SKIP("another thread started beside the pool's worker; cannot tell which to stall");
+  }
+  // Signal it only once it sleeps on the condition variable, so the handler
+  // never runs while it holds the pool's mutex.
+  double t0 = now_s();
+  while (task_state(worker) != 'S' && now_s() - t0 < 5) usleep(1000);
+  RG_REQUIRE(task_state(worker) == 'S');
+  RG_REQUIRE(sem_init(&stall_release, 0, 0) == 0);
+  atomic_store(&stall_entered, 0);
+  struct sigaction sa = {.sa_handler = stall_handler}, old_sa;
+  sigemptyset(&sa.sa_mask);
+  int sig = SIGRTMIN + 5;
+  RG_REQUIRE(sigaction(sig, &sa, &old_sa) == 0);
+  RG_REQUIRE(syscall(SYS_tgkill, getpid(), worker, sig) == 0);
+  while (!atomic_load(&stall_entered) && now_s() - t0 < 5) usleep(1000);
+  RG_CHECK(atomic_load(&stall_entered));
+
+  stall_jobs_t s = {.pool = p};
+  pthread_t th;
+  RG_REQUIRE(pthread_create(&th, NULL, stall_jobs, &s) == 0);
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 10;
+  int joined = pthread_timedjoin_np(th, NULL, &deadline) == 0;
+  RG_CHECK(joined);  // all 100 calls done while the worker is held
+  RG_CHECK(atomic_load(&s.calls_done) == 100);
+  sem_post(&stall_release);
+  if (!joined) pthread_join(th, NULL);
+  RG_CHECK(s.all_covered);
+  rg_pool_destroy(p);
+  sigaction(sig, &old_sa, NULL);
+  sem_destroy(&stall_release);
 }
