@@ -76,7 +76,8 @@ static void *worker(void *arg) {
     while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen && !atomic_load(&p->stop)) {
       if (++spins < SPIN_ITERS) continue;
       pthread_mutex_lock(&p->mu);
-      while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
+      while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+        pthread_cond_wait(&p->cv, &p->mu);
       pthread_mutex_unlock(&p->mu);
     }
     if (atomic_load(&p->stop)) return NULL;
@@ -98,7 +99,9 @@ int rg_cpu_count(void) {
 rg_status_t rg_pool_create(int n_threads, rg_pool_t **out) {
   *out = NULL;
   if (n_threads <= 0) n_threads = rg_cpu_count();
-  if (n_threads > 1024) return rg_status_make(RG_INVALID_ARGUMENT, "%d threads is more than the 1024 allowed", n_threads);
+  if (n_threads > 1024)
+    return rg_status_make(RG_INVALID_ARGUMENT, "%d threads is more than the 1024 allowed",
+                          n_threads);
   rg_pool_t *p = calloc(1, sizeof(*p));
   if (!p) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory creating a thread pool");
   p->n = n_threads;
@@ -133,7 +136,9 @@ void rg_pool_destroy(rg_pool_t *p) {
   free(p);
 }
 
-int rg_pool_threads(const rg_pool_t *p) { return p ? p->n : 1; }
+int rg_pool_threads(const rg_pool_t *p) {
+  return p ? p->n : 1;
+}
 
 void rg_pool_parallel_for(rg_pool_t *p, size_t n, size_t grain, rg_pool_fn_t fn, void *ctx) {
   if (n == 0) return;

@@ -39,7 +39,6 @@ int rg_cpu_count(void);
 // Splits [0, n) into contiguous chunks of at least `grain` items, one per
 // thread at most, and returns when all are done. pool may be NULL (runs on
 // the caller).
-void rg_pool_parallel_for(rg_pool_t *pool, size_t n, size_t grain,
-                          rg_pool_fn_t fn, void *ctx);
+void rg_pool_parallel_for(rg_pool_t *pool, size_t n, size_t grain, rg_pool_fn_t fn, void *ctx);
 
 #endif  // RG_BASE_POOL_H

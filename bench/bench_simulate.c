@@ -241,7 +241,9 @@ static int cmp_d(const void *a, const void *b) {
 // instead of the tiny test model's), nothing is cached: those figures are
 // that model's, not the device's.
 static rg_status_t calibrated_cpu(const rg_catalog_t *cat, int refresh, const char *stage_model,
-                                  rg_device_class_t *out, char *how, size_t how_len) {
+                                  rg_device_class_t *out, char *how, size_t how_len,
+                                  int *out_fresh) {
+  *out_fresh = 0;
   const rg_device_class_t *c = rg_catalog_find(cat, "local-cpu");
   if (!c) return rg_status_make(RG_NOT_FOUND, "no local-cpu class in the catalog");
   *out = *(c->calibrated && c->datasheet ? c->datasheet : c);
@@ -296,6 +298,7 @@ static rg_status_t calibrated_cpu(const rg_catalog_t *cat, int refresh, const ch
   }
   if (!st) {
     rg_profile_apply(r, out);
+    *out_fresh = 1;
     if (stage_model)
       snprintf(how, how_len, "profiled now (quick, %.1f s) with this model's own stages",
                r->seconds);
@@ -366,9 +369,9 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
   // profiles this model's own stages instead (not cached).
   rg_device_class_t classes[1];
   char how[1][1400];
-  int n_cls = 1;
+  int n_cls = 1, fresh[1];
   TRY(calibrated_cpu(cat, refresh || own_stages, own_stages ? model_dir : NULL, &classes[0], how[0],
-                     sizeof how[0]));
+                     sizeof how[0], &fresh[0]));
   rg_engine_options_t eo = {.max_seqs = SEQS, .max_context = 1024, .kv_tokens = SEQS * 256};
   rg_engine_t *e;
   TRY(rg_engine_create(model_dir, &eo, &e));
@@ -417,9 +420,10 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
   printf(
       "  %d requests of %d prompt + %d output tokens, up to %d at once: runtime %lld iterations\n",
       N, LEN, OUT, SEQS, (long long)ss.iterations);
-  // As `ridge run` does: the read bandwidth measured now, beside the run,
-  // in place of the one from when the class was profiled (this machine's
-  // moves between runs), the class's efficiencies kept.
+  // As `ridge run` does (rg_limits_run_bandwidth): the read bandwidth
+  // measured beside the run, in place of the one from when the class was
+  // profiled (this machine's moves between runs), or with it where the
+  // profile ran just now; the class's efficiencies kept.
   rg_limits_t lim = {0};
   rg_status_t ls = rg_limits_measure(rg_engine_pool(e), 0.3, &lim);
   if (ls)
@@ -434,14 +438,16 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
     const double b0 = lim0.read_bandwidth, b1 = lim.read_bandwidth, bw = b0 > b1 ? b0 : b1,
                  moved = b0 > 0 ? fabs(b1 - b0) / bw : 0;
     for (int k = 0; k < n_cls; k++) {
+      const double was = classes[k].mem[0].bandwidth,
+                   use = rg_limits_run_bandwidth(bw, was, fresh[k]);
       printf(
-          "  class %c: read bandwidth %.3g GB/s beside the run (the best of %.3g before it, %.3g "
-          "after; %.3g when profiled)%s\n",
-          'A' + k, bw / 1e9, b0 / 1e9, b1 / 1e9, classes[k].mem[0].bandwidth / 1e9,
+          "  class %c: read bandwidth %.3g GB/s, the best of %.3g before the run, %.3g after%s "
+          "%.3g when profiled%s\n",
+          'A' + k, use / 1e9, b0 / 1e9, b1 / 1e9, fresh[k] ? " and" : "; not", was / 1e9,
           moved > 0.15 ? ": the machine's bandwidth moved across the run, so the errors below "
                          "are less sure"
                        : "");
-      classes[k].mem[0].bandwidth = bw;
+      classes[k].mem[0].bandwidth = use;
     }
   }
   for (int k = 0; k < n_cls; k++)

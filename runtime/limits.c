@@ -283,3 +283,7 @@ double rg_limits_keep_best(rg_limits_t *best, const rg_limits_t *other) {
   if (!best->threads) best->threads = other->threads;
   return moved;
 }
+
+double rg_limits_run_bandwidth(double run, double profiled, int profiled_now) {
+  return profiled_now && profiled > run ? profiled : run;
+}

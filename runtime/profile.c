@@ -621,7 +621,23 @@ static rg_status_t sweep_point(prof_t *P, rg_queue_t *q, const weights_t *W, con
   double dt = rg_clock_now() - start;
   *flops_s = flops / dt;
   *bytes_s = bytes / dt;
-  if (!done) return NULL;
+  if (!done) {
+    // That pass was every matrix's first call at this M but one's (x's
+    // packing buffers, the allocator's first mappings): a quick profile's
+    // M = 256 read 0.37 of the bf16 peak this way where the same kernels
+    // run at 0.63 warm. Where it was short, the same span again, warm, and
+    // the faster counts.
+    if (dt > 4 * budget) return NULL;
+    double f = 0, b = 0, t1 = rg_clock_now();
+    RG_RETURN_IF_ERROR(
+        run_rounds(q, W, copies, sh, n_sh, t, m, 0, copies, t1, budget, &f, &b, &done));
+    double d = rg_clock_now() - t1;
+    if (f / d > *flops_s) {
+      *flops_s = f / d;
+      *bytes_s = b / d;
+    }
+    return NULL;
+  }
   long rounds = (long)ceil(budget / 8 / (dt / copies));
   if (rounds < 1) rounds = 1;
   for (long next = copies; rg_clock_now() - start < budget; next += rounds) {

@@ -75,3 +75,12 @@ RG_TEST(limits_keep_best_takes_each_higher_figure) {
   RG_CHECK(rg_limits_keep_best(&copy, &none) == 0);
   RG_CHECK(!memcmp(&copy, &best, sizeof copy));
 }
+
+// A run is priced at the best reading around it; a class profiled just
+// before the run read around it too, one profiled at another time did not.
+RG_TEST(limits_run_bandwidth_counts_a_profile_taken_just_before) {
+  RG_CHECK(rg_limits_run_bandwidth(40e9, 50e9, 1) == 50e9);
+  RG_CHECK(rg_limits_run_bandwidth(55e9, 50e9, 1) == 55e9);
+  RG_CHECK(rg_limits_run_bandwidth(40e9, 50e9, 0) == 40e9);
+  RG_CHECK(rg_limits_run_bandwidth(55e9, 50e9, 0) == 55e9);
+}
