@@ -510,8 +510,10 @@ static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, rg_
   rg_sim_report_t *r;
   RG_RETURN_IF_ERROR(rg_simulate(&req, opt, &o, &r));
   if (sp->st) return sp->st;
-  // Each stage's first call, once, as `ridge run` adds it.
+  // Each stage's first call, once, and the process's (kernel builds) in
+  // its first stage, as `ridge run` adds them.
   for (int i = 0; i < N_SLOTS; i++) sp->pred[i] += cls.stage[slots[i]].first;
+  sp->pred[0] += cls.process_first;
 
   printf("  class %c: simulator %lld iterations\n", label, (long long)r->iterations);
   printf("  %-10s %12s %12s %8s\n", "stage", "measured", "predicted", "error");

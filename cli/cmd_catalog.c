@@ -187,9 +187,12 @@ static void print_efficiency(const rg_device_class_t *c) {
     if (c->eff_compute[d].n > 0)
       printf("    %-10s %s\n", rg_dtype_name((rg_dtype_t)d),
              fmt_curve(&c->eff_compute[d], b, sizeof b));
-  printf("  Fixed costs: %s per step, %s per layer (%s)\n",
+  char t3[32];
+  printf("  Fixed costs: %s per step, %s per layer%s%s (%s)\n",
          rg_fmt_quantity(c->step_cost, RG_UNIT_TIME, t1, sizeof t1),
          rg_fmt_quantity(c->layer_floor, RG_UNIT_TIME, t2, sizeof t2),
+         c->process_first > 0 ? ", once per process " : "",
+         c->process_first > 0 ? rg_fmt_quantity(c->process_first, RG_UNIT_TIME, t3, sizeof t3) : "",
          c->overhead_source[0] ? c->overhead_source : "no source given");
 }
 
@@ -354,6 +357,7 @@ static void json_figures(cJSON *o, const rg_device_class_t *c, int *bad) {
   cJSON *ov = rg_json_obj(o, "overhead", bad);
   rg_json_num(ov, "step_s", c->step_cost, bad);
   rg_json_num(ov, "layer_s", c->layer_floor, bad);
+  rg_json_num(ov, "process_first_s", c->process_first, bad);
   rg_json_str(ov, "source", c->overhead_source, bad);
 }
 

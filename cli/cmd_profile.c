@@ -358,10 +358,15 @@ static rg_status_t print_text(FILE *f, const rg_profile_result_t *r, const char 
       fprintf(f, "%s M %lld: %.3g", j ? "," : "", (long long)c->m[j], c->eff[j]);
     fprintf(f, "\n  %-10s %s\n", "", c->why);
   }
-  if (d->layer >= 0)
-    fprintf(f, "  %-10s %s a step, %s a layer\n", "overhead",
+  if (d->layer >= 0) {
+    fprintf(f, "  %-10s %s a step, %s a layer", "overhead",
             rg_fmt_quantity(d->step, RG_UNIT_TIME, b, sizeof b),
             rg_fmt_quantity(d->layer, RG_UNIT_TIME, b2, sizeof b2));
+    if (d->process_first >= 0)
+      fprintf(f, ", %s once per process (kernel builds)",
+              rg_fmt_quantity(d->process_first, RG_UNIT_TIME, b, sizeof b));
+    fputc('\n', f);
+  }
   static const char *const kinds[RG_STAGE_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
   if (d->have_stages) {
     for (int j = 0; j < RG_STAGE_SLOTS; j++) {
@@ -450,6 +455,7 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
     if (d->layer >= 0) {
       rg_json_num(c, "overhead_step_seconds", d->step, &bad);
       rg_json_num(c, "overhead_layer_seconds", d->layer, &bad);
+      if (d->process_first >= 0) rg_json_num(c, "process_first_seconds", d->process_first, &bad);
     }
     static const char *const kinds[RG_STAGE_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
     const rg_profile_stages_t *S = &r->stages;

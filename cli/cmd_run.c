@@ -1150,21 +1150,17 @@ static rg_status_t predict_stages(const backend_t *b, const recorder_t *rec, rg_
     f->nodes[0].devs[0].cls = c;
     rg_group_t g = {"stage", c, 1, 1, 1, 1};
     int side = r.worker[0] ? worker_side(b, r.worker) : -1;
-    // The first call's one-off cost (planner.h), once. A process pays the
-    // kernel builds of the kinds it does not run too, in whichever of its
-    // stages enqueues a kernel first: its first stage.
+    // The first call's one-off cost (planner.h), once, and what the process
+    // pays once (its kernel builds) in whichever of its stages enqueues a
+    // kernel first: its first stage.
     double t = r.c.steps > 0 ? c->stage[slot].first : 0;
-    int first_of_worker = 1, present = 0;
-    for (size_t j = 0; j < n; j++) {
+    int first_of_worker = 1;
+    for (size_t j = 0; j < i && first_of_worker; j++) {
       stage_row_t o;
       stage_row(b, j, &o);
-      if (strcmp(o.worker, r.worker)) continue;
-      if (j < i) first_of_worker = 0;
-      int os = rg_slot_of_stage(o.k);
-      if (os >= 0 && os < RG_STAGE_SLOTS) present |= 1 << os;
+      if (!strcmp(o.worker, r.worker)) first_of_worker = 0;
     }
-    for (int k2 = 0; first_of_worker && r.c.steps > 0 && k2 < RG_STAGE_SLOTS; k2++)
-      if (!(present >> k2 & 1)) t += c->stage[k2].first;
+    if (first_of_worker && r.c.steps > 0) t += c->process_first;
     for (size_t q = 0; q < rec->n; q++) {
       const step_rec_t *sr = &rec->v[q];
       if (side >= 0 && sr->side >= 0 && sr->side != side) continue;
@@ -1307,7 +1303,8 @@ static rg_status_t print_stages(const backend_t *b, const predict_t *P) {
         stderr,
         "\nper stage (FLOPs and bytes from the planner's formulas; predicted = the planner's "
         "cost model for\nthat stage over the steps this run took, plus its first call's "
-        "one-off cost, on the class of\nthe device it ran on%s):\n",
+        "one-off cost (a worker's first stage\nalso its kernel builds), on the class of the "
+        "device it ran on%s):\n",
         P->n_cal && P->cal[0].calibrated ? ", calibrated by a quick profile of the device" : "");
   for (int k = 0; k < P->n_cal; k++) {
     const rg_cli_calibration_t *c = &P->cal[k];

@@ -475,13 +475,15 @@ static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c)
   const rg_node_t *o;
   RG_RETURN_IF_ERROR(rg_want(root, "overhead", "device class", 0, NULL, &o));
   if (!o) return NULL;
-  static const char *const keys[] = {"step", "layer", "source", NULL};
+  static const char *const keys[] = {"step", "layer", "first", "source", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(o, keys, "overhead"));
   // Zero is meaningful for both: a part with no fixed cost at that level.
   RG_RETURN_IF_ERROR(
       rg_read_quantity(o, "overhead", "overhead", "step", RG_UNIT_TIME, 0, 1, &c->step_cost));
   RG_RETURN_IF_ERROR(
       rg_read_quantity(o, "overhead", "overhead", "layer", RG_UNIT_TIME, 0, 1, &c->layer_floor));
+  RG_RETURN_IF_ERROR(
+      rg_read_quantity(o, "overhead", "overhead", "first", RG_UNIT_TIME, 0, 1, &c->process_first));
   return rg_read_text(o, "overhead", "overhead", "source", 0, c->overhead_source,
                       sizeof(c->overhead_source));
 }

@@ -81,11 +81,11 @@ typedef struct {
 // such as norms and ropes); and its kernels reach `eff` times the class's
 // efficiencies (0: 1). Measured figures make one stage's prediction agree
 // with its time where one set of efficiencies for every kernel cannot.
-// `first` is what the first call of a stage in a fresh process pays once
-// more (kernel builds at first enqueue, first touches of its weights): a
-// run of a few dozen steps sees it, a steady state never does, so the cost
-// model's step times leave it out and `ridge run` adds it once per stage
-// instance.
+// `first` is what the first call of a stage instance pays once more (first
+// touches of its weights, activations and KV; the process-wide part, kernel
+// builds, is the class's process_first): a run of a few dozen steps sees
+// it, a steady state never does, so the cost model's step times leave it
+// out and `ridge run` adds it once per stage instance.
 typedef struct {
   double call;   // seconds per call
   double token;  // seconds per token per call
@@ -136,6 +136,12 @@ struct rg_device_class_s {
   // so a step never takes less than step + layers x layer.
   double step_cost;    // seconds
   double layer_floor;  // seconds
+  // What a fresh process pays once on this device before its stages' own
+  // first calls (`overhead: first:`): kernel builds or module loads at the
+  // first enqueue, the device's context. Shared by every stage the process
+  // runs, so paid by its first stage, whichever kinds it runs; a stage's own
+  // first touches are its `first` (rg_stage_figures_t).
+  double process_first;  // seconds
   // Per stage kind (`stages:`, indexed by slot, embed to lm_head): what this
   // device's own kernels for that stage do beyond the class-wide roofline.
   // A datasheet class has none (all zero), and predicts as without them.

@@ -142,9 +142,12 @@ typedef struct {
   char model[64];
   int64_t layers;
   int reps;
-  // The first step of a fresh engine and the same step again, per slot:
-  // the difference is each stage kind's first-call cost.
-  double first_step[RG_STAGE_SLOTS], second_step[RG_STAGE_SLOTS];
+  // The first step of a fresh engine and the same step again, per slot,
+  // and (have_fresh) the first step of a second engine on the same device:
+  // fresh less second is each stage kind's first-call cost, first less fresh
+  // what the process paid once (kernel builds).
+  double first_step[RG_STAGE_SLOTS], second_step[RG_STAGE_SLOTS], fresh_step[RG_STAGE_SLOTS];
+  int have_fresh;
   rg_profile_stage_shape_t shape[RG_PROFILE_STAGE_SHAPES];
   char reason[200];
 } rg_profile_stages_t;
@@ -200,6 +203,7 @@ typedef struct {
   rg_profile_curve_t curve[RG_PROFILE_DTYPES];
   int have_stages;  // stage[] fitted from result.stages
   rg_stage_figures_t stage[RG_STAGE_SLOTS];
+  double process_first;  // seconds, once per process (kernel builds); < 0: not measured
 } rg_profile_derived_t;
 
 typedef struct {

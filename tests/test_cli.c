@@ -310,7 +310,7 @@ static const char *const known_cpu =
     "measured: { by: a test, date: 2026-01-02, device: \"cpu:0 known figures\" }\n"
     "memory: [ { name: dram, bandwidth: 10 GB/s } ]\n"
     "efficiency: { memory: 0.5, attention: 0.5, compute: 0.1 }\n"
-    "overhead: { step: 0 s, layer: 0 s }\n"
+    "overhead: { step: 0 s, layer: 0 s, first: 7 ms }\n"
     "stages:\n"
     "  embed: { call: 1 ms, first: 5 ms }\n"
     "  attention: { call: 2 ms, token: 100 us }\n"
@@ -338,7 +338,8 @@ static const char *str(const cJSON *o, const char *key) {
 
 // A run on a known calibrated class: each stage's predicted time is the
 // cost model's for that class over the steps the run took (a prompt of 5,
-// then one-token decodes), plus its first call's cost.
+// then one-token decodes), plus its first call's cost, and the process's
+// once-only cost in its first stage (embed).
 RG_TEST(cli_run_predicted_column_is_the_cost_model_on_the_calibrated_class) {
   char model[2048];
   if (!cache_env(t, model, sizeof model)) return;
@@ -389,7 +390,8 @@ RG_TEST(cli_run_predicted_column_is_the_cost_model_on_the_calibrated_class) {
     int slot = 0;
     while (slot < 4 && strcmp(str(e, "kind"), kinds[slot])) slot++;
     RG_REQUIRE(slot < 4);
-    double steps = num(e, "steps"), want = c.stage[slot].first;
+    RG_CHECK(c.process_first == 7e-3);
+    double steps = num(e, "steps"), want = c.stage[slot].first + (slot == 0 ? c.process_first : 0);
     RG_CHECK(steps >= 2);
     for (int s = 0; s < (int)steps; s++) {
       // The prompt's 5 tokens, then one token a step after them.

@@ -145,6 +145,8 @@ static void check_figures(rg_test_ctx_t *t, const cJSON *j, const rg_device_clas
   if (stages) {
     // The ops a layer floor stood for run inside the stages, priced there.
     RG_CHECK(num(cal, "overhead_layer_seconds") == 0);
+    // What the process paid once (a second engine told it from the stages').
+    RG_CHECK(num(cal, "process_first_seconds") >= 0);
     static const char *const skinds[] = {"embed", "attention", "ffn", "lm_head"};
     double meas = 0, fitted = 0;
     for (int k = 0; k < 4; k++) {
@@ -236,6 +238,7 @@ static void check_loaded(rg_test_ctx_t *t, const char *dir, const cJSON *j) {
     RG_CHECK_NEAR(c->stage[k].eff > 0 ? c->stage[k].eff : 1, num(o, "efficiency"), 0.006);
   }
   RG_CHECK(!stages || strstr(c->stage_source, "measured by ridge profile") != NULL);
+  if (stages) RG_CHECK_NEAR(c->process_first, num(cal, "process_first_seconds"), 0.006);
   const cJSON *cv;
   cJSON_ArrayForEach(cv, cJSON_GetObjectItem(cal, "compute")) {
     rg_dtype_t ct;
