@@ -371,10 +371,12 @@ static rg_status_t print_text(FILE *f, const rg_profile_result_t *r, const char 
   if (d->have_stages) {
     for (int j = 0; j < RG_STAGE_SLOTS; j++) {
       char b3[32];
-      fprintf(f, "  %-10s %s a call, %s a token, first call %s", kinds[j],
-              rg_fmt_quantity(d->stage[j].call, RG_UNIT_TIME, b, sizeof b),
+      char b4[32];
+      fprintf(f, "  %-10s %s a call, %s a token, first call %s, %s more a call after a wait",
+              kinds[j], rg_fmt_quantity(d->stage[j].call, RG_UNIT_TIME, b, sizeof b),
               rg_fmt_quantity(d->stage[j].token, RG_UNIT_TIME, b2, sizeof b2),
-              rg_fmt_quantity(d->stage[j].first, RG_UNIT_TIME, b3, sizeof b3));
+              rg_fmt_quantity(d->stage[j].first, RG_UNIT_TIME, b3, sizeof b3),
+              rg_fmt_quantity(d->stage[j].cold, RG_UNIT_TIME, b4, sizeof b4));
       if (d->stage[j].eff > 0) fprintf(f, ", efficiency x %.2f", d->stage[j].eff);
       fputc('\n', f);
     }
@@ -470,6 +472,8 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
         rg_json_num(k, "token_s", d->stage[j].token, &bad);
         rg_json_num(k, "efficiency", d->stage[j].eff > 0 ? d->stage[j].eff : 1, &bad);
         rg_json_num(k, "first_s", d->stage[j].first, &bad);
+        rg_json_num(k, "cold_s", d->stage[j].cold, &bad);
+        rg_json_num(k, "gapped_s", S->gapped[j], &bad);
         cJSON *shapes = rg_json_arr(k, "shapes", &bad);
         for (int q = 0; q < S->n; q++) {
           const rg_profile_stage_shape_t *sh = &S->shape[q];

@@ -1161,6 +1161,8 @@ static rg_status_t predict_stages(const backend_t *b, const recorder_t *rec, rg_
       if (!strcmp(o.worker, r.worker)) first_of_worker = 0;
     }
     if (first_of_worker && r.c.steps > 0) t += c->process_first;
+    // Calls its worker made after waiting for another's data (planner.h).
+    t += c->stage[slot].cold * (double)r.c.cold_calls;
     for (size_t q = 0; q < rec->n; q++) {
       const step_rec_t *sr = &rec->v[q];
       if (side >= 0 && sr->side >= 0 && sr->side != side) continue;
@@ -1203,6 +1205,7 @@ static void stage_rows(const backend_t *b, const predict_t *P, cJSON *arr, int *
       rg_json_str(o, "stage", r.name, bad);
       rg_json_str(o, "kind", r.kind, bad);
       rg_json_num(o, "steps", (double)c.steps, bad);
+      rg_json_num(o, "cold_calls", (double)c.cold_calls, bad);
       rg_json_num(o, "flops", c.flops, bad);
       rg_json_num(o, "weight_bytes", c.weight_bytes, bad);
       rg_json_num(o, "kv_bytes", c.kv_bytes, bad);
@@ -1303,8 +1306,8 @@ static rg_status_t print_stages(const backend_t *b, const predict_t *P) {
         stderr,
         "\nper stage (FLOPs and bytes from the planner's formulas; predicted = the planner's "
         "cost model for\nthat stage over the steps this run took, plus its first call's "
-        "one-off cost (a worker's first stage\nalso its kernel builds), on the class of the "
-        "device it ran on%s):\n",
+        "one-off cost (a worker's first stage\nalso its kernel builds) and the cold cost of "
+        "each call made after its worker waited, on the\nclass of the device it ran on%s):\n",
         P->n_cal && P->cal[0].calibrated ? ", calibrated by a quick profile of the device" : "");
   for (int k = 0; k < P->n_cal; k++) {
     const rg_cli_calibration_t *c = &P->cal[k];

@@ -497,7 +497,7 @@ static rg_status_t rg_read_stages(const rg_node_t *root, rg_device_class_t *c) {
   if (!st) return NULL;
   static const char *const keys[] = {"embed", "attention", "ffn", "lm_head", "source", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(st, keys, "stages"));
-  static const char *const fkeys[] = {"call", "token", "efficiency", "first", NULL};
+  static const char *const fkeys[] = {"call", "token", "efficiency", "first", "cold", NULL};
   for (int k = 0; k < RG_STAGE_SLOTS; k++) {
     const rg_node_t *n = rg_node_get(st, keys[k]);
     if (!n) continue;
@@ -508,6 +508,7 @@ static rg_status_t rg_read_stages(const rg_node_t *root, rg_device_class_t *c) {
     RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "call", RG_UNIT_TIME, 0, 1, &f.call));
     RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "token", RG_UNIT_TIME, 0, 1, &f.token));
     RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "first", RG_UNIT_TIME, 0, 1, &f.first));
+    RG_RETURN_IF_ERROR(rg_read_quantity(n, path, path, "cold", RG_UNIT_TIME, 0, 1, &f.cold));
     const rg_node_t *e = rg_node_get(n, "efficiency");
     if (e) {
       // A stage's kernels may beat the class's curve (the FFN's wide GEMMs

@@ -86,11 +86,18 @@ typedef struct {
 // builds, is the class's process_first): a run of a few dozen steps sees
 // it, a steady state never does, so the cost model's step times leave it
 // out and `ridge run` adds it once per stage instance.
+// `cold` is what a call pays more when it starts after its worker waited
+// for another worker's data (runtime/stage.h's cold calls): caches and
+// clocks gone idle, a pool's threads asleep, a GPU or PoCL queue to wake.
+// A stage on a worker of its own (attention-FFN disaggregation) pays it
+// every layer; `ridge profile` measures it as a decode step after an idle
+// gap against the same step back to back, per call of the stage.
 typedef struct {
   double call;   // seconds per call
   double token;  // seconds per token per call
   double eff;    // multiplies the class's efficiencies; 0: 1
   double first;  // seconds, once per stage instance
+  double cold;   // seconds more per call after an idle wait
 } rg_stage_figures_t;
 #define RG_STAGE_SLOTS 4  // embed, attention, ffn, lm_head: the slots a stage kind maps to
 

@@ -97,6 +97,7 @@ typedef struct {
   // Weights the decode points (M <= RG_PROFILE_MEM_MAX_M) cycle through:
   // the footprint, or past the host's cache in a quick profile too.
   size_t mem_footprint;
+  int host_memory;  // the device computes in the host's memory and caches (CPU, PoCL)
 } prof_t;
 
 static void progress(prof_t *P, const char *fmt, ...) RG_PRINTF(2, 3);
@@ -864,6 +865,42 @@ static int cmp_dbl(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+// The mean of all but the slowest tenth of v (sorted in place): what a
+// run averages over its steps, without the few that a page fault or a
+// preemption made ten times longer.
+static double trimmed_mean(double *v, int n) {
+  if (n < 1) return 0;
+  qsort(v, (size_t)n, sizeof v[0], cmp_dbl);
+  int keep = n - n / 10;
+  double sum = 0;
+  for (int q = 0; q < keep; q++) sum += v[q];
+  return sum / keep;
+}
+
+// The host's cores streaming a buffer past their caches until `until`, as
+// a worker on the same host computes while this one waits for it.
+typedef struct {
+  const unsigned char *buf;
+  size_t bytes;
+  int parts;
+  double until;
+  volatile unsigned sink;
+} churn_t;
+
+static void churn_part(void *ctx, size_t b, size_t e, int slot) {
+  churn_t *c = ctx;
+  (void)e, (void)slot;
+  size_t lo = c->bytes * b / (size_t)c->parts, hi = c->bytes * (b + 1) / (size_t)c->parts;
+  unsigned s = 0;
+  for (size_t i = lo; rg_clock_now() < c->until;) {
+    for (int k = 0; k < 4096; k++, i += 64) {  // a line each
+      if (i >= hi) i = lo;
+      s += c->buf[i];
+    }
+  }
+  c->sink += s;
+}
+
 // One forward step of e, each stage kind's seconds added to out (slot
 // order).
 static rg_status_t timed_step(rg_engine_t *e, const rg_engine_entry_t *en, size_t n, float *logits,
@@ -910,15 +947,16 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
     goto fail;
   }
-  // Every sequence's first 64 positions written once, so that decodes read
-  // a KV cache of real values.
-  // Done twice: the first step of a fresh engine pays what a worker's first
-  // step pays once (kernel builds at first enqueue, first touches), the
-  // second does not.
-  rg_engine_entry_t fill[8];
-  for (int q = 0; q < 8; q++) fill[q] = (rg_engine_entry_t){0, 64, toks, tables[q], 4, 1};
-  if ((st = timed_step(e, fill, 8, logits, S->first_step))) goto fail;
-  if ((st = timed_step(e, fill, 8, logits, S->second_step))) goto fail;
+  // The first step of a fresh engine pays what a worker's first step pays
+  // once (kernel builds at first enqueue, first touches of its buffers),
+  // the same step again does not. It is one prompt of 16 tokens, the size
+  // of the runs that see these costs at all (a short prompt's few dozen
+  // steps): first touches grow with the step, and a fill of 8 x 64 had
+  // priced the CPU's at 3-7 ms against 0.2-0.3 ms in a worker's first
+  // 13-token step.
+  rg_engine_entry_t first = {0, 16, toks, tables[0], 4, 1};
+  if ((st = timed_step(e, &first, 1, logits, S->first_step))) goto fail;
+  if ((st = timed_step(e, &first, 1, logits, S->second_step))) goto fail;
   // Then the same first step on a second engine over the same device: it
   // pays its own stage instances' first touches again but not what the
   // process paid once (kernels are built per device context, which the
@@ -928,11 +966,16 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   {
     rg_engine_t *e2 = NULL;
     rg_status_t s2 = rg_engine_create(P->o->stage_model, &eo, &e2);
-    if (!s2) s2 = timed_step(e2, fill, 8, logits, S->fresh_step);
+    if (!s2) s2 = timed_step(e2, &first, 1, logits, S->fresh_step);
     rg_engine_destroy(e2);
     S->have_fresh = s2 == NULL;
     rg_status_free(s2);
   }
+  // Every sequence's first 64 positions written once, so that decodes read
+  // a KV cache of real values.
+  rg_engine_entry_t fill[8];
+  for (int q = 0; q < 8; q++) fill[q] = (rg_engine_entry_t){0, 64, toks, tables[q], 4, 1};
+  if ((st = rg_engine_forward(e, fill, 8, logits))) goto fail;
   // Round robin over the shapes, one step of each per repetition, so that
   // a burst of another process's work lands on every shape alike rather
   // than on one (which the fit would read as a cost per token).
@@ -970,19 +1013,44 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
     rep++;
   }
   S->reps = rep;
-  // The mean of all but the slowest tenth: what a run averages over its
-  // steps, without the few that a page fault or a preemption made ten
-  // times longer.
   for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
-    for (int j = 0; j < RG_STAGE_SLOTS; j++) {
-      qsort(t[k][j], (size_t)S->reps, sizeof t[k][j][0], cmp_dbl);
-      int keep = S->reps - S->reps / 10;
-      double sum = 0;
-      for (int q = 0; q < keep; q++) sum += t[k][j][q];
-      S->shape[k].seconds[j] = sum / keep;
-    }
+    for (int j = 0; j < RG_STAGE_SLOTS; j++) S->shape[k].seconds[j] = trimmed_mean(t[k][j], rep);
     S->n = k + 1;
   }
+  // The first shape again, each step after an idle gap, as a worker's calls
+  // start after it waited for another worker's data: against the same step
+  // back to back, what its calls pay cold. On a device in the host's memory
+  // the gap is the host's cores streaming 64 MiB, as a worker beside it on
+  // the same host computes meanwhile and takes the caches (a quiet gap read
+  // 0.3 us more for the tiny model's lm_head on the CPU, against 10 us in
+  // a worker across from PoCL); elsewhere it is a sleep.
+  S->gap = RG_STAGE_COLD_GAP_S;
+  S->gapped_reps = rep < MAX_REPS ? rep : MAX_REPS;
+  churn_t churn = {.bytes = (size_t)64 << 20};
+  rg_pool_t *churn_pool = NULL;
+  unsigned char *churn_buf = NULL;
+  if (P->host_memory && !rg_pool_create(0, &churn_pool) &&
+      (churn_buf = malloc(churn.bytes)) != NULL) {
+    memset(churn_buf, 1, churn.bytes);
+    churn.buf = churn_buf;
+    churn.parts = rg_pool_threads(churn_pool);
+    S->gap_busy = 1;
+  }
+  for (int q = 0; q < S->gapped_reps && !st; q++) {
+    if (S->gap_busy) {
+      churn.until = rg_clock_now() + S->gap;
+      rg_pool_parallel_for(churn_pool, (size_t)churn.parts, 1, churn_part, &churn);
+    } else {
+      rg_clock_sleep(S->gap);
+    }
+    double s[RG_STAGE_SLOTS] = {0};
+    st = timed_step(e, en[0], (size_t)S->shape[0].seqs, logits, s);
+    for (int j = 0; j < RG_STAGE_SLOTS; j++) t[0][j][q] = s[j];
+  }
+  rg_pool_destroy(churn_pool);
+  free(churn_buf);
+  if (st) goto fail;
+  for (int j = 0; j < RG_STAGE_SLOTS; j++) S->gapped[j] = trimmed_mean(t[0][j], S->gapped_reps);
   free(t);
   free(logits);
   *out = e;
@@ -1123,6 +1191,13 @@ static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
     d->stage[j].eff = bc[2] != 0 ? 1 / (1 + bc[2]) : 0;
     d->stage[j].first =
         fmax(0, (S->have_fresh ? S->fresh_step[j] : S->first_step[j]) - S->second_step[j]);
+    // Spread over the step's calls of the kind: the first call after the
+    // gap pays most of it, but every layer's call pays some (caches the
+    // idle time let go), and in a worker of its own each call comes after
+    // a wait.
+    if (S->gapped_reps > 0)
+      d->stage[j].cold =
+          fmax(0, S->gapped[j] - S->shape[0].seconds[j]) / (layered ? (double)S->layers : 1);
   }
   if (S->have_fresh) {
     double once = 0;
@@ -1234,6 +1309,7 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
           : !strcmp(info->driver, "cuda")   ? DRV_CUDA
                                             : DRV_OTHER;
   if (P.drv == DRV_CPU) r->threads = rg_pool_threads(rg_device_cpu_pool(dev));
+  P.host_memory = host_memory_device(info);
   // A quick profile sweeps the whole layer on the CPU, whose matmuls are
   // fast enough (the attention four alone, with the narrow k and v, read a
   // third of the FFN's rate at M = 256 there); elsewhere uploading and
@@ -1269,29 +1345,38 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
   double t0 = rg_clock_now();
   rg_status_t s = NULL;
 
+  // The stages first: their engine's first step must be the first work
+  // this process gives the device, as a worker's is, or the kernel builds
+  // the measurements below would have done (every OpenCL program but one)
+  // are missing from the process's once-only cost (PoCL: 50 ms measured
+  // after them, against a worker's first FFN call of 92 ms).
+  rg_engine_t *se = NULL;
+  if (opts->stage_model)
+    time_stages(&P, &se);
+  else
+    snprintf(r->stages.reason, sizeof r->stages.reason, "no stage model given");
   progress(&P, "read bandwidth and matrix peaks");
   s = limits(&P, 0);
-  if (s) return rg_status_wrap(s, "profiling %s", r->device);
+  if (s) goto fail_limits;
   progress(&P, "write bandwidth");
   measure_write(&P);
   measure_copies(&P);
   measure_launch(&P);
   measure_attention(&P);
   for (int i = 0; i < RG_PROFILE_DTYPES && !s; i++) s = sweep_dtype(&P, &r->matmul[i]);
-  if (s) return s;
-  {  // quick too: on a busy machine one reading can be half the next
-    progress(&P, "read bandwidth again (a busy machine reads low)");
-    s = limits(&P, 1);
-    if (s) return rg_status_wrap(s, "profiling %s", r->device);
-  }
-  rg_engine_t *se = NULL;
-  if (opts->stage_model)
-    time_stages(&P, &se);
-  else
-    snprintf(r->stages.reason, sizeof r->stages.reason, "no stage model given");
+  if (s) goto fail;
+  // Quick too: on a busy machine one reading can be half the next.
+  progress(&P, "read bandwidth again (a busy machine reads low)");
+  s = limits(&P, 1);
+  if (s) goto fail_limits;
   r->seconds = rg_clock_now() - t0;
   derive(r, opts->cls);
   if (se) s = fit_stages(r, rg_engine_arch(se));
+  rg_engine_destroy(se);
+  return s;
+fail_limits:
+  s = rg_status_wrap(s, "profiling %s", r->device);
+fail:
   rg_engine_destroy(se);
   return s;
 }
@@ -1443,14 +1528,19 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
             "lm_head)\n"
             "#   (the efficiency factor is not fitted: see runtime/profile.h);\n"
             "%s"
+            "#   cold: the decode of 1 again, %d steps each after %.3g ms %s, less the same\n"
+            "#   step back to back, per call of the kind (a call a worker makes after waiting\n"
+            "#   for another's data pays it);\n"
             "#   measured / fitted:\n",
             S->model, r->device, S->reps, (long long)S->layers,
             S->have_fresh
-                ? "#   first: a second engine's first step (8 prompts of 64) less the first "
+                ? "#   first: a second engine's first step (a prompt of 16) less the first "
                   "engine's\n#   second; overhead.first: the first engine's first step less the "
                   "second's (what\n#   the process paid once: kernel builds).\n"
-                : "#   first: the fresh engine's first step (8 prompts of 64) less the same step "
-                  "again\n#   (no room for a second engine to tell the process's part).\n");
+                : "#   first: the fresh engine's first step (a prompt of 16) less the same step "
+                  "again\n#   (no room for a second engine to tell the process's part).\n",
+            S->gapped_reps, S->gap * 1e3,
+            S->gap_busy ? "of the host's cores streaming 64 MiB" : "idle");
     for (int k = 0; k < S->n; k++) {
       const rg_profile_stage_shape_t *sh = &S->shape[k];
       char what[48];
@@ -1518,6 +1608,7 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
               rg_fmt_quantity(d->stage[j].token, RG_UNIT_TIME, q2, sizeof q2));
       if (d->stage[j].eff > 0) fprintf(f, ", efficiency: %.3g", d->stage[j].eff);
       fprintf(f, ", first: %s", rg_fmt_quantity(d->stage[j].first, RG_UNIT_TIME, q, sizeof q));
+      fprintf(f, ", cold: %s", rg_fmt_quantity(d->stage[j].cold, RG_UNIT_TIME, q, sizeof q));
       fprintf(f, " }\n");
     }
   }

@@ -148,6 +148,12 @@ typedef struct {
   // what the process paid once (kernel builds).
   double first_step[RG_STAGE_SLOTS], second_step[RG_STAGE_SLOTS], fresh_step[RG_STAGE_SLOTS];
   int have_fresh;
+  // The first shape timed again after `gap` seconds idle before each step
+  // (gapped_reps of them), per slot: less shape[0], what its calls pay cold.
+  // On a device in the host's memory (gap_busy) the gap is the host's
+  // cores streaming past their caches, as a worker beside it computes.
+  double gapped[RG_STAGE_SLOTS], gap;
+  int gapped_reps, gap_busy;
   rg_profile_stage_shape_t shape[RG_PROFILE_STAGE_SHAPES];
   char reason[200];
 } rg_profile_stages_t;

@@ -90,7 +90,20 @@ typedef struct {
   double flops, weight_bytes, kv_bytes, act_bytes;  // from graphs' formulas
   double seconds;                                   // measured
   int64_t steps, tokens;
+  // Calls that began after their process had waited at least
+  // RG_STAGE_COLD_IDLE_S with nothing to run (for another worker's data, or
+  // the next step): they start on caches, clocks and pool threads gone
+  // idle, and the cost model adds its `cold` figure for each. Counted by
+  // the cluster's workers; a single process runs its stages back to back.
+  int64_t cold_calls;
 } rg_stage_counters_t;
+
+// How long a worker must have waited before its next stage call counts as
+// cold, and the wait `ridge profile` measures the cold call after (a
+// layer's hop to another worker and back takes 0.5-1.5 ms on this
+// project's 2-core machines).
+#define RG_STAGE_COLD_IDLE_S 200e-6
+#define RG_STAGE_COLD_GAP_S 1e-3
 
 RG_MUST_USE rg_status_t rg_weight_cache_create(rg_weight_cache_t **out);
 void rg_weight_cache_destroy(rg_weight_cache_t *c);

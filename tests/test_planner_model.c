@@ -681,9 +681,9 @@ static const char *const staged_h100 =
     "name: h100-sxm\n"
     "measured: { by: ridge profile, date: 2025-06-01, device: 'cuda:0 NVIDIA H100 80GB HBM3' }\n"
     "efficiency: { memory: 0.9, attention: 0.8 }\n"
-    "overhead: { step: 1 ms, layer: 10 us }\n"
+    "overhead: { step: 1 ms, layer: 10 us, first: 300 ms }\n"
     "stages:\n"
-    "  attention: { call: 10 us, token: 1 us, efficiency: 0.5, first: 2 ms }\n"
+    "  attention: { call: 10 us, token: 1 us, efficiency: 0.5, first: 2 ms, cold: 20 us }\n"
     "  ffn: { call: 3 us }\n";
 
 // Each figure adds what it says and nothing else: calls x (call + token x
@@ -697,6 +697,9 @@ RG_TEST(planner_stage_figures_add_per_call_and_token_costs) {
   RG_REQUIRE(c && c->calibrated);
   RG_CHECK_NEAR(c->stage[RG_SLOT_ATTENTION].call, 10e-6, 1e-12);
   RG_CHECK_NEAR(c->stage[RG_SLOT_ATTENTION].first, 2e-3, 1e-12);
+  RG_CHECK_NEAR(c->stage[RG_SLOT_ATTENTION].cold, 20e-6, 1e-12);
+  RG_CHECK_NEAR(c->process_first, 0.3, 1e-12);
+  RG_CHECK(c->stage[RG_SLOT_FFN].cold == 0);
   RG_CHECK(c->stage[RG_SLOT_EMBED].call == 0 && c->stage[RG_SLOT_EMBED].eff == 0);
   RG_CHECK_CONTAINS(c->stage_source, "measured by ridge profile on 2025-06-01");
   rg_device_class_t z = *c;  // the same class without its stage figures

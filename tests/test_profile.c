@@ -154,6 +154,9 @@ static void check_figures(rg_test_ctx_t *t, const cJSON *j, const rg_device_clas
       RG_REQUIRE(o);
       double call = num(o, "call_s"), tok = num(o, "token_s"), eff = num(o, "efficiency");
       RG_CHECK(call >= 0 && call < 0.1 && tok >= 0 && tok < 0.1 && num(o, "first_s") >= 0);
+      // After an idle gap the decode of 1 ran again: its time, and the cold
+      // cost per call it gives (never negative).
+      RG_CHECK(positive(num(o, "gapped_s")) && num(o, "cold_s") >= 0 && num(o, "cold_s") < 0.1);
       RG_CHECK(eff > 0 && eff <= 4);
       const cJSON *sh;
       int n = 0;
@@ -235,6 +238,7 @@ static void check_loaded(rg_test_ctx_t *t, const char *dir, const cJSON *j) {
     RG_CHECK_NEAR(c->stage[k].call, num(o, "call_s"), 0.006);
     RG_CHECK_NEAR(c->stage[k].token, num(o, "token_s"), 0.006);
     RG_CHECK_NEAR(c->stage[k].first, num(o, "first_s"), 0.006);
+    RG_CHECK_NEAR(c->stage[k].cold, num(o, "cold_s"), 0.006);
     RG_CHECK_NEAR(c->stage[k].eff > 0 ? c->stage[k].eff : 1, num(o, "efficiency"), 0.006);
   }
   RG_CHECK(!stages || strstr(c->stage_source, "measured by ridge profile") != NULL);

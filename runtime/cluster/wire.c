@@ -34,7 +34,7 @@ rg_status_t rg__done_encode(const rg__done_t *d, uint8_t **buf, size_t *cap, siz
   for (uint32_t i = 0; i < d->n_stages; i++) {
     const rg_stage_counters_t *c = &d->stages[i];
     double f[5] = {c->flops, c->weight_bytes, c->kv_bytes, c->act_bytes, c->seconds};
-    int64_t k[2] = {c->steps, c->tokens};
+    int64_t k[3] = {c->steps, c->tokens, c->cold_calls};
     RG_RETURN_IF_ERROR(put(buf, cap, len, f, sizeof f));
     RG_RETURN_IF_ERROR(put(buf, cap, len, k, sizeof k));
   }
@@ -93,10 +93,10 @@ rg_status_t rg__done_decode(const uint8_t *buf, size_t len, rg__done_t *d) {
   if (d->n_stages > RG_CLUSTER_MAX_STAGES) goto short_msg;
   for (uint32_t i = 0; i < d->n_stages; i++) {
     double f[5];
-    int64_t k[2];
+    int64_t k[3];
     GET(f);
     GET(k);
-    d->stages[i] = (rg_stage_counters_t){f[0], f[1], f[2], f[3], f[4], k[0], k[1]};
+    d->stages[i] = (rg_stage_counters_t){f[0], f[1], f[2], f[3], f[4], k[0], k[1], k[2]};
   }
   GET(d->n_links);
   if (d->n_links > 2 * RG_CLUSTER_MAX_WORKERS + 1) goto short_msg;

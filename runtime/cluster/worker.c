@@ -72,6 +72,12 @@ typedef struct {
   int trace, check;
   int32_t bad_hop;
   uint64_t step;
+  // When this worker began waiting with nothing to run (for a peer's data
+  // or the next step; 0: it has run since), and per stage the calls that
+  // came after such a wait of at least RG_STAGE_COLD_IDLE_S (its counters'
+  // cold_calls).
+  double idle_since;
+  int64_t cold_calls[RG_CLUSTER_MAX_STAGES];
   // Prefill-decode. A prefill worker stashes each finished prompt's blocks
   // into its outbox (per attention instance, host memory registered as an RMA
   // source) and serves XFER orders from it; a decode worker's KV pools are
@@ -520,6 +526,8 @@ static rg_status_t run_hop(worker_t *w, int mb, int hop) {
   unsigned flags = h->continues ? RG_STAGE_NORM_GIVEN : 0;
   dbuf_t *x = &w->x[mb];
   double t0 = rg_clock_now();
+  if (w->idle_since > 0 && t0 - w->idle_since >= RG_STAGE_COLD_IDLE_S) w->cold_calls[si]++;
+  w->idle_since = 0;
   rg_status_t s =
       rg_stage_run_ex(w->stages[si], w->ctx[si][mb], h->layer < 0 ? 0 : h->layer, x->buf,
                       h->kind == RG_STAGE_LM_HEAD ? w->logits[mb].buf : NULL, flags);
@@ -1263,6 +1271,7 @@ static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_
     if (!s) s = rg_control_client_lost(w->ctl);
     if (!s && w->o.stop && *w->o.stop) s = rg_status_make(RG_CANCELLED, "stopped by a signal");
     if (!progress) {
+      if (w->idle_since == 0) w->idle_since = rg_clock_now();
       // Waiting on peers: spin briefly, then back off (a decode step waits
       // microseconds on shm; an idle wait should cost no CPU).
       idle = idle < 1e-3 ? idle + 5e-6 : idle;
@@ -1291,7 +1300,10 @@ static rg_status_t send_done(worker_t *w, rg_status_t err) {
   if (err) snprintf(d.text, sizeof d.text, "%s", rg_status_message(err));
   d.bad_hop = w->bad_hop;
   d.n_stages = (uint32_t)w->n_stages;
-  for (int i = 0; i < w->n_stages; i++) rg_stage_counters(w->stages[i], &d.stages[i]);
+  for (int i = 0; i < w->n_stages; i++) {
+    rg_stage_counters(w->stages[i], &d.stages[i]);
+    d.stages[i].cold_calls = w->cold_calls[i];
+  }
   for (size_t i = 0; i < RG_CLUSTER_MAX_WORKERS + 1; i++)
     if (w->links[i].messages) d.links[d.n_links++] = w->links[i];
   for (size_t i = 0; i < RG_CLUSTER_MAX_WORKERS; i++)
@@ -1344,6 +1356,7 @@ static rg_status_t serve_steps(worker_t *w) {
       continue;
     }
     rg_status_free(rs);
+    if (w->idle_since == 0) w->idle_since = rg_clock_now();  // waiting for the next step
     if (w->o.stop && *w->o.stop) {
       st = rg_status_make(RG_CANCELLED, "stopped by a signal");
       break;
