@@ -350,8 +350,8 @@ static double err(double pred, double meas) {
   return meas > 0 ? pred / meas - 1 : 0;
 }
 
-static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, rg_fleet_t *fleet,
-                                        const rg_arch_t *arch, rg_engine_t *e,
+static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, int profiled_now,
+                                        rg_fleet_t *fleet, const rg_arch_t *arch, rg_engine_t *e,
                                         const rg_serve_stats_t *ssp, const double meas[N_SLOTS]);
 
 static int bench_fidelity(const char *dir, const char *model_dir, int refresh, int own_stages) {
@@ -451,7 +451,7 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
     }
   }
   for (int k = 0; k < n_cls; k++)
-    TRY(simulate_and_compare(&classes[k], 'A' + k, fleet, arch, e, &ss, meas));
+    TRY(simulate_and_compare(&classes[k], 'A' + k, fresh[k], fleet, arch, e, &ss, meas));
   free(ids);
   rg_arch_destroy(arch);
   rg_fleet_destroy(fleet);
@@ -462,8 +462,8 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
 
 // The simulator on class cls, the same requests, placement and scheduler
 // settings as the measured run; the error per stage and end to end.
-static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, rg_fleet_t *fleet,
-                                        const rg_arch_t *arch, rg_engine_t *e,
+static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, int profiled_now,
+                                        rg_fleet_t *fleet, const rg_arch_t *arch, rg_engine_t *e,
                                         const rg_serve_stats_t *ssp, const double meas[N_SLOTS]) {
   enum { N = 16, LEN = 96, OUT = 48, SEQS = 8, BUDGET = 256 };
   const char *names[N_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
@@ -511,9 +511,10 @@ static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, rg_
   RG_RETURN_IF_ERROR(rg_simulate(&req, opt, &o, &r));
   if (sp->st) return sp->st;
   // Each stage's first call, once, and the process's (kernel builds) in
-  // its first stage, as `ridge run` adds them.
+  // its first stage unless the profile paid them in this process just now,
+  // as `ridge run` adds them.
   for (int i = 0; i < N_SLOTS; i++) sp->pred[i] += cls.stage[slots[i]].first;
-  sp->pred[0] += cls.process_first;
+  if (!profiled_now) sp->pred[0] += cls.process_first;
 
   printf("  class %c: simulator %lld iterations\n", label, (long long)r->iterations);
   printf("  %-10s %12s %12s %8s\n", "stage", "measured", "predicted", "error");

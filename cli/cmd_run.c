@@ -1152,7 +1152,9 @@ static rg_status_t predict_stages(const backend_t *b, const recorder_t *rec, rg_
     int side = r.worker[0] ? worker_side(b, r.worker) : -1;
     // The first call's one-off cost (planner.h), once, and what the process
     // pays once (its kernel builds) in whichever of its stages enqueues a
-    // kernel first: its first stage.
+    // kernel first: its first stage. A worker is a process of its own; one
+    // process that profiled the device just now (a fresh calibration) has
+    // paid its builds in the profile already.
     double t = r.c.steps > 0 ? c->stage[slot].first : 0;
     int first_of_worker = 1;
     for (size_t j = 0; j < i && first_of_worker; j++) {
@@ -1160,7 +1162,8 @@ static rg_status_t predict_stages(const backend_t *b, const recorder_t *rec, rg_
       stage_row(b, j, &o);
       if (!strcmp(o.worker, r.worker)) first_of_worker = 0;
     }
-    if (first_of_worker && r.c.steps > 0) t += c->process_first;
+    if (first_of_worker && r.c.steps > 0 && (r.worker[0] || !P->cal[k].fresh))
+      t += c->process_first;
     // Calls its worker made after waiting for another's data (planner.h).
     t += c->stage[slot].cold * (double)r.c.cold_calls;
     for (size_t q = 0; q < rec->n; q++) {
