@@ -343,9 +343,10 @@ static rg_status_t print_text(FILE *f, const rg_profile_result_t *r, const char 
             "  nothing measured that the class has a figure for: every figure stays the "
             "datasheet's\n");
   if (d->bandwidth > 0)
-    fprintf(f, "  %-10s %s %s (datasheet %s)\n", "memory", d->sheet.tier,
+    fprintf(f, "  %-10s %s %s (datasheet %s): %s\n", "memory", d->sheet.tier,
             rg_fmt_quantity(d->bandwidth, RG_UNIT_BANDWIDTH, b, sizeof b),
-            rg_fmt_quantity(d->sheet.bandwidth, RG_UNIT_BANDWIDTH, b2, sizeof b2));
+            rg_fmt_quantity(d->sheet.bandwidth, RG_UNIT_BANDWIDTH, b2, sizeof b2),
+            d->bandwidth_why);
   if (d->eff_memory > 0)
     fprintf(f, "  %-10s %.2f: %s\n", "streaming", d->eff_memory, d->eff_memory_why);
   if (d->eff_attention > 0)
@@ -451,6 +452,7 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
     cJSON *c = rg_json_obj(root, "calibrated", &bad);
     rg_json_str(c, "class", d->sheet.name, &bad);
     if (d->bandwidth > 0) rg_json_num(c, "bandwidth", d->bandwidth, &bad);
+    if (d->bandwidth > 0) rg_json_str(c, "bandwidth_from", d->bandwidth_why, &bad);
     rg_json_num(c, "datasheet_bandwidth", d->sheet.bandwidth, &bad);
     if (d->eff_memory > 0) rg_json_num(c, "efficiency_memory", d->eff_memory, &bad);
     if (d->eff_attention > 0) rg_json_num(c, "efficiency_attention", d->eff_attention, &bad);

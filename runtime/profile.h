@@ -201,6 +201,7 @@ typedef struct {
   int have_class;
   rg_profile_class_t sheet;  // the datasheet calibrated (have_class)
   double bandwidth;          // the memory tier's measured bandwidth; 0: none
+  char bandwidth_why[200];   // which reading it is
   double eff_memory;         // 0: not measured
   char eff_memory_why[160];
   double eff_attention;  // 0: not measured
@@ -219,10 +220,11 @@ typedef struct {
   char model[64];         // whose shapes were measured
   int64_t d_model, n_heads, n_kv_heads, head_dim, d_ff;
   int quick;
-  size_t footprint;      // bytes of weights the matmuls cycle through
-  size_t mem_footprint;  // the same for the points of M <= RG_PROFILE_MEM_MAX_M
-  int threads;           // CPU: threads of its pool; 0 otherwise
-  double seconds;        // the profile's wall time
+  size_t footprint;       // bytes of weights the matmuls cycle through
+  size_t mem_footprint;   // the same for the points of M <= RG_PROFILE_MEM_MAX_M
+  int decode_past_cache;  // those points' weights spanned past the device's caches
+  int threads;            // CPU: threads of its pool; 0 otherwise
+  double seconds;         // the profile's wall time
   rg_profile_bw_t read, write, copy, to_device, to_host;
   double launch;  // seconds per op; 0: not measured
   char launch_reason[200];
