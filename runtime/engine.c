@@ -130,12 +130,7 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
       e, o->ffn_device ? o->ffn_device : (o->device ? o->device : "cpu:0"), o, &ffn_slot));
   rg_device_t *main_dev = e->devs[main_slot].dev, *ffn_dev = e->devs[ffn_slot].dev;
 
-  int copy = o->load == RG_LOAD_COPY;
-  if (o->load == RG_LOAD_AUTO) {
-    // Copy when the weights fit in a quarter of physical memory.
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    copy = pages > 0 && page > 0 && rg_model_file_bytes(e->m) < 0.25 * (double)pages * (double)page;
-  }
+  int copy = rg_engine_copies_weights(o->load, e->m);
 
   e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 16;
   e->max_context = o->max_context > 0 ? o->max_context : 4096;
@@ -228,6 +223,13 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
            (long long)a->n_heads, (long long)a->n_kv_heads, a->n_experts ? ", MoE" : "",
            rg_dtype_name(rg_model_weight_type(e->m)), rg_dtype_name(e->kv_type));
   return NULL;
+}
+
+int rg_engine_copies_weights(int load, const rg_model_t *m) {
+  if (load != RG_LOAD_AUTO) return load == RG_LOAD_COPY;
+  // Copy when the weights fit in a quarter of physical memory.
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 && rg_model_file_bytes(m) < 0.25 * (double)pages * (double)page;
 }
 
 rg_status_t rg_engine_create(const char *model_path, const rg_engine_options_t *opt,

@@ -79,6 +79,11 @@ typedef struct {
   int layers_per_stage;
 } rg_engine_options_t;
 
+// Whether a process holding model m's weights copies them (load: one of
+// RG_LOAD_*; AUTO by the rule above, against this machine's memory). The
+// engine and the cluster's workers decide by it, each on its own host.
+int rg_engine_copies_weights(int load, const rg_model_t *m);
+
 RG_MUST_USE rg_status_t rg_engine_create(const char *model_path, const rg_engine_options_t *opt,
                                          rg_engine_t **out);
 void rg_engine_destroy(rg_engine_t *e);

@@ -387,3 +387,18 @@ RG_TEST(engine_isa_cap_is_per_engine) {
   if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512_BF16) RG_CHECK(memcmp(la, lb, V * 4) != 0);
   free(la), free(lb), free(la2);
 }
+
+// One rule for holding the weights, which the engine and every cluster
+// worker apply on their own host: AUTO copies a model that fits in a quarter
+// of memory into huge pages (a worker that kept the file mapping streamed
+// its FFN at 0.6 of the engine's rate), the explicit choices stand.
+RG_TEST(engine_weight_policy_is_one_rule) {
+  const char *path = make_model(t, RG_TESTMODEL_LLAMA, "llama");
+  RG_REQUIRE(path);
+  rg_model_t *m = NULL;
+  RG_REQUIRE_OK(rg_model_open(path, &m));
+  RG_CHECK(rg_engine_copies_weights(RG_LOAD_MMAP, m) == 0);
+  RG_CHECK(rg_engine_copies_weights(RG_LOAD_COPY, m) == 1);
+  RG_CHECK(rg_engine_copies_weights(RG_LOAD_AUTO, m) == 1);  // a few MB
+  rg_model_close(m);
+}

@@ -404,7 +404,11 @@ static rg_status_t send_assign(rg_cluster_t *c, int i) {
   OPT("has_tier", "%d", c->tier_worker >= 0);
   OPT("tier_bytes", "%zu", i == c->tier_worker ? c->tier_bytes : (size_t)0);
   OPT("step_timeout_ms", "%lld", (long long)(c->o.step_timeout_s * 1e3));
-  OPT("copy_weights", "%d", c->o.engine.load == RG_LOAD_COPY);
+  // The load policy, decided by each worker on its own host (AUTO: -1).
+  OPT("copy_weights", "%d",
+      c->o.engine.load == RG_LOAD_COPY   ? 1
+      : c->o.engine.load == RG_LOAD_MMAP ? 0
+                                         : -1);
   OPT("next_step", "%llu", (unsigned long long)pp->step + 1);
 #undef OPT
   // Longer than an option's 64 bytes with many workers: its own buffer.

@@ -290,8 +290,16 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
     return rg_status_make(RG_INVALID_ARGUMENT, "Assign: KV pool of %lld blocks of %lld",
                           (long long)w->lim.n_blocks, (long long)w->lim.block_size);
   RG_RETURN_IF_ERROR(rg_weight_cache_create(&w->cache));
+  // Copied into huge pages as the single-process engine does (AUTO: when
+  // the model fits in a quarter of this host's memory): from the file's
+  // 4 KiB pages a worker's FFN streamed 35 GB/s where the engine's reads 56.
+  const int64_t load = opt_int(as, "copy_weights", -1);
   rg_stage_options_t so = {kv, w->lim.n_blocks, w->lim.block_size,
-                           (int)opt_int(as, "copy_weights", 0), w->cache};
+                           rg_engine_copies_weights(load < 0 ? RG_LOAD_AUTO
+                                                    : load   ? RG_LOAD_COPY
+                                                             : RG_LOAD_MMAP,
+                                                    w->model),
+                           w->cache};
   const rg_cluster_worker_t *mine = &w->layout.workers[w->me];
   for (int i = 0; i < mine->n_stages; i++) {
     RG_RETURN_IF_ERROR(rg_stage_create(w->model, &mine->stages[i], w->dev, &so, &w->stages[i]));
