@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "base/build.h"
 #include "base/clock.h"
 #include "base/fileio.h"
 #include "base/units.h"
@@ -118,9 +119,14 @@ rg_status_t rg_cli_calibrate(const rg_catalog_t *cat, const char *device,
   // CPU threads change what each op's fork and join costs: a profile on
   // other than one thread per core is cached apart ("cpu-0-t1").
   // Batch-invariant kernels are other kernels: cached apart too ("-bi").
+  // So are a sanitizer build's ("-asan"): the test suite's ridge runs its
+  // kernels several times slower, and its calibration, written where the
+  // user's ridge looked and younger than its binary, had that ridge predict
+  // every stage 15-25x slow for a day.
   snprintf(key, sizeof key, "%s", device);
   if (o->threads > 0) snprintf(key + strlen(key), sizeof key - strlen(key), "-t%d", o->threads);
   if (o->batch_invariant) snprintf(key + strlen(key), sizeof key - strlen(key), "-bi");
+  snprintf(key + strlen(key), sizeof key - strlen(key), "%s", RG_BUILD_TAG);
   for (char *q = key; *q; q++)
     if (*q == ':' || *q == '/') *q = '-';
   size_t dl = strlen(dir);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <utime.h>
 
+#include "base/build.h"
 #include "graphs/weights.h"
 #include "planner/planner.h"
 #include "tests/test.h"
@@ -321,9 +322,12 @@ static const char *write_known(rg_test_ctx_t *t, const char *text) {
   char p[1400];
   snprintf(p, sizeof p, "%s/cache/ridge/calibrated", rg_test_tmpdir(t));
   mkdir(p, 0755);
-  snprintf(p, sizeof p, "%s/cache/ridge/calibrated/cpu-0-t1", rg_test_tmpdir(t));
+  // This build's key: the sanitizer build's ridge keeps its own ("-asan").
+  snprintf(p, sizeof p, "%s/cache/ridge/calibrated/cpu-0-t1%s", rg_test_tmpdir(t), RG_BUILD_TAG);
   mkdir(p, 0755);
-  return rg_test_write(t, "cache/ridge/calibrated/cpu-0-t1/local-cpu.yaml", text);
+  char rel[256];
+  snprintf(rel, sizeof rel, "cache/ridge/calibrated/cpu-0-t1%s/local-cpu.yaml", RG_BUILD_TAG);
+  return rg_test_write(t, rel, text);
 }
 
 static const cJSON *device0(const cJSON *j) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/build.h"
 #include "devices/backend.h"
 #include "devices/opencl/opencl_api.h"
 #include "devices/opencl/opencl_impl.h"
@@ -58,12 +59,7 @@ rg_status_t rg__cl_status(rg_cl_int r, const char *call) {
 // through the C++ runtime is not ridge's; only that is suppressed. OpenCL
 // objects ridge forgets to release (allocated by the ICD loader or PoCL,
 // which are C) are still reported. The sanitizer runtime calls this hook.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RG_CL_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(RG_CL_ASAN)
+#if RG_BUILD_SANITIZED
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void) {
   return "leak:libstdc++.so\nleak:libLLVM\nleak:libclang\n";
