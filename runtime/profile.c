@@ -882,17 +882,13 @@ static const struct {
 } stage_shapes[RG_PROFILE_STAGE_SHAPES] = {
     {1, 1, 64}, {4, 1, 64}, {8, 1, 64}, {1, 16, 0}, {1, 64, 0}};
 
-static int cmp_dbl(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 // The mean of all but the slowest tenth of v (sorted in place): what a
 // run averages over its steps, without the few that a page fault or a
 // preemption made ten times longer.
 static double trimmed_mean(double *v, int n) {
   if (n < 1) return 0;
-  qsort(v, (size_t)n, sizeof v[0], cmp_dbl);
+  qsort(v, (size_t)n, sizeof v[0], cmp_double);
   int keep = n - n / 10;
   double sum = 0;
   for (int q = 0; q < keep; q++) sum += v[q];
