@@ -882,7 +882,6 @@ static const struct {
 } stage_shapes[RG_PROFILE_STAGE_SHAPES] = {
     {1, 1, 64}, {4, 1, 64}, {8, 1, 64}, {1, 16, 0}, {1, 64, 0}};
 
-
 // The mean of all but the slowest tenth of v (sorted in place): what a
 // run averages over its steps, without the few that a page fault or a
 // preemption made ten times longer.
