@@ -715,6 +715,16 @@ static double clamp_eff(double e) {
   return e > 1 ? 1 : e;
 }
 
+// The fastest m = 1 weight stream of the sweep (0: none), and its type.
+static double best_m1_stream(const rg_profile_result_t *r, const char **which) {
+  double best = 0;
+  *which = NULL;
+  for (int i = 0; i < RG_PROFILE_DTYPES; i++)
+    if (r->matmul[i].n > 0 && r->matmul[i].m[0] == 1 && r->matmul[i].stream[0] > best)
+      best = r->matmul[i].stream[0], *which = rg_dtype_name(r->matmul[i].dtype);
+  return best;
+}
+
 static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
   rg_profile_derived_t *d = &r->cls;
   memset(d, 0, sizeof(*d));
@@ -726,18 +736,13 @@ static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
   char b[32], b2[32];
   // A device without a streaming kernel: its best m = 1 weight stream is
   // the read bandwidth it shows.
-  if (r->read.rate <= 0) {
-    double best = 0;
-    const char *which = NULL;
-    for (int i = 0; i < RG_PROFILE_DTYPES; i++)
-      if (r->matmul[i].n > 0 && r->matmul[i].m[0] == 1 && r->matmul[i].stream[0] > best)
-        best = r->matmul[i].stream[0], which = rg_dtype_name(r->matmul[i].dtype);
-    if (best > 0) {
-      char why[sizeof r->read.reason];
-      snprintf(why, sizeof why, "%s", r->read.reason);
-      bw_set(&r->read, best, "m = 1 %s matmuls' weight stream (no streaming kernel: %.40s)", which,
-             why);
-    }
+  const char *which;
+  const double m1 = best_m1_stream(r, &which);
+  if (r->read.rate <= 0 && m1 > 0) {
+    char why[sizeof r->read.reason];
+    snprintf(why, sizeof why, "%s", r->read.reason);
+    bw_set(&r->read, m1, "m = 1 %s matmuls' weight stream (no streaming kernel: %.40s)", which,
+           why);
   }
   d->bandwidth = r->read.rate;
   snprintf(d->bandwidth_why, sizeof d->bandwidth_why, "the read bandwidth");
@@ -748,19 +753,12 @@ static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
   // The sum read low (a busy moment, or fewer lines in flight than the
   // kernels' software prefetch keeps), and dividing by it had put every
   // stream above 1, so a quick profile wrote no streaming figures at all.
-  if (r->decode_past_cache && d->bandwidth > 0) {
-    double best = 0;
-    const char *which = NULL;
-    for (int i = 0; i < RG_PROFILE_DTYPES; i++)
-      if (r->matmul[i].n > 0 && r->matmul[i].m[0] == 1 && r->matmul[i].stream[0] > best)
-        best = r->matmul[i].stream[0], which = rg_dtype_name(r->matmul[i].dtype);
-    if (best > d->bandwidth) {
-      snprintf(d->bandwidth_why, sizeof d->bandwidth_why,
-               "the m = 1 %s matmul's weight stream from memory, above the read bandwidth's %s "
-               "(a reading only falls short)",
-               which, rg_fmt_quantity(d->bandwidth, RG_UNIT_BANDWIDTH, b, sizeof b));
-      d->bandwidth = best;
-    }
+  if (r->decode_past_cache && d->bandwidth > 0 && m1 > d->bandwidth) {
+    snprintf(d->bandwidth_why, sizeof d->bandwidth_why,
+             "the m = 1 %s matmul's weight stream from memory, above the read bandwidth's %s "
+             "(a reading only falls short)",
+             which, rg_fmt_quantity(d->bandwidth, RG_UNIT_BANDWIDTH, b, sizeof b));
+    d->bandwidth = m1;
   }
   double fr[RG_PROFILE_DTYPES];
   int n_fr = 0;
