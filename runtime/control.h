@@ -77,9 +77,10 @@
 #include "runtime/control/control.pb-c.h"
 
 // Bump when a change would make an older peer misread a frame (the header,
-// the handshake, a renumbered field); new fields and new message types do not
-// need it.
-#define RG_CONTROL_PROTOCOL_VERSION 1
+// the handshake, a renumbered field) or a data-plane message the peers
+// exchange once joined (runtime/cluster: STEP, DONE, ...); new fields and new
+// message types do not need it. 2: DONE carries each stage's cold calls.
+#define RG_CONTROL_PROTOCOL_VERSION 2
 #define RG_CONTROL_DEFAULT_MAX_MESSAGE_BYTES (64u << 20)
 
 // The messages, one line each: type number on the wire, NAME, protobuf

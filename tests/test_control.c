@@ -654,6 +654,9 @@ typedef struct {
   const char *needle;
 } hostile_t;
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 static size_t header(uint8_t *out, uint16_t version, uint16_t type, uint32_t length) {
   rg__control_header_put(out, version, type, length);
   return RG__CONTROL_HEADER_BYTES;
@@ -681,7 +684,8 @@ RG_TEST(control_hostile_peers_are_refused_and_the_coordinator_keeps_serving) {
        .needle = "not a ridge control frame: it starts with 47 45 54 20 (\"GET \")"},
       {.what = "wrong version",
        .len = 12,
-       .needle = "the peer speaks control protocol version 99, this side speaks 1"},
+       .needle = "the peer speaks control protocol version 99, this side speaks " STR(
+           RG_CONTROL_PROTOCOL_VERSION)},
       {.what = "unknown type", .len = 12, .needle = "unknown message type 999"},
       {.what = "garbage payload",
        .len = 28,
@@ -692,25 +696,25 @@ RG_TEST(control_hostile_peers_are_refused_and_the_coordinator_keeps_serving) {
   };
   uint8_t *b;
   b = cases[0].bytes;
-  header(b, 1, RG_CONTROL_MSG_HELLO, 100);
+  header(b, RG_CONTROL_PROTOCOL_VERSION, RG_CONTROL_MSG_HELLO, 100);
   b = cases[1].bytes;
-  header(b, 1, RG_CONTROL_MSG_HELLO, 100);
+  header(b, RG_CONTROL_PROTOCOL_VERSION, RG_CONTROL_MSG_HELLO, 100);
   memset(b + 12, 0x42, 10);
-  header(cases[2].bytes, 1, RG_CONTROL_MSG_HELLO, 100u << 20);
+  header(cases[2].bytes, RG_CONTROL_PROTOCOL_VERSION, RG_CONTROL_MSG_HELLO, 100u << 20);
   memcpy(cases[3].bytes, "GET / HTTP/1.1\r\n\r\n", 18);
   header(cases[4].bytes, 99, RG_CONTROL_MSG_HELLO, 0);
-  header(cases[5].bytes, 1, 999, 0);
+  header(cases[5].bytes, RG_CONTROL_PROTOCOL_VERSION, 999, 0);
   b = cases[6].bytes;
-  header(b, 1, RG_CONTROL_MSG_HELLO, 16);
+  header(b, RG_CONTROL_PROTOCOL_VERSION, RG_CONTROL_MSG_HELLO, 16);
   memset(b + 12, 0xff, 16);
   // An Auth with a well-formed 32-byte proof (field 1, bytes: 0x0a, 0x20).
   b = cases[7].bytes;
-  header(b, 1, RG_CONTROL_MSG_AUTH, 34);
+  header(b, RG_CONTROL_PROTOCOL_VERSION, RG_CONTROL_MSG_AUTH, 34);
   memcpy(b + 12, "\x0a\x20", 2);
   memset(b + 14, 0xab, 32);
   // A Hello whose nonce (field 10, bytes) is 3 bytes long: 0x52 = 10 << 3 | 2.
   b = cases[8].bytes;
-  header(b, 1, RG_CONTROL_MSG_HELLO, 5);
+  header(b, RG_CONTROL_PROTOCOL_VERSION, RG_CONTROL_MSG_HELLO, 5);
   memcpy(b + 12, "\x52\x03\x01\x02\x03", 5);
 
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -740,15 +744,18 @@ RG_TEST(control_hostile_peers_are_refused_and_the_coordinator_keeps_serving) {
       rg__control_header_t hd;
       RG_REQUIRE(n >= RG__CONTROL_HEADER_BYTES);
       rg__control_header_get(reply, &hd);
-      RG_CHECK(hd.magic == RG__CONTROL_MAGIC && hd.version == 1 &&
+      RG_CHECK(hd.magic == RG__CONTROL_MAGIC && hd.version == RG_CONTROL_PROTOCOL_VERSION &&
                hd.type == RG_CONTROL_MSG_REJECT);
       RG_REQUIRE(n == RG__CONTROL_HEADER_BYTES + hd.length);
       rg_control_reject_t *r = ridge__control__reject__unpack(NULL, hd.length, reply + 12);
       RG_REQUIRE(r);
-      RG_CHECK_CONTAINS(r->reason,
-                        "protocol version mismatch: the worker speaks control protocol version 99, "
-                        "this coordinator speaks 1");
-      RG_CHECK(r->protocol_version == 1);
+      char why[160];
+      snprintf(why, sizeof why,
+               "protocol version mismatch: the worker speaks control protocol version 99, "
+               "this coordinator speaks %d",
+               RG_CONTROL_PROTOCOL_VERSION);
+      RG_CHECK_CONTAINS(r->reason, why);
+      RG_CHECK(r->protocol_version == RG_CONTROL_PROTOCOL_VERSION);
       ridge__control__reject__free_unpacked(r, NULL);
     } else {
       RG_CHECK(n == 0);
@@ -999,8 +1006,8 @@ RG_TEST(control_frames_reassemble_from_any_cut) {
   rg_control_heartbeat_t hb = RIDGE__CONTROL__HEARTBEAT__INIT;
   hb.sequence = 7;
   rg__control_frame_t *f1 = NULL, *f2 = NULL;
-  RG_REQUIRE_OK(rg__control_frame_pack(&a.base, 1, 1 << 20, &f1));
-  RG_REQUIRE_OK(rg__control_frame_pack(&hb.base, 1, 1 << 20, &f2));
+  RG_REQUIRE_OK(rg__control_frame_pack(&a.base, RG_CONTROL_PROTOCOL_VERSION, 1 << 20, &f1));
+  RG_REQUIRE_OK(rg__control_frame_pack(&hb.base, RG_CONTROL_PROTOCOL_VERSION, 1 << 20, &f2));
   uint8_t stream[512];
   RG_REQUIRE(f1->len + f2->len <= sizeof stream);
   memcpy(stream, f1->data, f1->len);

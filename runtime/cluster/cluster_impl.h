@@ -125,7 +125,7 @@ void rg__xfer_free(rg__xfer_t *x);
 // DONE: "RGDN", u64 step, i32 status (0 ok, else an rg_code_t), u32 text
 // length + text (the error), u32 first non-finite hop (-1: none; with
 // RG__STEP_CHECK), u32 n_stages + per stage {5 f64: flops, weight, kv, act
-// bytes, seconds; 2 i64: steps, tokens}, u32 n_links + per link {u32 peer
+// bytes, seconds; 3 i64: steps, tokens, cold calls}, u32 n_links + per link {u32 peer
 // worker id, f64 bytes, f64 seconds, i64 messages}, u32 n_events + per event
 // {f64 t0, f64 t1, u8 kind, u8 mb, u16 hop, i32 layer, f64 bytes}.
 typedef struct {
