@@ -7,27 +7,26 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-// A job is split into at most n chunks. The caller publishes it, bumps the
-// generation, and then claims and runs chunks itself like any worker; it
-// waits only for the chunks some thread has claimed. A worker that is slow to
-// wake (asleep on the condition variable, or waiting for a core another
-// process holds) finds nothing left to claim and goes back to waiting, so a
-// small job never waits for a wake-up: after a worker has blocked (a remote
-// hop, an idle server) the first kernels cost what they cost back to back,
-// plus one futex wake, instead of the ~50 us a sleeping thread takes to get a
-// core on a busy 2-core machine.
+// A job is split into at most n chunks, chunk t meant for thread t (the
+// caller is thread 0), as a static split would give them: a thread streams
+// the same share of an op's data from one call to the next, and its cache
+// still holds what that share left there. But any thread may take a chunk
+// no one has taken yet: after its own, each thread looks at the others', and
+// the caller waits only for chunks already running elsewhere. A worker that
+// is slow to wake (asleep on the condition variable, or waiting for a core
+// another process holds) finds its chunk done and goes back to waiting, so
+// a small job never waits for a wake-up: after a worker has blocked (a
+// remote hop, an idle server) the first kernels cost what they cost back to
+// back, plus one futex wake, instead of the ~50 us a sleeping thread takes to
+// get a core on a busy 2-core machine.
 //
-// Who runs which chunk is one 64-bit word, so a claim is one compare-and-swap
-// that also checks the job is still the one the claimant saw:
-//
-//     bits 63..32  the job's generation
-//     bits 31..16  its number of chunks
-//     bits 15..0   the next unclaimed chunk
-//
-// The job's fields (fn, ctx, sizes) are read only after a successful claim:
-// the publisher wrote them before the release store of this word, and cannot
-// write the next job's until every claimed chunk has been counted off
-// `pending`, so a claimant always sees one job's fields whole.
+// avail[c] holds the generation of the job chunk c is free in, and a claim
+// swaps it for 0, expecting exactly that generation: a thread still working
+// from an older job's word can never take a chunk of a newer one. The job's
+// fields (fn, ctx, sizes) and avail[] are written before the release store
+// of `job` that the claimant loaded; the next job's are written only once
+// every claimed chunk has been counted off `pending`, so a claimant always
+// sees one job's fields whole.
 //
 // Workers spin for a while (cheap wake-up between back-to-back kernels) and
 // then sleep on the condition variable.
@@ -39,8 +38,9 @@ struct rg_pool_s {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   atomic_uint gen;
-  _Atomic uint64_t claim;
-  atomic_int pending;  // chunks of the current job not finished
+  _Atomic uint64_t job;  // generation << 32 | chunks of the job in flight
+  atomic_uint *avail;    // (n) per chunk: the generation it is free in; 0 once taken
+  atomic_int pending;    // chunks of the current job not finished
   atomic_int stop;
   // The job in flight.
   rg_pool_fn_t fn;
@@ -48,26 +48,34 @@ struct rg_pool_s {
   size_t n_items, chunk;
 };
 
-// Claims and runs chunks of job `g` until none is left, or until a newer job
-// has replaced it (then g is long done and this thread has nothing of it).
-static void run_chunks(rg_pool_t *p, unsigned g) {
-  uint64_t v = atomic_load_explicit(&p->claim, memory_order_relaxed);
-  for (;;) {
-    unsigned next = (unsigned)(v & 0xffff), total = (unsigned)(v >> 16 & 0xffff);
-    if ((unsigned)(v >> 32) != g || next >= total) return;
-    if (!atomic_compare_exchange_weak_explicit(&p->claim, &v, v + 1, memory_order_acquire,
-                                               memory_order_relaxed))
+// Claims and runs the current job's chunks that are still free, its own
+// (`home`) first.
+static void run_chunks(rg_pool_t *p, int home) {
+  uint64_t j = atomic_load_explicit(&p->job, memory_order_acquire);
+  unsigned g = (unsigned)(j >> 32), total = (unsigned)j;
+  for (unsigned k = 0; k < total; k++) {
+    unsigned c = ((unsigned)home + k) % total, want = g;
+    if (atomic_load_explicit(&p->avail[c], memory_order_relaxed) != g ||
+        !atomic_compare_exchange_strong_explicit(&p->avail[c], &want, 0, memory_order_acquire,
+                                                 memory_order_relaxed))
       continue;
-    size_t b = (size_t)next * p->chunk;
+    size_t b = (size_t)c * p->chunk;
     size_t e = b + p->chunk < p->n_items ? b + p->chunk : p->n_items;
-    p->fn(p->ctx, b, e, (int)next);
+    p->fn(p->ctx, b, e, (int)c);
     atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
-    v = atomic_load_explicit(&p->claim, memory_order_relaxed);
   }
 }
 
+typedef struct {
+  rg_pool_t *pool;
+  int id;
+} worker_arg_t;
+
 static void *worker(void *arg) {
-  rg_pool_t *p = arg;
+  worker_arg_t *wa = arg;
+  rg_pool_t *p = wa->pool;
+  const int id = wa->id;
+  free(wa);
   // Generation 0 is "no job yet": a worker that starts late must not skip
   // a job published before it first looked.
   unsigned seen = 0;
@@ -82,7 +90,7 @@ static void *worker(void *arg) {
     }
     if (atomic_load(&p->stop)) return NULL;
     seen = atomic_load_explicit(&p->gen, memory_order_acquire);
-    run_chunks(p, seen);
+    run_chunks(p, id);
   }
 }
 
@@ -106,14 +114,20 @@ rg_status_t rg_pool_create(int n_threads, rg_pool_t **out) {
   if (!p) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory creating a thread pool");
   p->n = n_threads;
   p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
-  if (!p->threads) {
+  p->avail = calloc((size_t)n_threads, sizeof(atomic_uint));
+  if (!p->threads || !p->avail) {
+    free(p->threads);
+    free(p->avail);
     free(p);
     return rg_status_make(RG_OUT_OF_MEMORY, "out of memory creating a thread pool");
   }
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
   for (int i = 1; i < n_threads; i++) {
-    if (pthread_create(&p->threads[i], NULL, worker, p)) {
+    worker_arg_t *wa = malloc(sizeof(*wa));
+    if (wa) *wa = (worker_arg_t){p, i};  // before the thread can read it
+    if (!wa || pthread_create(&p->threads[i], NULL, worker, wa)) {
+      free(wa);
       p->n = i;  // destroy joins the ones started
       rg_pool_destroy(p);
       return rg_status_make(RG_UNAVAILABLE, "could not start thread %d of %d", i, n_threads);
@@ -133,6 +147,7 @@ void rg_pool_destroy(rg_pool_t *p) {
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->cv);
   free(p->threads);
+  free(p->avail);
   free(p);
 }
 
@@ -155,14 +170,16 @@ void rg_pool_parallel_for(rg_pool_t *p, size_t n, size_t grain, rg_pool_fn_t fn,
   p->n_items = n;
   p->chunk = (n + (size_t)use - 1) / (size_t)use;
   // Every chunk holds at least one item (n = 5 over 4 threads is 3 chunks of 2).
-  uint64_t total = (n + p->chunk - 1) / p->chunk;
+  const unsigned total = (unsigned)((n + p->chunk - 1) / p->chunk);
   unsigned g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+  if (g == 0) g = 1;  // 0 is "taken" in avail[] and "no job yet" to a new worker
   atomic_store_explicit(&p->pending, (int)total, memory_order_relaxed);
-  atomic_store_explicit(&p->claim, (uint64_t)g << 32 | total << 16, memory_order_release);
+  for (unsigned c = 0; c < total; c++) atomic_store_explicit(&p->avail[c], g, memory_order_relaxed);
+  atomic_store_explicit(&p->job, (uint64_t)g << 32 | total, memory_order_release);
   pthread_mutex_lock(&p->mu);
   atomic_store_explicit(&p->gen, g, memory_order_release);
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
-  run_chunks(p, g);
+  run_chunks(p, 0);
   while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) sched_yield();
 }
