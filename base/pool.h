@@ -9,8 +9,9 @@
 // per pool at a time (a pool belongs to one queue). Decode calls it a few
 // hundred times per token, so dispatch must cost microseconds, not
 // milliseconds: workers spin briefly before they sleep, and a call never
-// waits for a worker to wake. Chunks go to whichever thread claims them
-// first, the caller included, so a chunk no awake thread took is run by the
+// waits for a worker to wake. Chunk t is meant for thread t (the caller is
+// thread 0), as a static split gives it, but a chunk still free is taken by
+// whichever thread gets to it, so one no awake thread took is run by the
 // caller; a call waits only for chunks already running elsewhere.
 //
 // Ownership: rg_pool_create returns a pool the caller destroys.
