@@ -23,8 +23,8 @@
 // more lines in flight than the sum's hardware prefetchers do.
 //
 // Run it as `env -u OPENBLAS_CORETYPE build/bench_matmul [threads]
-// [--no-crossover] [--decode-only] [--small-m] [--only TYPE,...]` (--only: the small-m
-// table for those weight types and nothing else, for A/B runs): this environment pins
+// [--no-crossover] [--decode-only] [--layer-only] [--small-m] [--only TYPE,...]` (--only: the
+// small-m table for those weight types and nothing else, for A/B runs): this environment pins
 // OPENBLAS_CORETYPE=Haswell, which holds OpenBLAS to its AVX2 kernels, and a process cannot
 // reliably unset it for itself before OpenBLAS reads it at load time. The value seen is printed,
 // and the matmul's choice of path follows the kernels OpenBLAS uses.
@@ -551,6 +551,13 @@ int main(int argc, char **argv) {
     return 0;
   }
   double bw = read_bandwidth(pool);
+  if (has_flag(argc, argv, "--layer-only")) {
+    printf("read bandwidth: sum of 512 MiB on %d threads %.1f GB/s\n", threads, bw / 1e9);
+    llama_layer(pool, bw);
+    printf("read bandwidth after: %.1f GB/s\n", read_bandwidth(pool) / 1e9);
+    rg_pool_destroy(pool);
+    return 0;
+  }
   die(rg_limits_measure(pool, 1.0, &lim));
   double sg = sgemm_gflops(threads, 512, 2048, 2048);
   printf("read bandwidth: sum of 512 MiB on %d threads %.1f GB/s (runtime/limits: %.1f GB/s)\n",
