@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "runtime/transport.h"
+#include "runtime/transport/transport_impl.h"
 #include "tests/test.h"
 
 // ---------------------------------------------------------------------------
@@ -1470,6 +1471,82 @@ TRANSPORT_CASE(wait_fd_in_libuv_loop) {
 
 // ---------------------------------------------------------------------------
 // Bad inputs that need no second side.
+
+// How a write is cut into chunks: the first at most RG__FIRST_CHUNK_BYTES
+// (its notice tells the receiver early that a write is under way), the
+// others at most chunk_bytes, every byte in exactly one entry in order, and
+// a chunk's bytes the sum of its entries.
+static void check_cut(rg_test_ctx_t *t, const rg_transport_segment_t *segs, size_t n_segs,
+                      uint64_t chunk_bytes, size_t want_chunks, uint64_t want_first) {
+  size_t n_ents = 0, n_chunks = 0;
+  rg__cut_chunks(segs, n_segs, chunk_bytes, NULL, NULL, NULL, &n_ents, &n_chunks);
+  RG_CHECK(n_chunks == want_chunks);
+  rg_transport_segment_t *ents = calloc(n_ents, sizeof(*ents));
+  uint32_t *ent_chunk = calloc(n_ents, sizeof(*ent_chunk));
+  rg__chunk_t *chunks = calloc(n_chunks + 1, sizeof(*chunks));
+  RG_REQUIRE(ents && ent_chunk && chunks);
+  size_t ne = 0, nc = 0;
+  rg__cut_chunks(segs, n_segs, chunk_bytes, ents, ent_chunk, chunks, &ne, &nc);
+  RG_CHECK(ne == n_ents && nc == n_chunks);
+  RG_CHECK(chunks[0].bytes == want_first);
+  uint64_t total = 0, seen = 0;
+  for (size_t i = 0; i < n_segs; i++) total += segs[i].len * (segs[i].count ? segs[i].count : 1);
+  for (size_t c = 0; c < nc; c++) {
+    uint64_t sum = 0;
+    for (size_t e = chunks[c].first; e < chunks[c].first + chunks[c].n; e++) {
+      RG_CHECK(ent_chunk[e] == c);
+      sum += ents[e].len * ents[e].count;
+    }
+    RG_CHECK(sum == chunks[c].bytes);
+    RG_CHECK(chunks[c].bytes > 0);
+    RG_CHECK(chunks[c].bytes <=
+             (c == 0 && chunk_bytes > RG__FIRST_CHUNK_BYTES ? RG__FIRST_CHUNK_BYTES : chunk_bytes));
+    seen += sum;
+  }
+  RG_CHECK(seen == total);
+  // The entries walk the segments' destination bytes in order.
+  uint64_t at = 0;
+  size_t seg = 0, run = 0;
+  uint64_t in_run = 0;
+  for (size_t e = 0; e < ne; e++)
+    for (uint32_t k = 0; k < ents[e].count; k++) {
+      uint64_t dst = ents[e].dst_offset + k * ents[e].dst_stride;
+      RG_CHECK(dst == segs[seg].dst_offset + run * segs[seg].dst_stride + in_run);
+      in_run += ents[e].len;
+      at += ents[e].len;
+      if (in_run == segs[seg].len) {
+        in_run = 0;
+        if (++run == (segs[seg].count ? segs[seg].count : 1)) run = 0, seg++;
+      }
+    }
+  RG_CHECK(at == total && seg == n_segs);
+  free(ents), free(ent_chunk), free(chunks);
+}
+
+RG_TEST(transport_write_first_chunk_is_short) {
+  static uint8_t src[1 << 20];
+  // One contiguous 1 MiB run, 512 KiB chunks: 64 KiB, 512 KiB, then 448.
+  rg_transport_segment_t one = {.src = src, .dst_offset = 4096, .len = 1 << 20, .count = 1};
+  check_cut(t, &one, 1, 512 << 10, 3, 64 << 10);
+  // 16 -> 64-token KV blocks: 32 segments of 8 per-head runs of 4 KiB. The
+  // first chunk takes 16 runs, the others 128.
+  rg_transport_segment_t heads[32];
+  for (int i = 0; i < 32; i++)
+    heads[i] = (rg_transport_segment_t){.src = src + (size_t)i * 32768,
+                                        .dst_offset = (uint64_t)i * 131072,
+                                        .len = 4096,
+                                        .count = 8,
+                                        .src_stride = 4096,
+                                        .dst_stride = 16384};
+  check_cut(t, heads, 32, 512 << 10, 3, 64 << 10);
+  // Runs of 48 KiB: the first chunk closes after one rather than split the
+  // next.
+  rg_transport_segment_t big = {
+      .src = src, .len = 48 << 10, .count = 16, .src_stride = 48 << 10, .dst_stride = 64 << 10};
+  check_cut(t, &big, 1, 512 << 10, 3, 48 << 10);
+  // Chunks smaller than the first-chunk cap keep their size.
+  check_cut(t, &one, 1, 8192, 128, 8192);
+}
 
 RG_TEST(transport_fabric_unknown_provider_lists_available) {
   rg_transport_options_t o = {.kind = RG_TRANSPORT_FABRIC, .name = "w", .provider = "nonesuch"};

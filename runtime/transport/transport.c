@@ -604,21 +604,25 @@ bool rg__write_hash_chunk(rg__write_t *w) {
   return true;
 }
 
-// Cuts the segments into entries and chunks of about `chunk` bytes: whole
-// runs while they fit, a run longer than a chunk in pieces, and a chunk
-// closed early rather than split a run that fits a chunk of its own. A chunk
-// also closes at RG_TRANSPORT_MAX_SEGMENTS entries, so each notice fits what
-// a receiver posts for one. Entries go to ents (NULL: only counted).
-static void cut_chunks(const rg_transport_segment_t *segs, size_t n_segs, uint64_t chunk,
-                       rg_transport_segment_t *ents, uint32_t *ent_chunk, rg__chunk_t *chunks,
-                       size_t *out_ents, size_t *out_chunks) {
+// Cuts the segments into entries and chunks of about `chunk_bytes` bytes
+// (the first at most RG__FIRST_CHUNK_BYTES): whole runs while they fit, a
+// run longer than a chunk in pieces, and a chunk closed early rather than
+// split a run that fits a chunk of its own. A chunk also closes at
+// RG_TRANSPORT_MAX_SEGMENTS entries, so each notice fits what a receiver
+// posts for one. Entries go to ents (NULL: only counted).
+void rg__cut_chunks(const rg_transport_segment_t *segs, size_t n_segs, uint64_t chunk_bytes,
+                    rg_transport_segment_t *ents, uint32_t *ent_chunk, rg__chunk_t *chunks,
+                    size_t *out_ents, size_t *out_chunks) {
   size_t ne = 0, nc = 0, in_chunk = 0;
   uint64_t cur = 0;
+  const uint64_t first = chunk_bytes < RG__FIRST_CHUNK_BYTES ? chunk_bytes : RG__FIRST_CHUNK_BYTES;
+  uint64_t chunk = first;  // the size of chunk nc
 #define CLOSE_CHUNK()                                      \
   do {                                                     \
     if (chunks) chunks[nc].bytes = cur;                    \
     if (chunks) chunks[nc].n = in_chunk;                   \
     nc++;                                                  \
+    chunk = chunk_bytes;                                   \
     cur = 0;                                               \
     in_chunk = 0;                                          \
     if (chunks) chunks[nc < SIZE_MAX ? nc : 0].first = ne; \
@@ -737,7 +741,7 @@ static rg_status_t write_locked(rg_transport_t *t, rg_transport_peer_t peer,
     total += (u128)g.len * g.count;
   }
   size_t n_ents = 0, n_chunks = 0;
-  cut_chunks(segs, n_segs, t->chunk_bytes, NULL, NULL, NULL, &n_ents, &n_chunks);
+  rg__cut_chunks(segs, n_segs, t->chunk_bytes, NULL, NULL, NULL, &n_ents, &n_chunks);
   if (n_chunks > RG__MAX_CHUNKS)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "transport '%s': a write to %s of %" PRIu64
@@ -757,8 +761,8 @@ static rg_status_t write_locked(rg_transport_t *t, rg_transport_peer_t peer,
     goto fail;
   }
   XXH3_64bits_reset(w->hash_state);
-  cut_chunks(segs, n_segs, t->chunk_bytes, w->ents, w->ent_chunk, w->chunks, &w->n_ents,
-             &w->n_chunks);
+  rg__cut_chunks(segs, n_segs, t->chunk_bytes, w->ents, w->ent_chunk, w->chunks, &w->n_ents,
+                 &w->n_chunks);
   w->n_segs = n_segs;
   w->total = (uint64_t)total;
   w->dst_addr = dst->addr;

@@ -79,6 +79,13 @@ typedef enum {
 // close behind the data at ~1 KiB of notice per chunk; 256 KiB and 1 MiB
 // measured alike here (docs/transport.md).
 #define RG__DEFAULT_CHUNK_BYTES ((uint64_t)512 << 10)
+// A write's first chunk is at most this long, so that its notice reaches
+// the receiver soon after the write starts. Until then the receiver does not
+// know a write is under way and backs off as any idle endpoint does
+// (sleeping up to 1 ms between polls), while shm moves the data only inside
+// the receiver's own polls (copying each piece out of its shared buffers,
+// or in by CMA): each piece of the first chunk can wait for a wake-up.
+#define RG__FIRST_CHUNK_BYTES ((uint64_t)64 << 10)
 
 typedef struct {
   size_t first, n;  // entries [first, first + n)
@@ -260,6 +267,13 @@ static inline void *rg__op_impl(rg_transport_req_t *r) {
 // Writes: hash the next chunk of the source and seal its notice; returns
 // false once every chunk is hashed (nothing was left to do).
 bool rg__write_hash_chunk(rg__write_t *w);
+// Cuts a write's segments into entries and chunks (transport.c): chunks of
+// about chunk_bytes, the first at most RG__FIRST_CHUNK_BYTES. ents,
+// ent_chunk and chunks (n_chunks + 1 of them) may all be NULL to count
+// only.
+void rg__cut_chunks(const rg_transport_segment_t *segs, size_t n_segs, uint64_t chunk_bytes,
+                    rg_transport_segment_t *ents, uint32_t *ent_chunk, rg__chunk_t *chunks,
+                    size_t *out_ents, size_t *out_chunks);
 // Or the backend feeds every run of the next chunk itself, in order, then
 // seals it (inproc does, while the run is in cache from its copy).
 void rg__write_hash_bytes(rg__write_t *w, const void *p, size_t n);
