@@ -95,7 +95,8 @@ static void *make_weight(rg_dtype_t type, int64_t n, int64_t k, uint64_t *seed) 
   return w;
 }
 
-static const int64_t shape_m[] = {1, 2, 3, 7, 16, 33, 130};
+// 11: the vdpbf16ps GEMV's 6-row pass, then a partial one of 5 (16: 6, 6 and 4).
+static const int64_t shape_m[] = {1, 2, 3, 7, 11, 16, 33, 130};
 static const int64_t shape_k[] = {32, 64, 96, 4096 + 32, 1, 5, 17, 1000};
 static const int64_t shape_k256[] = {256, 512, 1280};  // the k-quants: whole super-blocks
 static const int64_t shape_n[] = {1, 3, 17, 64, 257};
@@ -204,7 +205,13 @@ static int check_shape(rg_test_ctx_t *t, fixture_t *f, rg_cpu_isa_t isa, const r
         rg_status_free(s);
         return 0;
       }
-      double e = nmse(f->y, f->want, ny);
+      // Against the product's own size: a bias that all but cancels it
+      // (0.712 + -0.713 at n = 1) left a result whose relative error says
+      // nothing about the kernel's.
+      double e = nmse(f->y, f->want, ny), scale = 0, size = 0;
+      for (size_t i = 0; i < ny; i++)
+        scale += (double)base[i] * base[i], size += (double)f->want[i] * f->want[i];
+      if (scale > size && size > 0) e *= size / scale;
       int finite = all_finite(f->y, ny), guards = 1;
       for (size_t i = ny; i < ny + GUARDS; i++) guards &= f->y[i] == -12345.0f;
       if (!(e <= tolerance[w->type]) || !finite || !guards) {
