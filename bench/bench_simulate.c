@@ -16,6 +16,7 @@
 //      per-stage error <= 5%, throughput and TTFT/TBT p50 within 10%.
 //
 // usage: bench_simulate [--scale-only | --fidelity-only] [--hours H] [--model DIR | --1b]
+//                       [--recalibrate] [--stages-of-run] [--rounds N]
 //   --model DIR  a model directory for the fidelity run (default: the tiny
 //                test model, written to a temporary directory)
 //   --1b         the ~1B-parameter test model from the user cache (written
@@ -25,6 +26,11 @@
 //   --stages-of-run  fit the stage figures on this model's own stages rather
 //                than the tiny test model's (not cached: they are this
 //                model's figures, not the device's)
+//   --rounds N   the fidelity run N times, every round after the first with
+//                a fresh quick profile, then each error's median and range
+//                over the rounds: on a shared VM one round's per-stage
+//                errors moved by +-40% a minute apart, so one round cannot
+//                tell a 5% bias from noise
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,11 +356,19 @@ static double err(double pred, double meas) {
   return meas > 0 ? pred / meas - 1 : 0;
 }
 
+// One round's signed errors (predicted / measured - 1): per stage, then
+// tokens/s, TTFT p50 and TBT p50.
+typedef struct {
+  double stage[N_SLOTS], e2e[3], median;
+} round_t;
+
 static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, int profiled_now,
                                         rg_fleet_t *fleet, const rg_arch_t *arch, rg_engine_t *e,
-                                        const rg_serve_stats_t *ssp, const double meas[N_SLOTS]);
+                                        const rg_serve_stats_t *ssp, const double meas[N_SLOTS],
+                                        round_t *out);
 
-static int bench_fidelity(const char *dir, const char *model_dir, int refresh, int own_stages) {
+static int bench_fidelity(const char *dir, const char *model_dir, int refresh, int own_stages,
+                          round_t *out) {
   enum { N = 16, LEN = 96, OUT = 48, SEQS = 8, BUDGET = 256 };
   rg_catalog_t *cat;
   rg_fleet_t *fleet;
@@ -451,7 +465,7 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
     }
   }
   for (int k = 0; k < n_cls; k++)
-    TRY(simulate_and_compare(&classes[k], 'A' + k, fresh[k], fleet, arch, e, &ss, meas));
+    TRY(simulate_and_compare(&classes[k], 'A' + k, fresh[k], fleet, arch, e, &ss, meas, out));
   free(ids);
   rg_arch_destroy(arch);
   rg_fleet_destroy(fleet);
@@ -464,7 +478,8 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
 // settings as the measured run; the error per stage and end to end.
 static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, int profiled_now,
                                         rg_fleet_t *fleet, const rg_arch_t *arch, rg_engine_t *e,
-                                        const rg_serve_stats_t *ssp, const double meas[N_SLOTS]) {
+                                        const rg_serve_stats_t *ssp, const double meas[N_SLOTS],
+                                        round_t *out) {
   enum { N = 16, LEN = 96, OUT = 48, SEQS = 8, BUDGET = 256 };
   const char *names[N_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
   rg_device_class_t cls = *clsp;
@@ -520,12 +535,13 @@ static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, int
   printf("  %-10s %12s %12s %8s\n", "stage", "measured", "predicted", "error");
   double errs[N_SLOTS];
   for (int i = 0; i < N_SLOTS; i++) {
-    errs[i] = fabs(err(sp->pred[i], meas[i]));
+    out->stage[i] = err(sp->pred[i], meas[i]);
+    errs[i] = fabs(out->stage[i]);
     printf("  %-10s %9.3f ms %9.3f ms %+7.1f%%\n", names[i], meas[i] * 1e3, sp->pred[i] * 1e3,
            100 * err(sp->pred[i], meas[i]));
   }
   qsort(errs, N_SLOTS, sizeof errs[0], cmp_d);
-  double median = (errs[1] + errs[2]) / 2;
+  double median = out->median = (errs[1] + errs[2]) / 2;
   printf("  median per-stage error %.1f%% (goal <= 5%%: %.2fx of it)\n", 100 * median,
          median > 0 ? 0.05 / median : INFINITY);
   struct {
@@ -535,6 +551,7 @@ static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, int
              {"TTFT p50", ss.ttft.p50, r->ttft.p50},
              {"TBT p50", ss.tbt.p50, r->tbt.p50},
              {"e2e p50", ss.e2e.p50, r->e2e.p50}};
+  for (int i = 0; i < 3; i++) out->e2e[i] = err(e2e[i].sim, e2e[i].meas);
   for (size_t i = 0; i < sizeof e2e / sizeof e2e[0]; i++)
     printf("  %-9s runtime %10.4g  simulator %10.4g  error %+6.1f%%%s\n", e2e[i].name, e2e[i].meas,
            e2e[i].sim, 100 * err(e2e[i].sim, e2e[i].meas), i < 3 ? " (goal within 10%)" : "");
@@ -545,10 +562,36 @@ static rg_status_t simulate_and_compare(rg_device_class_t *clsp, char label, int
   return NULL;
 }
 
+static double median_of(double *v, int n) {
+  qsort(v, (size_t)n, sizeof v[0], cmp_d);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Over the rounds: each stage's and each end-to-end figure's median signed
+// error with its range (a bias shows as a median far from 0 with a range on
+// one side of it; noise as a range across 0), and the median of the rounds'
+// median per-stage errors.
+static void summarize(const round_t *rs, int n) {
+  const char *names[N_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
+  const char *e2e[3] = {"tokens/s", "TTFT p50", "TBT p50"};
+  double v[50];
+  printf("\nover %d rounds, each with its own quick profile: median signed error [range]\n", n);
+  for (int i = 0; i < N_SLOTS + 3; i++) {
+    for (int r = 0; r < n; r++) v[r] = i < N_SLOTS ? rs[r].stage[i] : rs[r].e2e[i - N_SLOTS];
+    double med = median_of(v, n);
+    printf("  %-10s %+7.1f%%  [%+.1f%%, %+.1f%%]\n", i < N_SLOTS ? names[i] : e2e[i - N_SLOTS],
+           100 * med, 100 * v[0], 100 * v[n - 1]);
+  }
+  for (int r = 0; r < n; r++) v[r] = rs[r].median;
+  double med = median_of(v, n);
+  printf("  median per-stage error, median over the rounds %.1f%% [%.1f%%, %.1f%%] (goal <= 5%%)\n",
+         100 * med, 100 * v[0], 100 * v[n - 1]);
+}
+
 int main(int argc, char **argv) {
   const char *dir =
       getenv("RIDGE_CONFIG_DIR") ? getenv("RIDGE_CONFIG_DIR") : RIDGE_SOURCE_DIR "/configs";
-  int scale = 1, fidelity = 1, one_b = 0, refresh = 0, own_stages = 0;
+  int scale = 1, fidelity = 1, one_b = 0, refresh = 0, own_stages = 0, rounds = 1;
   double hours = 1;
   const char *model = NULL;
   for (int i = 1; i < argc; i++) {
@@ -562,6 +605,8 @@ int main(int argc, char **argv) {
       refresh = 1;
     else if (!strcmp(argv[i], "--stages-of-run"))
       own_stages = 1;
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+      rounds = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--hours") && i + 1 < argc)
       hours = atof(argv[++i]);
     else if (!strcmp(argv[i], "--model") && i + 1 < argc)
@@ -569,7 +614,7 @@ int main(int argc, char **argv) {
     else {
       fprintf(stderr,
               "usage: bench_simulate [--scale-only | --fidelity-only] [--hours H] [--model DIR | "
-              "--1b] [--recalibrate] [--stages-of-run]\n");
+              "--1b] [--recalibrate] [--stages-of-run] [--rounds N]\n");
       return 2;
     }
   }
@@ -590,5 +635,17 @@ int main(int argc, char **argv) {
     rg_status_t s = rg_testmodel_cached(&o, mdir, sizeof mdir, NULL);
     if (s) return fail(s);
   }
-  return bench_fidelity(dir, mdir, refresh, own_stages);
+  if (rounds < 1 || rounds > 50) {
+    fprintf(stderr, "bench_simulate: --rounds takes 1 to 50\n");
+    return 2;
+  }
+  round_t rs[50];
+  for (int r = 0; r < rounds; r++) {
+    if (rounds > 1) printf("\nround %d of %d\n", r + 1, rounds);
+    // Every round after the first profiles again: what is summed up below
+    // is the spread of profile and run together.
+    if (bench_fidelity(dir, mdir, refresh || r > 0, own_stages, &rs[r])) return 1;
+  }
+  if (rounds > 1) summarize(rs, rounds);
+  return 0;
 }
