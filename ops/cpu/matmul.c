@@ -418,7 +418,7 @@ INLINE __attribute__((target(T_AVX512))) void tile_avx512(const job_t *j, rg_dty
   const unsigned char *rows[NR];
   tile_rows_at(j, r0, NR, rows);
   const float *xs[6];
-  for (int i = 0; i < 6; i++) xs[i] = j->x + (i0 + (i < mv && i < MR ? i : 0)) * j->k;
+  for (int i = 0; i < MR; i++) xs[i] = j->x + (i0 + (i < mv ? i : 0)) * j->k;
   __m512 acc[6][NR];
 #pragma GCC unroll 6
   for (int i = 0; i < MR; i++)
@@ -590,8 +590,9 @@ AVX512_TILES(T_AVX512, gemv_avx512_q8_0, TILE_Q8_0, 4)
 // process, 40 alternated calls each from DRAM (Zen 4 VM, 2 threads), mean
 // time ratio n = 8192, k = 2048 / n = 2048, k = 8192, two runs: m = 12
 // 0.84-0.88 / 0.86-0.88, 16 0.76-0.92 / 0.81-0.86, 24 0.92 / 0.82, 32 0.90 /
-// 0.81, 64 0.93 / 0.87, 128 0.93 / 0.86. At m = 7-8 two 4-row passes do better than 6 and a ragged
-// one (6 + 2: 1.4x the time at n = 8192). 7 rows of x would need 28
+// 0.81, 64 0.93 / 0.87, 128 0.93 / 0.86. At m = 7-8 two 4-row passes do
+// better than 6 and a ragged one (6 + 2: 1.4x the time at n = 8192), as
+// pass_rows has it. 7 rows of x would need 28
 // accumulators and the 4 weight vectors, more than the 32 registers. Each
 // output's sum runs over k in the same order in either tile, so the results
 // do not depend on the split (batch-invariant mode relies on that).
