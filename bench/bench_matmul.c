@@ -527,13 +527,16 @@ static void accuracy(rg_pool_t *pool) {
 }
 
 static int has_flag(int argc, char **argv, const char *flag) {
-  for (int i = 2; i < argc; i++)
+  for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], flag)) return 1;
   return 0;
 }
 
 int main(int argc, char **argv) {
-  int threads = argc > 1 ? atoi(argv[1]) : rg_cpu_count();
+  // The thread count is the first argument when it is a number; a flag
+  // there (`bench_matmul --layer-only`) keeps one thread per core.
+  int threads = argc > 1 && argv[1][0] != '-' ? atoi(argv[1]) : rg_cpu_count();
+  if (threads < 1) threads = rg_cpu_count();
   rg_pool_t *pool;
   die(rg_pool_create(threads, &pool));
   const char *ct = getenv("OPENBLAS_CORETYPE");
@@ -543,7 +546,7 @@ int main(int argc, char **argv) {
   if (ct)
     printf("  note: run as `env -u OPENBLAS_CORETYPE %s` to let OpenBLAS pick its best kernels\n",
            argv[0]);
-  for (int i = 2; i + 1 < argc; i++)
+  for (int i = 1; i + 1 < argc; i++)
     if (!strcmp(argv[i], "--only")) only_types = argv[i + 1];
   if (only_types) {
     small_m(pool);

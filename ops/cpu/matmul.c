@@ -338,6 +338,62 @@ INLINE __attribute__((target(T_AVX512))) void row_1x1(const job_t *j, rg_dtype_t
   store_tile(j, i0, 1, r, 1, out);
 }
 
+// m = 1 against nr <= NR weight rows whose x does not fit L1 beside the
+// weight stream (k > RG__X_L1_MAX floats: the down projection's k = 8192 is
+// 32 KiB of x, all of a Zen 4 L1): the rows are walked in blocks of
+// RG__X_BLOCK values, all nr rows per block, so the block of x stays in L1
+// and each row's weights are read once. Each row's four sums take the same
+// values in the same order as in row_1x1, so the results are bit-identical
+// to it. The prefetch runs one group (nr rows) ahead, in address order and at
+// the rate the group is read, so every line of the next group is in L2 when
+// its turn comes although the group itself is read block by block.
+enum { RG__X_L1_MAX = 4096, RG__X_BLOCK = 2048 };
+INLINE __attribute__((target(T_AVX512))) void rows_1xn_kblocked(const job_t *j, rg_dtype_t t,
+                                                                int64_t i0, int64_t r0, int nr) {
+  const unsigned char *rows[NR];
+  tile_rows_at(j, r0, NR, rows);
+  const float *x = j->x + i0 * j->k;
+  const int64_t k = j->k, k64 = k - k % 64;
+  const size_t eb = t == RG_F32 ? 4 : 2;
+  const unsigned char *pf = j->w + (size_t)(r0 + nr) * j->row_bytes;  // the next group
+  __m512 a[NR][4];
+#pragma GCC unroll 4
+  for (int q = 0; q < NR; q++)
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; s++) a[q][s] = _mm512_setzero_ps();
+  for (int64_t kb = 0; kb < k64; kb += RG__X_BLOCK) {
+    const int64_t ke = kb + RG__X_BLOCK < k64 ? kb + RG__X_BLOCK : k64;
+#pragma GCC unroll 4
+    for (int q = 0; q < NR; q++) {
+      if (q >= nr) break;
+      const unsigned char *row = rows[q];
+      for (int64_t p = kb; p < ke; p += 64) {
+        for (size_t o = 0; o < 64 * eb; o += 64) RG__PREFETCH_L2(pf + o);
+        pf += 64 * eb;
+        a[q][0] = _mm512_fmadd_ps(w16_avx512(t, row, p, 0xffff), _mm512_loadu_ps(x + p), a[q][0]);
+        a[q][1] = _mm512_fmadd_ps(w16_avx512(t, row, p + 16, 0xffff), _mm512_loadu_ps(x + p + 16),
+                                  a[q][1]);
+        a[q][2] = _mm512_fmadd_ps(w16_avx512(t, row, p + 32, 0xffff), _mm512_loadu_ps(x + p + 32),
+                                  a[q][2]);
+        a[q][3] = _mm512_fmadd_ps(w16_avx512(t, row, p + 48, 0xffff), _mm512_loadu_ps(x + p + 48),
+                                  a[q][3]);
+      }
+    }
+  }
+  float out[1][NR];
+#pragma GCC unroll 4
+  for (int q = 0; q < NR; q++) {
+    for (int64_t p = k64; p < k; p += 16) {
+      const __mmask16 m = k - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - p)) - 1);
+      a[q][0] =
+          _mm512_fmadd_ps(w16_avx512(t, rows[q], p, m), _mm512_maskz_loadu_ps(m, x + p), a[q][0]);
+    }
+    out[0][q] = _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(a[q][0], a[q][1]), _mm512_add_ps(a[q][2], a[q][3])));
+  }
+  store_tile(j, i0, 1, r0, nr, out);
+}
+
 // One 32-value step of the 4 × 4 tile below: values past the masks read as
 // 0 and are not touched in memory.
 INLINE __attribute__((target(T_AVX512))) void tile_step(rg_dtype_t t, const unsigned char *rows[NR],
@@ -540,8 +596,10 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_
 // Rows [r0, r1) for all of x, one m_chunk of x at a time, in groups of NR
 // rows; within a group, rows of x in passes of up to max_mr (pass_rows),
 // a single leftover row of x against each of the group's rows in turn
-// (1 × 1).
-#define AVX512_TILES(T, name, tile, max_mr)                                             \
+// (1 × 1), or against the whole group in blocks of k when x would not stay
+// in L1 (rows_1xn_kblocked; `kblocked` names the float type, RG_DTYPE_COUNT
+// for none).
+#define AVX512_TILES(T, name, tile, max_mr, kblocked)                                   \
   __attribute__((target(T))) static void name(const job_t *j, int64_t r0, int64_t r1) { \
     for (int64_t c0 = 0; c0 < j->m; c0 += j->m_chunk) {                                 \
       int64_t c1 = j->m - c0 < j->m_chunk ? j->m : c0 + j->m_chunk;                     \
@@ -553,6 +611,8 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_
             tile(4, 6, mv, i0, r);                                                      \
           else if (mv > 1 || j->invariant)                                              \
             tile(4, 4, mv, i0, r);                                                      \
+          else if (kblocked != RG_DTYPE_COUNT && j->k > RG__X_L1_MAX)                   \
+            rows_1xn_kblocked(j, kblocked, i0, r, (int)(re - r));                       \
           else                                                                          \
             for (int64_t rr = r; rr < re; rr++) tile(1, 1, 1, i0, rr);                  \
           i0 += mv;                                                                     \
@@ -567,10 +627,10 @@ INLINE __attribute__((target(T_AVX512))) void tile_q8_1x1(const job_t *j, int64_
 #define TILE_F16(NRT, MR, mv, i0, r) \
   (NRT == 1 ? row_1x1(j, RG_F16, i0, r) : tile_avx512(j, RG_F16, MR, mv, i0, r))
 #define TILE_Q8_0(NRT, MR, mv, i0, r) (NRT == 1 ? tile_q8_1x1(j, i0, r) : tile_q8_4x4(j, mv, i0, r))
-AVX512_TILES(T_AVX512, gemv_avx512_f32, TILE_F32, 6)
-AVX512_TILES(T_AVX512, gemv_avx512_bf16, TILE_BF16, 6)
-AVX512_TILES(T_AVX512, gemv_avx512_f16, TILE_F16, 6)
-AVX512_TILES(T_AVX512, gemv_avx512_q8_0, TILE_Q8_0, 4)
+AVX512_TILES(T_AVX512, gemv_avx512_f32, TILE_F32, 6, RG_F32)
+AVX512_TILES(T_AVX512, gemv_avx512_bf16, TILE_BF16, 6, RG_BF16)
+AVX512_TILES(T_AVX512, gemv_avx512_f16, TILE_F16, 6, RG_F16)
+AVX512_TILES(T_AVX512, gemv_avx512_q8_0, TILE_Q8_0, 4, RG_DTYPE_COUNT)
 
 // ---- AVX512_BF16 GEMV: vdpbf16ps on bf16 weights and x rounded to bf16 ---------
 
