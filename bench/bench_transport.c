@@ -47,6 +47,7 @@
 #include <xxh_x86dispatch.h>
 #include <xxhash.h>
 
+#include "base/hugemem.h"
 #include "runtime/transport.h"
 
 static double now(void) {
@@ -288,6 +289,7 @@ typedef struct {
   rg_transport_peer_t peer;
   rg_transport_region_t *g;
   uint8_t *mem;  // source (prefill side) or cache (decode side)
+  size_t mem_mapped;
   rg_transport_region_desc_t dst;
   uint8_t *act, *buf;
   uint8_t *big;  // the 16 MiB ping-pong's buffer
@@ -313,7 +315,8 @@ static rg_status_t side_open(side_t *x, const char *prov, int ctl, bool prefill)
                                            &x->peer));
   size_t cap = prefill ? region_bytes(POOL_SRC, SRC_BS) : region_bytes(POOL_DST16, SRC_BS);
   if (!prefill && region_bytes(POOL_DST64, 64) > cap) cap = region_bytes(POOL_DST64, 64);
-  x->mem = aligned_alloc(4096, cap);
+  // As the runtime's KV caches are (host buffers, base/hugemem.h).
+  x->mem = rg_hugemem_alloc(cap, &x->mem_mapped);
   x->act = malloc(ACT_BYTES);
   x->buf = malloc(1 << 20);
   x->big = calloc(1, kv_bytes());
@@ -339,7 +342,7 @@ static void side_close(side_t *x) {
   raw_close(&x->raw);
   rg_transport_region_deregister(x->g);
   rg_transport_destroy(x->ep);
-  free(x->mem);
+  rg_hugemem_free(x->mem, x->mem_mapped);
   free(x->act);
   free(x->buf);
   free(x->big);
@@ -542,7 +545,9 @@ static void bench_provider(const char *prov) {
 static void bench_inproc(void) {
   printf("\n== inproc\n");
   size_t src_len = region_bytes(POOL_SRC, SRC_BS), dst_len = region_bytes(POOL_DST16, SRC_BS);
-  uint8_t *src = aligned_alloc(4096, src_len), *dst = aligned_alloc(4096, dst_len);
+  size_t src_mapped, dst_mapped;
+  uint8_t *src = rg_hugemem_alloc(src_len, &src_mapped),
+          *dst = rg_hugemem_alloc(dst_len, &dst_mapped);
   memset(src, 3, src_len);
   memset(dst, 0, dst_len);
   double t0 = now();
@@ -599,8 +604,8 @@ static void bench_inproc(void) {
   rg_transport_region_deregister(gd);
   rg_transport_destroy(a);
   rg_transport_destroy(b);
-  free(src);
-  free(dst);
+  rg_hugemem_free(src, src_mapped);
+  rg_hugemem_free(dst, dst_mapped);
   (void)h;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hugemem.h"
 #include "devices/backend.h"
 
 // ----- Host memory -------------------------------------------------------------
@@ -121,11 +122,12 @@ char *rg__fmt_size(uint64_t bytes, char *buf, size_t len) {
 typedef struct {
   rg_buffer_t base;
   void *data;
+  size_t mapped;  // rg_hugemem_alloc's
 } host_buffer_t;
 
 static void host_buffer_destroy(rg_buffer_t *b) {
   host_buffer_t *hb = (host_buffer_t *)b;
-  free(hb->data);
+  rg_hugemem_free(hb->data, hb->mapped);
   free(hb);
 }
 
@@ -144,11 +146,10 @@ rg_status_t rg__host_buffer_alloc(rg_device_t *dev, size_t bytes, rg_buffer_t **
   if (bytes > SIZE_MAX - HOST_ALIGN)
     return rg_status_make(RG_OUT_OF_MEMORY, "cannot allocate %s on %s: too large to address",
                           rg__fmt_size(bytes, want, sizeof(want)), dev->label);
-  // aligned_alloc wants a multiple of the alignment; an empty buffer still
-  // gets one line so that its pointer is distinct and non-NULL.
-  size_t rounded = bytes ? (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN : HOST_ALIGN;
+  // Large buffers (a KV cache, an RMA region) on huge pages where the
+  // kernel has them: see base/hugemem.h. At least HOST_ALIGN-aligned.
   host_buffer_t *hb = calloc(1, sizeof(*hb));
-  void *data = hb ? aligned_alloc(HOST_ALIGN, rounded) : NULL;
+  void *data = hb ? rg_hugemem_alloc(bytes, &hb->mapped) : NULL;
   if (!data) {
     free(hb);
     return rg_status_make(RG_OUT_OF_MEMORY, "cannot allocate %s on %s: the host allocator refused",
@@ -184,10 +185,11 @@ static const rg_buffer_vtable_t wrapped_buffer_vt = {
     .host_ptr = wrapped_buffer_ptr,
 };
 
-rg_status_t rg__host_buffer_wrap(rg_device_t *dev, void *ptr, size_t len, void (*release_fn)(void *), void *ctx,
-                                 rg_buffer_t **out) {
+rg_status_t rg__host_buffer_wrap(rg_device_t *dev, void *ptr, size_t len,
+                                 void (*release_fn)(void *), void *ctx, rg_buffer_t **out) {
   wrapped_buffer_t *wb = calloc(1, sizeof(*wb));
-  if (!wb) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory wrapping a buffer on %s", dev->label);
+  if (!wb)
+    return rg_status_make(RG_OUT_OF_MEMORY, "out of memory wrapping a buffer on %s", dev->label);
   wb->data = ptr;
   wb->release_fn = release_fn;
   wb->ctx = ctx;

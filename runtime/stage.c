@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/hugemem.h"
 
 // ----- The weight cache --------------------------------------------------------
 
@@ -124,18 +124,18 @@ static rg_ref_t R(rg_buffer_t *b) {
   return (rg_ref_t){b, 0};
 }
 
-// Matrices copied into anonymous memory the kernel may back with 2 MiB
-// pages: decode streams every weight once per token, and file-backed 4 KiB
-// pages cost a third of the bandwidth in TLB misses (measured: 0.59 of read
-// bandwidth from the mapping, ~0.9 from huge pages).
+// Matrices copied into memory the kernel may back with 2 MiB pages
+// (base/hugemem.h): decode streams every weight once per token, and
+// file-backed 4 KiB pages cost a third of the bandwidth in TLB misses
+// (measured: 0.59 of read bandwidth from the mapping, ~0.9 from huge pages).
 typedef struct {
   void *p;
-  size_t len;
+  size_t mapped;
 } anon_t;
 
 static void anon_release(void *ctx) {
   anon_t *a = ctx;
-  munmap(a->p, a->len);
+  rg_hugemem_free(a->p, a->mapped);
   free(a);
 }
 
@@ -150,19 +150,16 @@ static rg_status_t place(rg_stage_t *s, const void *src, size_t bytes, int owned
                          rg_buffer_t **out) {
   rg_status_t st = NULL;
   if (copy && !owned) {
-    size_t len = (bytes + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
     anon_t *a = malloc(sizeof *a);
-    void *p =
-        a ? mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-          : MAP_FAILED;
-    if (p == MAP_FAILED) {
+    size_t mapped = 0;
+    void *p = a ? rg_hugemem_alloc(bytes, &mapped) : NULL;
+    if (!p) {
       free(a);
       return rg_status_make(RG_OUT_OF_MEMORY, "%s: out of memory copying %zu bytes of weights",
                             s->name, bytes);
     }
-    madvise(p, len, MADV_HUGEPAGE);
     memcpy(p, src, bytes);
-    a->p = p, a->len = len;
+    a->p = p, a->mapped = mapped;
     st = rg_buffer_wrap(s->dev, p, bytes, anon_release, a, out);
     if (!st) return NULL;
     anon_release(a);

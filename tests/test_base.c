@@ -1,6 +1,11 @@
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "base/build.h"
+#include "base/hugemem.h"
 #include "base/units.h"
 #include "base/yaml.h"
 #include "tests/test.h"
@@ -219,4 +224,64 @@ RG_TEST(nearest_suggestion) {
   RG_CHECK(rg_nearest("bandwith", opts, 3) &&
            !strcmp(rg_nearest("bandwith", opts, 3), "bandwidth"));
   RG_CHECK(rg_nearest("zzz", opts, 3) == NULL);
+}
+
+// Whether this range of ours is eligible for transparent huge pages, as
+// /proc/self/smaps says (1, 0), or -1 when it cannot tell.
+static int thp_eligible(const void *p) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[256];
+  int in = 0, got = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+      continue;
+    }
+    int v;
+    if (in && sscanf(line, "THPeligible: %d", &v) == 1) {
+      got = v;
+      break;
+    }
+  }
+  fclose(f);
+  return got;
+}
+
+RG_TEST(hugemem_maps_whole_aligned_huge_pages) {
+  size_t mapped = 1;
+  uint8_t *p = rg__hugemem_map((3u << 20) + 5, &mapped);
+  RG_REQUIRE(p != NULL);
+  RG_CHECK(mapped == (size_t)4 << 20);
+  RG_CHECK((uintptr_t)p % (2u << 20) == 0);
+  p[0] = 1;
+  p[mapped - 1] = 2;  // the whole rounded range is ours
+  RG_CHECK(p[0] + p[mapped - 1] == 3);
+  // The advice took, unless this kernel has transparent huge pages off.
+  char mode[128] = "";
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (f) {
+    if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+    fclose(f);
+  }
+  int e = thp_eligible(p);
+  if (mode[0] && !strstr(mode, "[never]") && e >= 0) RG_CHECK(e == 1);
+  rg_hugemem_free(p, mapped);
+
+  // Small requests come from the allocator, 64-byte aligned; absurd ones
+  // are refused, not attempted.
+  uint8_t *s = rg_hugemem_alloc(100, &mapped);
+  RG_REQUIRE(s != NULL);
+  RG_CHECK(mapped == 0);
+  RG_CHECK((uintptr_t)s % 64 == 0);
+  rg_hugemem_free(s, mapped);
+  RG_CHECK(rg_hugemem_alloc(SIZE_MAX - 1, &mapped) == NULL);
+  RG_CHECK(rg__hugemem_map(SIZE_MAX - 1, &mapped) == NULL);
+  // Large ones are mapped, except in a sanitizer build, where the
+  // allocator must see them.
+  uint8_t *l = rg_hugemem_alloc(RG_HUGEMEM_MIN, &mapped);
+  RG_REQUIRE(l != NULL);
+  RG_CHECK(mapped == (RG_BUILD_SANITIZED ? 0 : (size_t)RG_HUGEMEM_MIN));
+  rg_hugemem_free(l, mapped);
 }
