@@ -1548,6 +1548,76 @@ RG_TEST(transport_write_first_chunk_is_short) {
   check_cut(t, &one, 1, 8192, 128, 8192);
 }
 
+// Hashes segs in slices of `budget` bytes and checks each chunk's sealed
+// checksum against XXH3 of the chunk's bytes taken in one piece, and that
+// every chunk is sealed by the step that hashes its last byte.
+static void check_hash_slices(rg_test_ctx_t *t, const rg_transport_segment_t *segs, size_t n_segs,
+                              uint64_t budget) {
+  rg__write_t w = {0};
+  rg__cut_chunks(segs, n_segs, 512 << 10, NULL, NULL, NULL, &w.n_ents, &w.n_chunks);
+  w.ents = calloc(w.n_ents, sizeof(*w.ents));
+  w.ent_chunk = calloc(w.n_ents, sizeof(*w.ent_chunk));
+  w.chunks = calloc(w.n_chunks + 1, sizeof(*w.chunks));
+  w.notices = calloc(w.n_chunks, 64);
+  w.hash_state = XXH3_createState();
+  uint8_t *flat = malloc(4 << 20);
+  RG_REQUIRE(w.ents && w.ent_chunk && w.chunks && w.notices && w.hash_state && flat);
+  rg__cut_chunks(segs, n_segs, 512 << 10, w.ents, w.ent_chunk, w.chunks, &w.n_ents, &w.n_chunks);
+  for (size_t c = 0; c < w.n_chunks; c++) w.chunks[c].notice = w.notices + 64 * c;
+  XXH3_64bits_reset(w.hash_state);
+  uint64_t hashed = 0, ends = 0;
+  size_t steps = 0, want_sealed = 0;
+  while (rg__write_hash_step(&w, budget)) {
+    steps++;
+    for (hashed += budget;
+         want_sealed < w.n_chunks && ends + w.chunks[want_sealed].bytes <= hashed;)
+      ends += w.chunks[want_sealed++].bytes;
+    RG_CHECK(w.n_hashed == want_sealed);
+    RG_REQUIRE(steps < (1u << 20));
+  }
+  RG_CHECK(w.n_hashed == w.n_chunks);
+  for (size_t c = 0; c < w.n_chunks; c++) {
+    size_t n = 0;
+    for (size_t e = w.chunks[c].first; e < w.chunks[c].first + w.chunks[c].n; e++)
+      for (uint32_t k = 0; k < w.ents[e].count; k++) {
+        RG_REQUIRE(n + w.ents[e].len <= (4u << 20));
+        memcpy(flat + n, (const uint8_t *)w.ents[e].src + (int64_t)k * w.ents[e].src_stride,
+               w.ents[e].len);
+        n += w.ents[e].len;
+      }
+    RG_CHECK(rg__get64(w.chunks[c].notice + 40) == XXH3_64bits(flat, n));
+  }
+  free(flat);
+  XXH3_freeState(w.hash_state);
+  free(w.notices);
+  free(w.chunks);
+  free(w.ent_chunk);
+  free(w.ents);
+}
+
+RG_TEST(transport_write_hash_slices_match_whole_chunks) {
+  static uint8_t src[2 << 20];
+  for (size_t i = 0; i < sizeof(src); i++) src[i] = (uint8_t)(i * 2654435761u >> 13);
+  // One contiguous run of 1 MiB + 5 (chunks of 64 KiB, 512 KiB, the rest).
+  rg_transport_segment_t one = {.src = src, .len = (1 << 20) + 5, .count = 1};
+  // Per-head runs, read with a stride, as a KV write into larger blocks.
+  rg_transport_segment_t heads[32];
+  for (int i = 0; i < 32; i++)
+    heads[i] = (rg_transport_segment_t){.src = src + (size_t)i * 32768,
+                                        .dst_offset = (uint64_t)i * 131072,
+                                        .len = 4096,
+                                        .count = 8,
+                                        .src_stride = 4096,
+                                        .dst_stride = 16384};
+  // Budgets that split runs at odd places, one that ends exactly on runs,
+  // and one larger than any chunk.
+  const uint64_t budgets[] = {1000, 4096, 128 << 10, 3 << 20};
+  for (size_t b = 0; b < sizeof(budgets) / sizeof(budgets[0]); b++) {
+    check_hash_slices(t, &one, 1, budgets[b]);
+    check_hash_slices(t, heads, 32, budgets[b]);
+  }
+}
+
 RG_TEST(transport_fabric_unknown_provider_lists_available) {
   rg_transport_options_t o = {.kind = RG_TRANSPORT_FABRIC, .name = "w", .provider = "nonesuch"};
   rg_transport_t *ep = NULL;

@@ -591,16 +591,32 @@ void rg__write_seal_chunk(rg__write_t *w) {
   w->n_hashed++;
 }
 
-bool rg__write_hash_chunk(rg__write_t *w) {
+bool rg__write_hash_step(rg__write_t *w, uint64_t budget) {
   if (w->n_hashed >= w->n_chunks) return false;
-  const rg__chunk_t *c = &w->chunks[w->n_hashed];
-  for (size_t i = c->first; i < c->first + c->n; i++) {
-    const rg_transport_segment_t *e = &w->ents[i];
-    for (uint32_t k = 0; k < e->count; k++)
-      XXH3_64bits_update(w->hash_state, (const uint8_t *)e->src + (int64_t)k * e->src_stride,
-                         e->len);
+  uint64_t done = 0;
+  while (w->n_hashed < w->n_chunks) {
+    const rg__chunk_t *c = &w->chunks[w->n_hashed];
+    if (w->hash_ent >= c->first + c->n) {
+      rg__write_seal_chunk(w);  // its last byte is in: the notice can go
+      continue;
+    }
+    if (done >= budget) break;
+    const rg_transport_segment_t *e = &w->ents[w->hash_ent];
+    uint64_t n = e->len - w->hash_off;
+    if (n > budget - done) n = budget - done;
+    XXH3_64bits_update(w->hash_state,
+                       (const uint8_t *)e->src + (int64_t)w->hash_run * e->src_stride + w->hash_off,
+                       n);
+    done += n;
+    w->hash_off += n;
+    if (w->hash_off == e->len) {
+      w->hash_off = 0;
+      if (++w->hash_run == e->count) {
+        w->hash_run = 0;
+        w->hash_ent++;
+      }
+    }
   }
-  rg__write_seal_chunk(w);
   return true;
 }
 

@@ -104,10 +104,13 @@ typedef struct {
   uint8_t *notices;  // every chunk's notice, back to back
   uint64_t total;    // bytes over all runs
   uint64_t dst_addr, dst_key, dst_region;
-  // Hashing runs chunk by chunk (rg__write_hash_chunk), so the fabric
+  // Hashing runs slice by slice (rg__write_hash_step), so the fabric
   // backend can overlap it with the provider moving earlier chunks.
-  void *hash_state;      // XXH3_state_t
-  size_t n_hashed;       // chunks [0, n_hashed) are hashed and their notices sealed
+  void *hash_state;  // XXH3_state_t
+  size_t n_hashed;   // chunks [0, n_hashed) are hashed and their notices sealed
+  size_t hash_ent;   // rg__write_hash_step's place: entry, run in it, bytes of the run
+  uint32_t hash_run;
+  uint64_t hash_off;
   size_t corrupt_chunk;  // with corrupt: the chunk whose first bytes are flipped
   bool corrupt;          // flip one bit of the data in transit
 } rg__write_t;
@@ -264,9 +267,11 @@ static inline void *rg__op_impl(rg_transport_req_t *r) {
   return r->impl;
 }
 
-// Writes: hash the next chunk of the source and seal its notice; returns
-// false once every chunk is hashed (nothing was left to do).
-bool rg__write_hash_chunk(rg__write_t *w);
+// Writes: hash up to `budget` more bytes of the source, in order, sealing
+// each chunk's notice as its last byte is hashed; returns false once every
+// chunk is hashed (nothing was left to do). The fabric backend hashes a
+// slice between polls, so a poll is never more than one slice away.
+bool rg__write_hash_step(rg__write_t *w, uint64_t budget);
 // Cuts a write's segments into entries and chunks (transport.c): chunks of
 // about chunk_bytes, the first at most RG__FIRST_CHUNK_BYTES. ents,
 // ent_chunk and chunks (n_chunks + 1 of them) may all be NULL to count
