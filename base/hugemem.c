@@ -1,8 +1,10 @@
 #include "base/hugemem.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/build.h"
 
@@ -18,6 +20,19 @@ void *rg_hugemem_alloc(size_t bytes, size_t *mapped) {
     return aligned_alloc(SMALL_ALIGN, n);
   }
   return rg__hugemem_map(bytes, mapped);
+}
+
+// Writes every page of [p, p + len) into memory: MADV_POPULATE_WRITE
+// (Linux 5.14), which fails cleanly when memory is short; on an older kernel
+// a store to each page, which cannot.
+static int populate(uint8_t *p, size_t len) {
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(p, len, MADV_POPULATE_WRITE) == 0) return 1;
+  if (errno != EINVAL) return 0;
+#endif
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (size_t i = 0; i < len; i += page) ((volatile uint8_t *)p)[i] = 0;
+  return 1;
 }
 
 void *rg__hugemem_map(size_t bytes, size_t *mapped) {
@@ -37,6 +52,16 @@ void *rg__hugemem_map(size_t bytes, size_t *mapped) {
   if (tail) munmap(p + len, tail);
   // Advice only: without transparent huge pages the range is plain memory.
   madvise(p, len, MADV_HUGEPAGE);
+  // Fault every page in now. A first touch later would land in the middle
+  // of a decode step (a KV write into a fresh block), and on a VM a fault
+  // costs tens of microseconds on 4 KiB pages and, for a huge page, its
+  // zeroing and compaction: 2 KiB KV writes averaged 139-150 us at batch 1
+  // before this, page faults all. And memory that is not there is then an
+  // error here, not a killed process later.
+  if (!populate(p, len)) {
+    munmap(p, len);
+    return NULL;
+  }
   *mapped = len;
   return p;
 }

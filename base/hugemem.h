@@ -10,7 +10,10 @@
 // huge pages, and a 16 MiB KV write over shm took 1.5x as long.
 //
 // An allocation of at least RG_HUGEMEM_MIN bytes is an anonymous mapping
-// aligned to 2 MiB and advised MADV_HUGEPAGE; smaller ones, and every one in
+// aligned to 2 MiB, advised MADV_HUGEPAGE and faulted in whole before it is
+// returned (MADV_POPULATE_WRITE): a first touch mid-step costs tens of
+// microseconds a page on a VM, and memory that is not there is refused here
+// (NULL) rather than found missing later. Smaller ones, and every one in
 // a sanitizer build (whose allocator must see buffers to catch overflows
 // and leaks), come from aligned_alloc (64-byte aligned). The contents start
 // undefined, as malloc's do.
