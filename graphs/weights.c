@@ -66,11 +66,12 @@ rg_status_t rg_tensor_read_f32(const rg_tensor_t *t, int64_t first, int64_t coun
                           t->name, (long long)first, (long long)count, (long long)n);
   int64_t be = rg_dtype_block_elems(t->type);
   if (!rg_dtype_has_codec(t->type))
-    return rg_status_make(RG_UNIMPLEMENTED, "%s: tensor '%s': cannot convert %s to f32", t->file, t->name,
-                          rg_dtype_name(t->type));
+    return rg_status_make(RG_UNIMPLEMENTED, "%s: tensor '%s': cannot convert %s to f32", t->file,
+                          t->name, rg_dtype_name(t->type));
   if (first % be || count % be)
-    return rg_status_make(RG_INVALID_ARGUMENT, "%s: tensor '%s': %s is read in whole blocks of %lld elements",
-                          t->file, t->name, rg_dtype_name(t->type), (long long)be);
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "%s: tensor '%s': %s is read in whole blocks of %lld elements", t->file,
+                          t->name, rg_dtype_name(t->type), (long long)be);
   const uint8_t *p = (const uint8_t *)t->data + first / be * rg_dtype_block_bytes(t->type);
   return rg_dtype_to_f32(t->type, p, out, count);
 }
@@ -224,6 +225,12 @@ void rg__weights_set_gguf(rg_weights_t *w, void *g, void (*destroy)(void *)) {
 
 void *rg__weights_gguf(const rg_weights_t *w) {
   return w->gguf;
+}
+
+void rg_weights_release_pages(const rg_weights_t *w) {
+  if (!w) return;
+  for (size_t i = 0; i < w->n_maps; i++)
+    if (w->maps[i].mapped) madvise(w->maps[i].base, (size_t)w->maps[i].size, MADV_DONTNEED);
 }
 
 void rg_weights_close(rg_weights_t *w) {
@@ -477,8 +484,9 @@ static rg_status_t check_no_extra_layers(const rg_weights_t *w, const rg_arch_t 
 rg_status_t rg_weights_check(const rg_weights_t *w, const rg_arch_t *a) {
   if (!rg_family_has(a->family, RG_FAM_RUNS) || a->mla) {
     char list[256];
-    return rg_status_make(RG_UNIMPLEMENTED, "%s: checking tensors of family '%s' is not supported; ridge checks %s",
-                          w->path, rg_family_name(a->family), rg_family_list(RG_FAM_RUNS, list, sizeof list));
+    return rg_status_make(
+        RG_UNIMPLEMENTED, "%s: checking tensors of family '%s' is not supported; ridge checks %s",
+        w->path, rg_family_name(a->family), rg_family_list(RG_FAM_RUNS, list, sizeof list));
   }
   int mixtral = rg_family_has(a->family, RG_FAM_MIXTRAL_MOE);
   const int64_t d = a->d_model, hd = a->head_dim, q = a->n_heads * hd, kv = a->n_kv_heads * hd;

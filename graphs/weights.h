@@ -82,6 +82,13 @@ typedef enum { RG_WEIGHTS_SAFETENSORS, RG_WEIGHTS_GGUF } rg_weights_format_t;
 #define RG_WEIGHTS_MAX_TENSORS (1 << 20)
 RG_MUST_USE rg_status_t rg_weights_open(const char *path, rg_weights_t **out);
 void rg_weights_close(rg_weights_t *w);
+// Tells the kernel that this process is done with the pages of its mapped
+// files for now (MADV_DONTNEED): they leave its resident set, and a later
+// read of a tensor faults them back in from the page cache or the file, so
+// tensors stay valid. Called once every tensor has been copied out (weights
+// copied into huge pages, or uploaded): otherwise a 2.2 GB model counted
+// twice in the process's memory, once copied and once mapped.
+void rg_weights_release_pages(const rg_weights_t *w);
 
 rg_weights_format_t rg_weights_format(const rg_weights_t *w);
 const char *rg_weights_path(const rg_weights_t *w);  // as given to rg_weights_open
@@ -255,8 +262,8 @@ typedef struct {
   rg_testmodel_arch_t arch;
   rg_testmodel_size_t size;
   uint64_t seed;
-  rg_dtype_t dtype;        // F32, F16 or BF16 (safetensors and GGUF "same")
-  rg_dtype_t gguf_type;    // RG_DTYPE_COUNT ("same") or RG_Q8_0
+  rg_dtype_t dtype;              // F32, F16 or BF16 (safetensors and GGUF "same")
+  rg_dtype_t gguf_type;          // RG_DTYPE_COUNT ("same") or RG_Q8_0
   int force;                     // write into a non-empty directory
   rg_write_progress_t progress;  // optional
   void *progress_ctx;

@@ -178,6 +178,8 @@ static rg_status_t create(rg_engine_t *e, const char *path, const rg_engine_opti
   }
   sp = (rg_stage_spec_t){.kind = RG_STAGE_LM_HEAD};
   RG_RETURN_IF_ERROR(add_stage(e, &sp, main_dev, &so, &e->lm_head));
+  // Every weight is copied out now: the file's pages need not stay mapped.
+  if (copy) rg_weights_release_pages(rg_model_weights(e->m));
 
   if (e->swap_blocks || e->cap_blocks) {
     for (int i = 0; i < e->n_devs && !e->host; i++)

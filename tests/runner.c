@@ -1,6 +1,7 @@
 // The test runner: runs every RG_TEST (or those whose name contains one of the
 // arguments) and ends with "N passed, N failed, N skipped".
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,4 +181,23 @@ int main(int argc, char **argv) {
   free(tests);
   printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
+}
+
+long rg_test_smaps_field(const void *p, const char *field) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[256];
+  int in = 0;
+  long got = -1;
+  size_t fl = strlen(field);
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+      continue;
+    }
+    if (in && !strncmp(line, field, fl) && sscanf(line + fl, "%ld", &got) == 1) break;
+  }
+  fclose(f);
+  return got;
 }

@@ -40,6 +40,9 @@ const char *rg_test_tiny_model(rg_test_ctx_t *t, int arch, const char *sub, uint
 // Runs the ridge binary with args (a shell-quoted string) and captures
 // stdout+stderr into a malloc'd string the test owns; returns exit status.
 int rg_test_run_ridge(rg_test_ctx_t *t, const char *args, char **out_output);
+// A field of this process's mapping that holds p, as /proc/self/smaps gives
+// it (e.g. "Rss:" in kB, "THPeligible:" 1 or 0), or -1 when it cannot tell.
+long rg_test_smaps_field(const void *p, const char *field);
 
 #define RG_TEST(name)                                                 \
   static void rg_test_##name(rg_test_ctx_t *t);                       \

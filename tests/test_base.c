@@ -226,33 +226,12 @@ RG_TEST(nearest_suggestion) {
   RG_CHECK(rg_nearest("zzz", opts, 3) == NULL);
 }
 
-// A field of the mapping that holds p, as /proc/self/smaps gives it
-// ("THPeligible:" 1 or 0, "Rss:" in kB), or -1 when it cannot tell.
-static long smaps_field(const void *p, const char *field) {
-  FILE *f = fopen("/proc/self/smaps", "r");
-  if (!f) return -1;
-  char line[256];
-  int in = 0;
-  long got = -1;
-  size_t fl = strlen(field);
-  while (fgets(line, sizeof line, f)) {
-    unsigned long lo, hi;
-    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
-      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-      continue;
-    }
-    if (in && !strncmp(line, field, fl) && sscanf(line + fl, "%ld", &got) == 1) break;
-  }
-  fclose(f);
-  return got;
-}
-
 RG_TEST(hugemem_maps_whole_aligned_huge_pages) {
   size_t mapped = 1;
   uint8_t *p = rg__hugemem_map((3u << 20) + 5, &mapped);
   RG_REQUIRE(p != NULL);
   // Every page is in memory before the first touch (no fault mid-step).
-  long rss = smaps_field(p, "Rss:");
+  long rss = rg_test_smaps_field(p, "Rss:");
   if (rss >= 0) RG_CHECK(rss >= (long)(mapped >> 10));
   RG_CHECK(mapped == (size_t)4 << 20);
   RG_CHECK((uintptr_t)p % (2u << 20) == 0);
@@ -266,7 +245,7 @@ RG_TEST(hugemem_maps_whole_aligned_huge_pages) {
     if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
     fclose(f);
   }
-  long e = smaps_field(p, "THPeligible:");
+  long e = rg_test_smaps_field(p, "THPeligible:");
   if (mode[0] && !strstr(mode, "[never]") && e >= 0) RG_CHECK(e == 1);
   rg_hugemem_free(p, mapped);
 

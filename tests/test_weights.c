@@ -185,6 +185,32 @@ static void check_formats_agree(rg_test_ctx_t *t, const char *kind, int n_expect
   rg_weights_close(gg);
 }
 
+// Once its tensors are copied out, an engine drops the file's pages from its
+// resident set; the tensors stay readable, faulted back in.
+RG_TEST(weights_release_pages_leaves_tensors_readable) {
+  const char *dir = fixture(t, "llama");
+  RG_REQUIRE(dir);
+  char *path = path_in(dir, "model.safetensors");
+  rg_weights_t *w = NULL;
+  RG_REQUIRE_OK(rg_weights_open(path, &w));
+  const rg_tensor_t *e = rg_weights_find(w, "model.embed_tokens.weight");
+  RG_REQUIRE(e && e->nbytes >= 4096);
+  unsigned char *copy = malloc(e->nbytes);
+  RG_REQUIRE(copy);
+  memcpy(copy, e->data, e->nbytes);  // resident now
+  long before = rg_test_smaps_field(e->data, "Rss:");
+  rg_weights_release_pages(w);
+  long after = rg_test_smaps_field(e->data, "Rss:");
+  if (before >= 0 && after >= 0) {
+    RG_CHECK(before >= (long)(e->nbytes >> 10));
+    RG_CHECK(after == 0);
+  }
+  RG_CHECK(memcmp(copy, e->data, e->nbytes) == 0);
+  free(copy);
+  rg_weights_close(w);
+  free(path);
+}
+
 RG_TEST(weights_testmodel_llama_safetensors_and_gguf_agree) {
   // embed, 2 x (2 norms + 4 attention + 3 FFN), final norm, lm_head.
   check_formats_agree(t, "llama", 1 + 2 * 9 + 2);
@@ -1220,7 +1246,6 @@ RG_TEST(weights_writers_check_their_input) {
 
 // ----- conversions --------------------------------------------------------------------
 
-
 RG_TEST(weights_half_conversions_round_to_nearest_even) {
   RG_CHECK(rg_f32_to_f16(1.0f) == 0x3c00);
   RG_CHECK(rg_f32_to_f16(-2.0f) == 0xc000);
@@ -1234,8 +1259,8 @@ RG_TEST(weights_half_conversions_round_to_nearest_even) {
   for (uint32_t h = 0; h < 0x10000; h++) {
     if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue;  // NaN payloads
     bad += rg_f32_to_f16(rg_f16_to_f32((uint16_t)h)) != h;
-    bad += rg_f32_to_bf16(rg_bf16_to_f32((uint16_t)h)) != h &&
-           !((h & 0x7f80) == 0x7f80 && (h & 0x7f));
+    bad +=
+        rg_f32_to_bf16(rg_bf16_to_f32((uint16_t)h)) != h && !((h & 0x7f80) == 0x7f80 && (h & 0x7f));
   }
   RG_CHECK(bad == 0);
   RG_CHECK(rg_f32_to_bf16(1.0f + 0x1p-8f) == 0x3f80);  // tie to even

@@ -307,6 +307,8 @@ static rg_status_t load(worker_t *w, const rg_control_assign_t *as) {
     for (int m = 0; m < w->n_mb; m++)
       RG_RETURN_IF_ERROR(rg_stage_ctx_create(w->stages[i], &w->ctx[i][m]));
   }
+  // Its weights are copied out now (see rg_weights_release_pages).
+  if (so.copy_weights) rg_weights_release_pages(rg_model_weights(w->model));
   return setup_kv_moves(w);
 }
 
