@@ -35,7 +35,7 @@ static const char usage[] =
     "                 --workload W --num-requests N] [-n N] [--temperature T] [--top-k K] [--top-p "
     "P]\n"
     "                 [--seed S] [--chat] [--batch B] [--device D] [--threads N] [--isa I]\n"
-    "                 [--batch-invariant]\n"
+    "                 [--batch-invariant] [--profile-ops]\n"
     "                 [--max-seqs N] [--max-batch-tokens N] [--block-size N] [--prefix-cache "
     "on|off]\n"
     "                 [--max-context C] [--kv-tokens N] [--kv-dtype f32|bf16|f16] [--swap-tokens "
@@ -153,6 +153,9 @@ static const char usage[] =
     "                     ~0.3 s, and the profiles the predictions need)\n"
     "  --no-calibrate     predict each stage on its device's datasheet class, not profiled\n"
     "  --recalibrate      profile each device again even if its cached calibration is young\n"
+    "  --profile-ops      time every op of every stage and print, per op kind, its calls, total\n"
+    "                     and share of the stages' time (single process only; an asynchronous\n"
+    "                     device waits for each op while this is on)\n"
     "  --json             every figure as JSON (text is not streamed)\n"
     "\n"
     "examples:\n"
@@ -179,6 +182,7 @@ typedef struct {
   double retention;
   double temperature, top_p, rate;
   int chat, json, no_measure, prefix_cache, no_calibrate, recalibrate, batch_invariant;
+  int profile_ops;
 } run_args_t;
 
 static rg_status_t parse_num(const char *flag, const char *s, long long lo, long long hi,
@@ -234,7 +238,8 @@ enum {
   O_POOL,
   O_NO_CALIBRATE,
   O_RECALIBRATE,
-  O_BATCH_INVARIANT
+  O_BATCH_INVARIANT,
+  O_PROFILE_OPS
 };
 
 static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *common, run_args_t *a,
@@ -285,6 +290,7 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                                         {"no-calibrate", no_argument, 0, O_NO_CALIBRATE},
                                         {"recalibrate", no_argument, 0, O_RECALIBRATE},
                                         {"batch-invariant", no_argument, 0, O_BATCH_INVARIANT},
+                                        {"profile-ops", no_argument, 0, O_PROFILE_OPS},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   memset(a, 0, sizeof(*a));
@@ -347,6 +353,9 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
         break;
       case O_BATCH_INVARIANT:
         a->batch_invariant = 1;
+        break;
+      case O_PROFILE_OPS:
+        a->profile_ops = 1;
         break;
       case 'c':
         a->chat = 1;
@@ -483,6 +492,11 @@ static rg_status_t parse_args(int argc, char **argv, const rg_cli_common_t *comm
                           "class's fleet entry says in run_on:, so --workers, --micro-batches, "
                           "--device and --ffn-device do not go with it");
   if (a->pool && !a->plan) return rg_status_make(RG_INVALID_ARGUMENT, "--pool goes with --plan");
+  if (a->profile_ops && (a->layout || a->plan))
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "--profile-ops times the ops of this process's stages; with --%s the "
+                          "stages run in worker processes, which do not report op times",
+                          a->layout ? "layout" : "plan");
   if (a->no_calibrate && a->recalibrate)
     return rg_status_make(RG_INVALID_ARGUMENT,
                           "give --no-calibrate or --recalibrate, not both: one skips the profile, "
@@ -1295,6 +1309,59 @@ static void predict_json(const predict_t *P, cJSON *root, int *bad) {
   }
 }
 
+// --profile-ops: each op kind's calls and time, summed over this process's
+// stages, and its share of the stages' measured time (the rest is the
+// stages' own work between ops: uploads, waits, bookkeeping).
+static void op_rows(const backend_t *b, cJSON *arr, int *bad, rg_table_t *tb) {
+  rg_op_profile_t sum, one;
+  memset(&sum, 0, sizeof sum);
+  double stage_s = 0;
+  for (size_t i = 0; b->e && i < rg_engine_stage_count(b->e); i++) {
+    const rg_stage_t *s = rg_engine_stage_at(b->e, i);
+    rg_stage_counters_t c;
+    rg_stage_counters(s, &c);
+    stage_s += c.seconds;
+    rg_queue_op_profile(rg_stage_queue(s), &one);
+    for (int k = 0; k < RG_OP_COUNT; k++) {
+      sum.calls[k] += one.calls[k];
+      sum.seconds[k] += one.seconds[k];
+    }
+  }
+  for (int k = 0; k < RG_OP_COUNT; k++) {
+    if (!sum.calls[k]) continue;
+    double mean = sum.seconds[k] / (double)sum.calls[k];
+    double share = stage_s > 0 ? sum.seconds[k] / stage_s : 0;
+    if (arr) {
+      cJSON *o = rg_json_push_obj(arr, bad);
+      rg_json_str(o, "op", rg_op_name((rg_op_kind_t)k), bad);
+      rg_json_num(o, "calls", (double)sum.calls[k], bad);
+      rg_json_num(o, "seconds", sum.seconds[k], bad);
+      rg_json_num(o, "share_of_stages", share, bad);
+    }
+    if (tb) {
+      char b1[32], b2[32];
+      rg_table_cell(tb, "%s", rg_op_name((rg_op_kind_t)k));
+      rg_table_cell(tb, "%lld", (long long)sum.calls[k]);
+      rg_table_cell(tb, "%s", rg_fmt_quantity(sum.seconds[k], RG_UNIT_TIME, b1, sizeof b1));
+      rg_table_cell(tb, "%s", rg_fmt_quantity(mean, RG_UNIT_TIME, b2, sizeof b2));
+      rg_table_cell(tb, "%.1f%%", 100 * share);
+    }
+  }
+}
+
+static rg_status_t print_ops(const backend_t *b) {
+  static const char *const heads[] = {"op", "calls", "total", "mean", "of stages"};
+  rg_table_t tb;
+  rg_table_init(&tb, 5, heads, "lrrrr");
+  op_rows(b, NULL, NULL, &tb);
+  fprintf(stderr,
+          "\nper op (--profile-ops: every stage's ops timed from submission to completion, "
+          "summed by kind):\n");
+  rg_status_t s = rg_table_print(&tb, stderr, 2);
+  rg_table_deinit(&tb);
+  return s;
+}
+
 static rg_status_t print_stages(const backend_t *b, const predict_t *P) {
   static const char *const heads[] = {"stage",     "GFLOP",     "MB",   "measured",
                                       "predicted", "meas/pred", "GB/s", "GFLOP/s"};
@@ -1590,6 +1657,8 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     if ((st = rg_engine_create(model_path, &eo, &be.e))) return st;
     be.x = rg_engine_executor(be.e);
     be.arch = rg_engine_arch(be.e);
+    for (size_t i = 0; a->profile_ops && i < rg_engine_stage_count(be.e); i++)
+      rg_queue_set_profiling(rg_stage_queue(rg_engine_stage_at(be.e, i)), 1);
   }
   const rg_tokenizer_t *tok = be.x.tokenizer;
   const rg_arch_t *arch = be.arch;
@@ -1818,6 +1887,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     }
     predict_json(&pr, root, &bad);
     stage_rows(&be, &pr, rg_json_arr(root, "stages", &bad), &bad, NULL);
+    if (a->profile_ops) op_rows(&be, rg_json_arr(root, "ops", &bad), &bad, NULL);
     cJSON *arr = rg_json_arr(root, "per_request", &bad);
     for (size_t i = 0; i < n; i++) {
       const rg_serve_result_t *q = &res[i];
@@ -1973,6 +2043,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
               lim.read_bandwidth / 1e9, ss.decode.flops / dec_s / 1e9,
               100 * ss.decode.flops / dec_s / lim.fma_peak, lim.fma_peak / 1e9, lim.fma_isa);
     st = print_stages(&be, &pr);
+    if (!st && a->profile_ops) st = print_ops(&be);
     for (size_t i = 0; i < n && n_bad + n_failed; i++)
       if (res[i].finish && !strcmp(res[i].finish, "error"))
         fprintf(stderr, "ridge run: request %zu: %s\n", i, res[i].error);

@@ -155,6 +155,8 @@ typedef struct {
 struct rg_queue_s {
   const rg_queue_vtable_t *vt;
   rg_device_t *device;  // one reference held
+  int profiling;        // rg_queue_set_profiling
+  rg_op_profile_t profile;
 };
 
 void rg__queue_init(rg_queue_t *q, const rg_queue_vtable_t *vt, rg_device_t *dev);

@@ -392,6 +392,8 @@ rg_status_t rg_buffer_read(rg_buffer_t *buf, size_t offset, void *dst, size_t le
 void rg__queue_init(rg_queue_t *q, const rg_queue_vtable_t *vt, rg_device_t *dev) {
   q->vt = vt;
   q->device = dev;
+  q->profiling = 0;
+  memset(&q->profile, 0, sizeof q->profile);
   rg__device_retain(dev);
 }
 

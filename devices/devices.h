@@ -245,4 +245,18 @@ RG_MUST_USE rg_status_t rg_queue_wait(rg_queue_t *q);
 void rg_queue_destroy(rg_queue_t *q);
 rg_device_t *rg_queue_device(const rg_queue_t *q);
 
+// Op timing, off until asked for: each op submitted to q is timed from its
+// submission until it has finished, and the times are summed by op kind.
+// On a queue that runs work asynchronously (OpenCL, CUDA) profiling waits
+// for each op before the next is submitted, so the queue loses its overlap
+// while it is on; a CPU queue runs each op inside rg_queue_submit anyway.
+typedef struct {
+  int64_t calls[RG_OP_COUNT];
+  double seconds[RG_OP_COUNT];
+} rg_op_profile_t;
+void rg_queue_set_profiling(rg_queue_t *q, int on);
+// What q has timed since profiling began or was last reset (zeros if never).
+void rg_queue_op_profile(const rg_queue_t *q, rg_op_profile_t *out);
+void rg_queue_op_profile_reset(rg_queue_t *q);
+
 #endif  // RG_DEVICES_DEVICES_H

@@ -69,9 +69,31 @@ rg_status_t rg_queue_submit(rg_queue_t *q, const rg_op_t *op) {
     return rg_status_make(RG_UNIMPLEMENTED, "%s on %s: the %s backend runs no ops",
                           op_label(op, name, sizeof name), q->device->label,
                           q->device->driver->name);
+  double t0 = q->profiling ? rg_clock_now() : 0;
   rg_status_t s = q->vt->submit(q, op);
+  if (q->profiling && !s) {
+    // An asynchronous queue is timed to the op's end (see devices.h).
+    if (q->vt->wait) s = q->vt->wait(q);
+    q->profile.calls[op->kind]++;
+    q->profile.seconds[op->kind] += rg_clock_now() - t0;
+  }
   return s ? rg_status_wrap(s, "%s on %s", op_label(op, name, sizeof name), q->device->label)
            : NULL;
+}
+
+void rg_queue_set_profiling(rg_queue_t *q, int on) {
+  if (q) q->profiling = on != 0;
+}
+
+void rg_queue_op_profile(const rg_queue_t *q, rg_op_profile_t *out) {
+  if (q)
+    *out = q->profile;
+  else
+    memset(out, 0, sizeof *out);
+}
+
+void rg_queue_op_profile_reset(rg_queue_t *q) {
+  if (q) memset(&q->profile, 0, sizeof q->profile);
 }
 
 // ----- Copies ----------------------------------------------------------------------

@@ -537,6 +537,7 @@ void rg_stage_counters(const rg_stage_t *s, rg_stage_counters_t *out) {
 }
 void rg_stage_counters_reset(rg_stage_t *s) {
   memset(&s->c, 0, sizeof s->c);
+  rg_queue_op_profile_reset(s->q);  // op times stay a breakdown of the counted seconds
 }
 
 // ----- A step --------------------------------------------------------------------

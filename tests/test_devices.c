@@ -1125,3 +1125,50 @@ RG_TEST(devices_stand_in_level_zero_runs_memory_and_copies) {
   rg_device_close(dev);
   unsetenv("RIDGE_LEVEL_ZERO_LIBRARY");
 }
+
+// Op timing: nothing until asked for, then calls and time by op kind, on the
+// CPU and (where one opens) on an OpenCL device, whose queue is asynchronous.
+static void check_op_profile(rg_test_ctx_t *t, rg_device_t *dev) {
+  rg_queue_t *q;
+  RG_REQUIRE_OK(rg_queue_create(dev, &q));
+  rg_buffer_t *b;
+  RG_REQUIRE_OK(rg_buffer_alloc(dev, 1 << 16, &b));
+  RG_CHECK_OK(rg_queue_write(q, b, 0, (float[4]){1, 2, 3, 4}, 16));
+  rg_op_t add = {.kind = RG_OP_ADD, .add = {{b, 0}, {b, 0}, {b, 0}, 4}};
+  RG_CHECK_OK(rg_queue_submit(q, &add));
+  rg_op_profile_t p;
+  rg_queue_op_profile(q, &p);
+  for (int k = 0; k < RG_OP_COUNT; k++) RG_CHECK(p.calls[k] == 0 && p.seconds[k] == 0);
+  rg_queue_set_profiling(q, 1);
+  for (int i = 0; i < 3; i++) RG_CHECK_OK(rg_queue_submit(q, &add));
+  rg_op_t bad = {.kind = RG_OP_ADD, .add = {{b, 0}, {b, 0}, {b, 0}, 1 << 20}};
+  RG_CHECK_ERR(rg_queue_submit(q, &bad), "bytes");  // refused ops are not counted
+  rg_queue_op_profile(q, &p);
+  RG_CHECK(p.calls[RG_OP_ADD] == 3 && p.seconds[RG_OP_ADD] > 0);
+  for (int k = 0; k < RG_OP_COUNT; k++)
+    if (k != RG_OP_ADD) RG_CHECK(p.calls[k] == 0);
+  float got[4];
+  RG_CHECK_OK(rg_queue_read(q, b, 0, got, sizeof got));
+  RG_CHECK_OK(rg_queue_wait(q));  // an OpenCL read is queued
+  if (!(got[0] == 16 && got[3] == 64))  // x * 2^4: all four adds ran
+    rg_test_fail(t, __FILE__, __LINE__, "%s: got %g %g %g %g, want 16 32 48 64",
+                 rg_device_info(dev)->name, got[0], got[1], got[2], got[3]);
+  rg_queue_op_profile_reset(q);
+  rg_queue_op_profile(q, &p);
+  RG_CHECK(p.calls[RG_OP_ADD] == 0 && p.seconds[RG_OP_ADD] == 0);
+  rg_buffer_release(b);
+  rg_queue_destroy(q);
+}
+
+RG_TEST(devices_queue_times_ops_by_kind_when_asked) {
+  rg_device_t *dev;
+  RG_REQUIRE_OK(rg_device_open("cpu", 0, NULL, &dev));
+  check_op_profile(t, dev);
+  rg_device_close(dev);
+  rg_status_t s = rg_device_open("opencl", 0, NULL, &dev);
+  if (!s) {
+    check_op_profile(t, dev);
+    rg_device_close(dev);
+  }
+  rg_status_free(s);
+}

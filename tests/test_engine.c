@@ -270,6 +270,57 @@ RG_TEST(cli_run_bad_inputs) {
   free(out);
 }
 
+// --profile-ops breaks the stages' time down by op kind: every op a llama
+// layer runs is there, inside the stages' measured time; with workers it is
+// refused by name.
+RG_TEST(cli_run_profile_ops_breaks_stages_down_by_op) {
+  const char *dir = make_model(t, RG_TESTMODEL_LLAMA, "ops");
+  RG_REQUIRE(dir);
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd,
+           "run --model %s --prompt-ids 1,2,3,4 -n 6 --temperature 0 --no-measure --json "
+           "--profile-ops",
+           dir);
+  char *out = NULL;
+  RG_CHECK(rg_test_run_ridge(t, cmd, &out) == 0);
+  cJSON *j = cJSON_Parse(out);
+  RG_REQUIRE(j);
+  double stage_s = 0, op_s = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "stages")) {
+    stage_s += cJSON_GetNumberValue(cJSON_GetObjectItem(e, "measured_s"));
+  }
+  static const char *const want[] = {"embed",    "rmsnorm",   "matmul", "rope",
+                                     "kv_write", "attention", "swiglu", "add"};
+  int seen[8] = {0};
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "ops")) {
+    const char *op = cJSON_GetStringValue(cJSON_GetObjectItem(e, "op"));
+    double calls = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "calls"));
+    double sec = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "seconds"));
+    RG_CHECK(op && calls >= 1 && sec > 0);
+    op_s += sec;
+    for (int k = 0; op && k < 8; k++) seen[k] |= !strcmp(op, want[k]);
+    // The tiny llama has 2 layers and 7 matmuls each, plus lm_head's: at
+    // least 15 a step over 6 steps.
+    if (op && !strcmp(op, "matmul")) RG_CHECK(calls >= 6 * 15);
+  }
+  for (int k = 0; k < 8; k++)
+    if (!seen[k]) rg_test_fail(t, __FILE__, __LINE__, "op %s missing from \"ops\"", want[k]);
+  RG_CHECK(op_s > 0 && op_s <= stage_s * 1.001);
+  cJSON_Delete(j);
+  free(out);
+  snprintf(cmd, sizeof cmd, "run --model %s --prompt-ids 1,2 -n 2 --no-measure --profile-ops", dir);
+  RG_CHECK(rg_test_run_ridge(t, cmd, &out) == 0);
+  RG_CHECK_CONTAINS(out, "per op (--profile-ops");
+  RG_CHECK_CONTAINS(out, "of stages");
+  free(out);
+  snprintf(cmd, sizeof cmd,
+           "run --model %s --prompt-ids 1,2 -n 2 --layout attention-ffn --profile-ops", dir);
+  RG_CHECK(rg_test_run_ridge(t, cmd, &out) == 2);
+  RG_CHECK_CONTAINS(out, "--profile-ops times the ops of this process's stages");
+  free(out);
+}
+
 // Weights used from the file mapping and from huge-page copies give the
 // same logits bit for bit: the copy changes where bytes live, not values.
 RG_TEST(engine_mmap_and_copied_weights_agree) {
