@@ -1476,6 +1476,18 @@ TRANSPORT_CASE(wait_fd_in_libuv_loop) {
 // (its notice tells the receiver early that a write is under way), the
 // others at most chunk_bytes, every byte in exactly one entry in order, and
 // a chunk's bytes the sum of its entries.
+// 16 -> 64-token KV blocks: 32 segments of 8 per-head runs of 4 KiB, read
+// from src (1 MiB) with a stride.
+static void per_head_runs(const uint8_t *src, rg_transport_segment_t heads[32]) {
+  for (int i = 0; i < 32; i++)
+    heads[i] = (rg_transport_segment_t){.src = src + (size_t)i * 32768,
+                                        .dst_offset = (uint64_t)i * 131072,
+                                        .len = 4096,
+                                        .count = 8,
+                                        .src_stride = 4096,
+                                        .dst_stride = 16384};
+}
+
 static void check_cut(rg_test_ctx_t *t, const rg_transport_segment_t *segs, size_t n_segs,
                       uint64_t chunk_bytes, size_t want_chunks, uint64_t want_first) {
   size_t n_ents = 0, n_chunks = 0;
@@ -1531,13 +1543,7 @@ RG_TEST(transport_write_first_chunk_is_short) {
   // 16 -> 64-token KV blocks: 32 segments of 8 per-head runs of 4 KiB. The
   // first chunk takes 16 runs, the others 128.
   rg_transport_segment_t heads[32];
-  for (int i = 0; i < 32; i++)
-    heads[i] = (rg_transport_segment_t){.src = src + (size_t)i * 32768,
-                                        .dst_offset = (uint64_t)i * 131072,
-                                        .len = 4096,
-                                        .count = 8,
-                                        .src_stride = 4096,
-                                        .dst_stride = 16384};
+  per_head_runs(src, heads);
   check_cut(t, heads, 32, 512 << 10, 3, 64 << 10);
   // Runs of 48 KiB: the first chunk closes after one rather than split the
   // next.
@@ -1564,6 +1570,7 @@ static void check_hash_slices(rg_test_ctx_t *t, const rg_transport_segment_t *se
   RG_REQUIRE(w.ents && w.ent_chunk && w.chunks && w.notices && w.hash_state && flat);
   rg__cut_chunks(segs, n_segs, 512 << 10, w.ents, w.ent_chunk, w.chunks, &w.n_ents, &w.n_chunks);
   for (size_t c = 0; c < w.n_chunks; c++) w.chunks[c].notice = w.notices + 64 * c;
+  rg__runs_init(&w.hash_cur, &w);
   XXH3_64bits_reset(w.hash_state);
   uint64_t hashed = 0, ends = 0;
   size_t steps = 0, want_sealed = 0;
@@ -1602,13 +1609,7 @@ RG_TEST(transport_write_hash_slices_match_whole_chunks) {
   rg_transport_segment_t one = {.src = src, .len = (1 << 20) + 5, .count = 1};
   // Per-head runs, read with a stride, as a KV write into larger blocks.
   rg_transport_segment_t heads[32];
-  for (int i = 0; i < 32; i++)
-    heads[i] = (rg_transport_segment_t){.src = src + (size_t)i * 32768,
-                                        .dst_offset = (uint64_t)i * 131072,
-                                        .len = 4096,
-                                        .count = 8,
-                                        .src_stride = 4096,
-                                        .dst_stride = 16384};
+  per_head_runs(src, heads);
   // Budgets that split runs at odd places, one that ends exactly on runs,
   // and one larger than any chunk.
   const uint64_t budgets[] = {1000, 4096, 128 << 10, 3 << 20};

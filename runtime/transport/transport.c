@@ -594,28 +594,17 @@ void rg__write_seal_chunk(rg__write_t *w) {
 bool rg__write_hash_step(rg__write_t *w, uint64_t budget) {
   if (w->n_hashed >= w->n_chunks) return false;
   uint64_t done = 0;
-  while (w->n_hashed < w->n_chunks) {
-    const rg__chunk_t *c = &w->chunks[w->n_hashed];
-    if (w->hash_ent >= c->first + c->n) {
-      rg__write_seal_chunk(w);  // its last byte is in: the notice can go
-      continue;
-    }
-    if (done >= budget) break;
-    const rg_transport_segment_t *e = &w->ents[w->hash_ent];
-    uint64_t n = e->len - w->hash_off;
-    if (n > budget - done) n = budget - done;
-    XXH3_64bits_update(w->hash_state,
-                       (const uint8_t *)e->src + (int64_t)w->hash_run * e->src_stride + w->hash_off,
-                       n);
-    done += n;
-    w->hash_off += n;
-    if (w->hash_off == e->len) {
-      w->hash_off = 0;
-      if (++w->hash_run == e->count) {
-        w->hash_run = 0;
-        w->hash_ent++;
-      }
-    }
+  for (;;) {
+    // Every chunk the cursor has left is whole: seal it, its notice can go.
+    while (w->n_hashed < w->n_chunks && rg__runs_chunk(&w->hash_cur) > w->n_hashed)
+      rg__write_seal_chunk(w);
+    const uint8_t *src;
+    uint64_t dst, len;
+    if (w->n_hashed >= w->n_chunks || done >= budget ||
+        !rg__runs_next(&w->hash_cur, budget - done, &src, &dst, &len))
+      break;
+    XXH3_64bits_update(w->hash_state, src, len);
+    done += len;
   }
   return true;
 }
@@ -779,6 +768,7 @@ static rg_status_t write_locked(rg_transport_t *t, rg_transport_peer_t peer,
   XXH3_64bits_reset(w->hash_state);
   rg__cut_chunks(segs, n_segs, t->chunk_bytes, w->ents, w->ent_chunk, w->chunks, &w->n_ents,
                  &w->n_chunks);
+  rg__runs_init(&w->hash_cur, w);
   w->n_segs = n_segs;
   w->total = (uint64_t)total;
   w->dst_addr = dst->addr;

@@ -94,7 +94,16 @@ typedef struct {
   size_t notice_len;
 } rg__chunk_t;
 
+// Cursor over a write's entries in order, a run cut into pieces of at most
+// what each call asks for (rg__runs_next's `max`).
+struct rg__write_s;
 typedef struct {
+  const struct rg__write_s *w;
+  size_t ent, run;
+  uint64_t done_in_run;  // bytes of the current run already yielded
+} rg__runs_t;
+
+typedef struct rg__write_s {
   size_t n_segs;                 // the caller's segment count, for messages
   rg_transport_segment_t *ents;  // the entries, in order (count >= 1)
   uint32_t *ent_chunk;           // the chunk of each entry
@@ -106,22 +115,12 @@ typedef struct {
   uint64_t dst_addr, dst_key, dst_region;
   // Hashing runs slice by slice (rg__write_hash_step), so the fabric
   // backend can overlap it with the provider moving earlier chunks.
-  void *hash_state;  // XXH3_state_t
-  size_t n_hashed;   // chunks [0, n_hashed) are hashed and their notices sealed
-  size_t hash_ent;   // rg__write_hash_step's place: entry, run in it, bytes of the run
-  uint32_t hash_run;
-  uint64_t hash_off;
+  void *hash_state;      // XXH3_state_t
+  size_t n_hashed;       // chunks [0, n_hashed) are hashed and their notices sealed
+  rg__runs_t hash_cur;   // rg__write_hash_step's place (rg__runs_init'd with the write)
   size_t corrupt_chunk;  // with corrupt: the chunk whose first bytes are flipped
   bool corrupt;          // flip one bit of the data in transit
 } rg__write_t;
-
-// Cursor over a write's entries in order, each run split at most once (see
-// rg__runs_next's `max`).
-typedef struct {
-  const rg__write_t *w;
-  size_t ent, run;
-  uint64_t done_in_run;  // bytes of the current run already yielded
-} rg__runs_t;
 
 // What a notice receive has gathered so far (owner thread only).
 typedef struct {
