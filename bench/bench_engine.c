@@ -5,7 +5,8 @@
 //   2. prefill of 512 tokens: GFLOP/s / OpenBLAS sgemm GFLOP/s at a similar
 //      shape (goal >= 0.6);
 //   3. decode at batch 16 vs batch 1: tokens/s ratio (goal >= 10).
-// Prints ratios; never fails on a timing. The model is written once into
+// Under 1 and 3, each op kind's share of the run's op time. Prints ratios;
+// never fails on a timing. The model is written once into
 // $XDG_CACHE_HOME/ridge (or ~/.cache/ridge): about 4.4 GB, ~40 s.
 // Run as `env -u OPENBLAS_CORETYPE build/bench_engine` for OpenBLAS's best
 // kernel (the environment may pin an older core type, halving sgemm).
@@ -21,6 +22,7 @@
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/limits.h"
+#include "runtime/stage.h"
 
 static double now(void) {
   struct timespec t;
@@ -65,6 +67,42 @@ static double sgemm_gflops(int m, int n, int k) {
 
 // Runs of each measurement; the best is kept.
 #define RUNS 2
+
+// The op times of all the engine's stages (their queues profile every op,
+// see rg_queue_set_profiling): summed, or reset.
+static void ops_sum(const rg_engine_t *e, rg_op_profile_t *out) {
+  memset(out, 0, sizeof *out);
+  for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
+    rg_op_profile_t p;
+    rg_queue_op_profile(rg_stage_queue(rg_engine_stage_at(e, i)), &p);
+    for (int k = 0; k < RG_OP_COUNT; k++)
+      out->calls[k] += p.calls[k], out->seconds[k] += p.seconds[k];
+  }
+}
+
+static void ops_reset(const rg_engine_t *e) {
+  for (size_t i = 0; i < rg_engine_stage_count(e); i++)
+    rg_queue_op_profile_reset(rg_stage_queue(rg_engine_stage_at(e, i)));
+}
+
+// One line: each op kind's share of the ops' time, largest first.
+static void ops_print(const char *what, const rg_op_profile_t *p) {
+  double total = 0;
+  int order[RG_OP_COUNT], n = 0;
+  for (int k = 0; k < RG_OP_COUNT; k++)
+    if (p->calls[k]) total += p->seconds[k], order[n++] = k;
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && p->seconds[order[j]] > p->seconds[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  printf("   %s, time by op:", what);
+  for (int i = 0; i < n && total > 0; i++)
+    printf("%s %s %.1f%% (%.0f us a call)", i ? "," : "", rg_op_name((rg_op_kind_t)order[i]),
+           100 * p->seconds[order[i]] / total,
+           1e6 * p->seconds[order[i]] / (double)p->calls[order[i]]);
+  printf("\n");
+}
 
 static rg_status_t run(rg_engine_t *e, int batch, int prompt_len, int n_new, rg_gen_stats_t *st) {
   int32_t *prompt = malloc(sizeof(int32_t) * (size_t)prompt_len);
@@ -120,6 +158,11 @@ int main(int argc, char **argv) {
   openblas_set_num_threads(rg_engine_threads(e));
   double sg = sgemm_gflops(512, 2048, 2048);
   rg_gen_stats_t g1, g16, gp, g;
+  // Every op is timed (two clock reads each, nothing next to a matmul), so
+  // the report can say where batch 1 and batch 16 spend their time.
+  for (size_t i = 0; i < rg_engine_stage_count(e); i++)
+    rg_queue_set_profiling(rg_stage_queue(rg_engine_stage_at(e, i)), 1);
+  rg_op_profile_t ops1, ops16;
   // Warm up the page cache and the kernels, then keep the best of a few
   // runs of each, as every other figure here is taken: a single prefill
   // had been both the first (paying the first touch of its 512-row
@@ -127,16 +170,18 @@ int main(int argc, char **argv) {
   // the only one.
   if ((s = run(e, 1, 8, 4, &g1))) return fail(s);
   for (int i = 0; i < RUNS; i++) {
+    ops_reset(e);
     if ((s = run(e, 1, 8, 33, &g))) return fail(s);
-    if (i == 0 || g.decode_seconds < g1.decode_seconds) g1 = g;
+    if (i == 0 || g.decode_seconds < g1.decode_seconds) g1 = g, ops_sum(e, &ops1);
   }
   for (int i = 0; i < RUNS + 1; i++) {
     if ((s = run(e, 1, 512, 1, &g))) return fail(s);
     if (i == 0 || g.prefill.seconds < gp.prefill.seconds) gp = g;
   }
   for (int i = 0; i < RUNS; i++) {
+    ops_reset(e);
     if ((s = run(e, 16, 8, 33, &g))) return fail(s);
-    if (i == 0 || g.decode_seconds < g16.decode_seconds) g16 = g;
+    if (i == 0 || g.decode_seconds < g16.decode_seconds) g16 = g, ops_sum(e, &ops16);
   }
   const double bw0 = lim.read_bandwidth, amx0 = lim.amx_bf16_peak;
   if ((s = rg_limits_measure(rg_engine_pool(e), 0.5, &after))) return fail(s);
@@ -170,6 +215,7 @@ int main(int argc, char **argv) {
       "1. decode batch 1:  %.1f tokens/s, weights streamed %.1f GB/s = %.2f of read bandwidth "
       "(goal >= 0.9)\n",
       tps1, w_bps / 1e9, w_bps / lim.read_bandwidth);
+  ops_print("batch 1 (8-token prompt, 33 tokens)", &ops1);
   double pf = gp.prefill.flops / gp.prefill.seconds / 1e9;
   printf(
       "2. prefill 512:     %.0f tokens/s, %.0f GFLOP/s = %.2f of OpenBLAS sgemm (goal >= 0.6); "
@@ -179,6 +225,7 @@ int main(int argc, char **argv) {
          peak_path, mpeak / 1e9, pf * 1e9 / mpeak);
   double tps16 = (double)(g16.new_tokens - 16) / g16.decode_seconds;
   printf("3. decode batch 16: %.1f tokens/s = %.1fx batch 1 (goal >= 10)\n", tps16, tps16 / tps1);
+  ops_print("batch 16 (8-token prompts, 33 tokens each)", &ops16);
   rg_engine_destroy(e);
   return 0;
 }
