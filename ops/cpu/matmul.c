@@ -312,29 +312,44 @@ INLINE size_t step_bytes(rg_dtype_t t) {
 // bandwidth, bf16 from 79-81% to 80-85%, f32 86% to 97%: a kernel that is
 // not much faster than a core's share of the bus also leaves it idle part
 // of the time.
+// One row's dot product with x, in the order both m = 1 kernels keep (so
+// rows_1xn_kblocked's results are row_1x1's, bit for bit): four sums over
+// whole steps of 64 values, then the rest of k masked into the first, then
+// the four added pairwise.
+INLINE __attribute__((target(T_AVX512))) void dot64_step(rg_dtype_t t, const unsigned char *row,
+                                                         const float *x, int64_t p, __m512 a[4]) {
+#pragma GCC unroll 4
+  for (int s = 0; s < 4; s++)
+    a[s] = _mm512_fmadd_ps(w16_avx512(t, row, p + 16 * s, 0xffff), _mm512_loadu_ps(x + p + 16 * s),
+                           a[s]);
+}
+
+INLINE __attribute__((target(T_AVX512))) float dot_finish(rg_dtype_t t, const unsigned char *row,
+                                                          const float *x, int64_t p, int64_t k,
+                                                          __m512 a[4]) {
+  for (; p < k; p += 16) {
+    const __mmask16 m = k - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - p)) - 1);
+    a[0] = _mm512_fmadd_ps(w16_avx512(t, row, p, m), _mm512_maskz_loadu_ps(m, x + p), a[0]);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+
 INLINE __attribute__((target(T_AVX512))) void row_1x1(const job_t *j, rg_dtype_t t, int64_t i0,
                                                       int64_t r) {
   const unsigned char *row = j->w + (size_t)r * j->row_bytes;
   const float *x = j->x + i0 * j->k;
   const int64_t k = j->k;
   const size_t eb = t == RG_F32 ? 4 : 2;
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                 _mm512_setzero_ps()};
   int64_t p = 0;
   for (; p + 64 <= k; p += 64) {
     // One stream: into L2, RG__PF_L2_AHEAD on; a line per 64 bytes.
     const unsigned char *at = row + (size_t)p * eb;
     for (size_t o = 0; o < 64 * eb; o += 64) RG__PREFETCH_L2(at + RG__PF_L2_AHEAD + o);
-    a0 = _mm512_fmadd_ps(w16_avx512(t, row, p, 0xffff), _mm512_loadu_ps(x + p), a0);
-    a1 = _mm512_fmadd_ps(w16_avx512(t, row, p + 16, 0xffff), _mm512_loadu_ps(x + p + 16), a1);
-    a2 = _mm512_fmadd_ps(w16_avx512(t, row, p + 32, 0xffff), _mm512_loadu_ps(x + p + 32), a2);
-    a3 = _mm512_fmadd_ps(w16_avx512(t, row, p + 48, 0xffff), _mm512_loadu_ps(x + p + 48), a3);
+    dot64_step(t, row, x, p, a);
   }
-  for (; p < k; p += 16) {
-    const __mmask16 m = k - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - p)) - 1);
-    a0 = _mm512_fmadd_ps(w16_avx512(t, row, p, m), _mm512_maskz_loadu_ps(m, x + p), a0);
-  }
-  float out[1][NR] = {
-      {_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)))}};
+  float out[1][NR] = {{dot_finish(t, row, x, p, k, a)}};
   store_tile(j, i0, 1, r, 1, out);
 }
 
@@ -344,9 +359,9 @@ INLINE __attribute__((target(T_AVX512))) void row_1x1(const job_t *j, rg_dtype_t
 // RG__X_BLOCK values, all nr rows per block, so the block of x stays in L1
 // and each row's weights are read once. Each row's four sums take the same
 // values in the same order as in row_1x1, so the results are bit-identical
-// to it. The prefetch runs one group (nr rows) ahead, in address order and at
-// the rate the group is read, so every line of the next group is in L2 when
-// its turn comes although the group itself is read block by block.
+// to it (dot64_step, dot_finish). The prefetch runs one group (nr rows) ahead, in address order and
+// at the rate the group is read, so every line of the next group is in L2 when its turn comes
+// although the group itself is read block by block.
 enum { RG__X_L1_MAX = 4096, RG__X_BLOCK = 2048 };
 INLINE __attribute__((target(T_AVX512))) void rows_1xn_kblocked(const job_t *j, rg_dtype_t t,
                                                                 int64_t i0, int64_t r0, int nr) {
@@ -366,31 +381,16 @@ INLINE __attribute__((target(T_AVX512))) void rows_1xn_kblocked(const job_t *j, 
 #pragma GCC unroll 4
     for (int q = 0; q < NR; q++) {
       if (q >= nr) break;
-      const unsigned char *row = rows[q];
       for (int64_t p = kb; p < ke; p += 64) {
         for (size_t o = 0; o < 64 * eb; o += 64) RG__PREFETCH_L2(pf + o);
         pf += 64 * eb;
-        a[q][0] = _mm512_fmadd_ps(w16_avx512(t, row, p, 0xffff), _mm512_loadu_ps(x + p), a[q][0]);
-        a[q][1] = _mm512_fmadd_ps(w16_avx512(t, row, p + 16, 0xffff), _mm512_loadu_ps(x + p + 16),
-                                  a[q][1]);
-        a[q][2] = _mm512_fmadd_ps(w16_avx512(t, row, p + 32, 0xffff), _mm512_loadu_ps(x + p + 32),
-                                  a[q][2]);
-        a[q][3] = _mm512_fmadd_ps(w16_avx512(t, row, p + 48, 0xffff), _mm512_loadu_ps(x + p + 48),
-                                  a[q][3]);
+        dot64_step(t, rows[q], x, p, a[q]);
       }
     }
   }
   float out[1][NR];
 #pragma GCC unroll 4
-  for (int q = 0; q < NR; q++) {
-    for (int64_t p = k64; p < k; p += 16) {
-      const __mmask16 m = k - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - p)) - 1);
-      a[q][0] =
-          _mm512_fmadd_ps(w16_avx512(t, rows[q], p, m), _mm512_maskz_loadu_ps(m, x + p), a[q][0]);
-    }
-    out[0][q] = _mm512_reduce_add_ps(
-        _mm512_add_ps(_mm512_add_ps(a[q][0], a[q][1]), _mm512_add_ps(a[q][2], a[q][3])));
-  }
+  for (int q = 0; q < NR; q++) out[0][q] = dot_finish(t, rows[q], x, k64, k, a[q]);
   store_tile(j, i0, 1, r0, nr, out);
 }
 
