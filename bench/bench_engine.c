@@ -22,7 +22,6 @@
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/limits.h"
-#include "runtime/stage.h"
 
 static double now(void) {
   struct timespec t;
@@ -68,21 +67,11 @@ static double sgemm_gflops(int m, int n, int k) {
 // Runs of each measurement; the best is kept.
 #define RUNS 2
 
-// The op times of all the engine's stages (their queues profile every op,
-// see rg_queue_set_profiling): summed, or reset.
-static void ops_sum(const rg_engine_t *e, rg_op_profile_t *out) {
-  memset(out, 0, sizeof *out);
-  for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
-    rg_op_profile_t p;
-    rg_queue_op_profile(rg_stage_queue(rg_engine_stage_at(e, i)), &p);
-    for (int k = 0; k < RG_OP_COUNT; k++)
-      out->calls[k] += p.calls[k], out->seconds[k] += p.seconds[k];
-  }
-}
-
-static void ops_reset(const rg_engine_t *e) {
-  for (size_t i = 0; i < rg_engine_stage_count(e); i++)
-    rg_queue_op_profile_reset(rg_stage_queue(rg_engine_stage_at(e, i)));
+// What the engine's queues timed between two rg_engine_op_profile readings.
+static void ops_since(const rg_engine_t *e, const rg_op_profile_t *before, rg_op_profile_t *out) {
+  rg_engine_op_profile(e, out);
+  for (int k = 0; k < RG_OP_COUNT; k++)
+    out->calls[k] -= before->calls[k], out->seconds[k] -= before->seconds[k];
 }
 
 // One line: each op kind's share of the ops' time, largest first.
@@ -160,9 +149,8 @@ int main(int argc, char **argv) {
   rg_gen_stats_t g1, g16, gp, g;
   // Every op is timed (two clock reads each, nothing next to a matmul), so
   // the report can say where batch 1 and batch 16 spend their time.
-  for (size_t i = 0; i < rg_engine_stage_count(e); i++)
-    rg_queue_set_profiling(rg_stage_queue(rg_engine_stage_at(e, i)), 1);
-  rg_op_profile_t ops1, ops16;
+  rg_engine_set_op_profiling(e, 1);
+  rg_op_profile_t ops1, ops16, before;
   // Warm up the page cache and the kernels, then keep the best of a few
   // runs of each, as every other figure here is taken: a single prefill
   // had been both the first (paying the first touch of its 512-row
@@ -170,18 +158,18 @@ int main(int argc, char **argv) {
   // the only one.
   if ((s = run(e, 1, 8, 4, &g1))) return fail(s);
   for (int i = 0; i < RUNS; i++) {
-    ops_reset(e);
+    rg_engine_op_profile(e, &before);
     if ((s = run(e, 1, 8, 33, &g))) return fail(s);
-    if (i == 0 || g.decode_seconds < g1.decode_seconds) g1 = g, ops_sum(e, &ops1);
+    if (i == 0 || g.decode_seconds < g1.decode_seconds) g1 = g, ops_since(e, &before, &ops1);
   }
   for (int i = 0; i < RUNS + 1; i++) {
     if ((s = run(e, 1, 512, 1, &g))) return fail(s);
     if (i == 0 || g.prefill.seconds < gp.prefill.seconds) gp = g;
   }
   for (int i = 0; i < RUNS; i++) {
-    ops_reset(e);
+    rg_engine_op_profile(e, &before);
     if ((s = run(e, 16, 8, 33, &g))) return fail(s);
-    if (i == 0 || g.decode_seconds < g16.decode_seconds) g16 = g, ops_sum(e, &ops16);
+    if (i == 0 || g.decode_seconds < g16.decode_seconds) g16 = g, ops_since(e, &before, &ops16);
   }
   const double bw0 = lim.read_bandwidth, amx0 = lim.amx_bf16_peak;
   if ((s = rg_limits_measure(rg_engine_pool(e), 0.5, &after))) return fail(s);

@@ -1313,19 +1313,14 @@ static void predict_json(const predict_t *P, cJSON *root, int *bad) {
 // stages, and its share of the stages' measured time (the rest is the
 // stages' own work between ops: uploads, waits, bookkeeping).
 static void op_rows(const backend_t *b, cJSON *arr, int *bad, rg_table_t *tb) {
-  rg_op_profile_t sum, one;
-  memset(&sum, 0, sizeof sum);
+  if (!b->e) return;  // workers do not report op times (parse_args refuses that)
+  rg_op_profile_t sum;
+  rg_engine_op_profile(b->e, &sum);
   double stage_s = 0;
-  for (size_t i = 0; b->e && i < rg_engine_stage_count(b->e); i++) {
-    const rg_stage_t *s = rg_engine_stage_at(b->e, i);
+  for (size_t i = 0; i < rg_engine_stage_count(b->e); i++) {
     rg_stage_counters_t c;
-    rg_stage_counters(s, &c);
+    rg_stage_counters(rg_engine_stage_at(b->e, i), &c);
     stage_s += c.seconds;
-    rg_queue_op_profile(rg_stage_queue(s), &one);
-    for (int k = 0; k < RG_OP_COUNT; k++) {
-      sum.calls[k] += one.calls[k];
-      sum.seconds[k] += one.seconds[k];
-    }
   }
   for (int k = 0; k < RG_OP_COUNT; k++) {
     if (!sum.calls[k]) continue;
@@ -1657,8 +1652,7 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
     if ((st = rg_engine_create(model_path, &eo, &be.e))) return st;
     be.x = rg_engine_executor(be.e);
     be.arch = rg_engine_arch(be.e);
-    for (size_t i = 0; a->profile_ops && i < rg_engine_stage_count(be.e); i++)
-      rg_queue_set_profiling(rg_stage_queue(rg_engine_stage_at(be.e, i)), 1);
+    if (a->profile_ops) rg_engine_set_op_profiling(be.e, 1);
   }
   const rg_tokenizer_t *tok = be.x.tokenizer;
   const rg_arch_t *arch = be.arch;

@@ -351,6 +351,22 @@ void rg_engine_counters_reset(rg_engine_t *e) {
   for (size_t i = 0; i < e->n_stages; i++) rg_stage_counters_reset(e->stages[i]);
 }
 
+void rg_engine_set_op_profiling(rg_engine_t *e, int on) {
+  for (size_t i = 0; i < e->n_stages; i++) rg_queue_set_profiling(rg_stage_queue(e->stages[i]), on);
+}
+
+void rg_engine_op_profile(const rg_engine_t *e, rg_op_profile_t *out) {
+  memset(out, 0, sizeof *out);
+  for (size_t i = 0; i < e->n_stages; i++) {
+    rg_op_profile_t p;
+    rg_queue_op_profile(rg_stage_queue(e->stages[i]), &p);
+    for (int k = 0; k < RG_OP_COUNT; k++) {
+      out->calls[k] += p.calls[k];
+      out->seconds[k] += p.seconds[k];
+    }
+  }
+}
+
 // ----- A step ----------------------------------------------------------------------
 
 static rg_status_t build_step(rg_engine_t *e, const rg_engine_entry_t *b, size_t n, rg_step_t *st) {

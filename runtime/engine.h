@@ -149,4 +149,10 @@ typedef struct {
 void rg_engine_counters(const rg_engine_t *e, rg_engine_counters_t *out);
 void rg_engine_counters_reset(rg_engine_t *e);
 
+// Op timing on every stage's queue (rg_queue_set_profiling), and what it
+// has timed, summed over the stages since it began or since
+// rg_engine_counters_reset.
+void rg_engine_set_op_profiling(rg_engine_t *e, int on);
+void rg_engine_op_profile(const rg_engine_t *e, rg_op_profile_t *out);
+
 #endif  // RG_RUNTIME_ENGINE_H
