@@ -434,6 +434,16 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
   printf(
       "  %d requests of %d prompt + %d output tokens, up to %d at once: runtime %lld iterations\n",
       N, LEN, OUT, SEQS, (long long)ss.iterations);
+  // What a step costs beyond its stages, in the engine (the class's
+  // overhead.step prices it) and in the serving loop around it (scheduler,
+  // sampling: not priced).
+  if (ss.iterations > 0) {
+    const double it = (double)ss.iterations, st = meas[0] + meas[1] + meas[2] + meas[3];
+    printf(
+        "  per step beyond the stages: engine %.1f us (class A prices %.1f us), serving loop "
+        "%.1f us\n",
+        (fwd - st) / it * 1e6, classes[0].step_cost * 1e6, (ss.wall_s - fwd) / it * 1e6);
+  }
   // As `ridge run` does (rg_limits_run_bandwidth): the read bandwidth
   // measured beside the run, in place of the one from when the class was
   // profiled (this machine's moves between runs), or with it where the

@@ -149,7 +149,8 @@ rg_status_t rg_cli_calibrate(const rg_catalog_t *cat, const char *device,
       rg_device_class_t tmp = out->cls;
       rg_status_t ls = rg_device_class_calibrate(&tmp, out->path);
       if (!ls && !tmp.stage[RG_SLOT_ATTENTION].call && !tmp.stage[RG_SLOT_FFN].call &&
-          !tmp.stage[RG_SLOT_ATTENTION].token && !tmp.stage[RG_SLOT_FFN].token)
+          !tmp.stage[RG_SLOT_ATTENTION].token && !tmp.stage[RG_SLOT_FFN].token &&
+          !tmp.stage[RG_SLOT_ATTENTION].n_points && !tmp.stage[RG_SLOT_FFN].n_points)
         ls = rg_status_make(RG_INVALID_ARGUMENT, "it has no stages: figures");
       if (!ls) {
         out->cls = tmp;

@@ -382,6 +382,10 @@ static rg_status_t print_text(FILE *f, const rg_profile_result_t *r, const char 
               rg_fmt_quantity(d->stage[j].first, RG_UNIT_TIME, b3, sizeof b3),
               rg_fmt_quantity(d->stage[j].cold, RG_UNIT_TIME, b4, sizeof b4));
       if (d->stage[j].eff > 0) fprintf(f, ", efficiency x %.2f", d->stage[j].eff);
+      if (d->stage[j].n_points) fprintf(f, "\n  %-10s a call at its tokens:", "");
+      for (int i = 0; i < d->stage[j].n_points; i++)
+        fprintf(f, "%s %g: %s", i ? "," : "", d->stage[j].by_tokens[i].tokens,
+                rg_fmt_quantity(d->stage[j].by_tokens[i].seconds, RG_UNIT_TIME, b, sizeof b));
       fputc('\n', f);
     }
   } else if (r->stages.reason[0]) {
@@ -479,6 +483,12 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
         rg_json_num(k, "first_s", d->stage[j].first, &bad);
         rg_json_num(k, "cold_s", d->stage[j].cold, &bad);
         rg_json_num(k, "gapped_s", S->gapped[j], &bad);
+        cJSON *bt = rg_json_arr(k, "by_tokens", &bad);
+        for (int i = 0; i < d->stage[j].n_points; i++) {
+          cJSON *o = rg_json_push_obj(bt, &bad);
+          rg_json_num(o, "tokens", d->stage[j].by_tokens[i].tokens, &bad);
+          rg_json_num(o, "seconds", d->stage[j].by_tokens[i].seconds, &bad);
+        }
         cJSON *shapes = rg_json_arr(k, "shapes", &bad);
         for (int q = 0; q < S->n; q++) {
           const rg_profile_stage_shape_t *sh = &S->shape[q];

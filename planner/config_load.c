@@ -488,6 +488,46 @@ static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c)
                       sizeof(c->overhead_source));
 }
 
+// stages.KIND.by_tokens: what a call pays beyond its roofline at a few
+// token counts, `{ 1: 14 us, 8: 49 us, 256: 600 us }` (rg_stage_figures_t).
+static rg_status_t read_by_tokens(const rg_node_t *stage, const char *path, rg_stage_figures_t *f) {
+  char label[96];
+  rg_label(label, sizeof label, path, "by_tokens");
+  const rg_node_t *n;
+  RG_RETURN_IF_ERROR(rg_want(stage, "by_tokens", path, 0, NULL, &n));
+  if (!n) return NULL;
+  if (n->kind != RG_NODE_MAP)
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos,
+                        "%s: expected a mapping of tokens per call to a time, like "
+                        "'{ 1: 14 us, 64: 190 us }'",
+                        label);
+  if (n->n < 1 || n->n > RG_STAGE_TOKEN_POINTS)
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos, "%s: expected 1 to %d points, got %zu", label,
+                        RG_STAGE_TOKEN_POINTS, n->n);
+  for (size_t i = 0; i < n->n; i++) {
+    char what[128];
+    snprintf(what, sizeof what, "%s key", label);
+    double tokens, sec;
+    RG_RETURN_IF_ERROR(rg_node_num(n->keys[i], what, 1, 1e9, &tokens));
+    if (i > 0 && tokens <= f->by_tokens[i - 1].tokens)
+      return rg_status_at(RG_INVALID_ARGUMENT, &n->keys[i]->pos,
+                          "%s: %g tokens does not follow %g; list points by increasing tokens",
+                          label, tokens, f->by_tokens[i - 1].tokens);
+    snprintf(what, sizeof what, "%s.%s", label, n->keys[i]->scalar);
+    RG_RETURN_IF_ERROR(rg_node_quantity(n->items[i], what, RG_UNIT_TIME, 1, &sec));
+    if (sec > rg_unit_max[RG_UNIT_TIME]) {
+      char most[32];
+      return rg_status_at(
+          RG_INVALID_ARGUMENT, &n->items[i]->pos,
+          "%s: '%s' is beyond any device or fleet; at most %s", what, n->items[i]->scalar,
+          rg_fmt_quantity(rg_unit_max[RG_UNIT_TIME], RG_UNIT_TIME, most, sizeof most));
+    }
+    f->by_tokens[i] = (rg_stage_point_t){tokens, sec};
+  }
+  f->n_points = (int)n->n;
+  return NULL;
+}
+
 // `stages:` maps a stage kind to its own figures (rg_stage_figures_t):
 //   stages: { attention: { call: 52 us, token: 1.2 us, efficiency: 0.9, first: 3 ms }, ... }
 // Kinds left out keep none: the class-wide figures alone price them.
@@ -497,7 +537,8 @@ static rg_status_t rg_read_stages(const rg_node_t *root, rg_device_class_t *c) {
   if (!st) return NULL;
   static const char *const keys[] = {"embed", "attention", "ffn", "lm_head", "source", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(st, keys, "stages"));
-  static const char *const fkeys[] = {"call", "token", "efficiency", "first", "cold", NULL};
+  static const char *const fkeys[] = {"call", "token",     "efficiency", "first",
+                                      "cold", "by_tokens", NULL};
   for (int k = 0; k < RG_STAGE_SLOTS; k++) {
     const rg_node_t *n = rg_node_get(st, keys[k]);
     if (!n) continue;
@@ -522,6 +563,7 @@ static rg_status_t rg_read_stages(const rg_node_t *root, rg_device_class_t *c) {
                             "efficiencies), got '%s'",
                             label, e->scalar);
     }
+    RG_RETURN_IF_ERROR(read_by_tokens(n, path, &f));
     c->stage[k] = f;
   }
   return rg_read_text(st, "stages", "stages", "source", 0, c->stage_source,

@@ -242,6 +242,20 @@ _Static_assert(RG_SLOT_EMBED == 0 && RG_SLOT_ATTENTION == 1 && RG_SLOT_FFN == 2 
                    RG_SLOT_LM_HEAD == 3 && RG_STAGE_SLOTS == 4,
                "rg_device_class_t.stage is indexed by the slots embed to lm_head");
 
+double rg_stage_call_seconds(const rg_stage_figures_t *f, double tokens) {
+  const int n = f->n_points;
+  if (n <= 0) return f->call + f->token * tokens;
+  const rg_stage_point_t *p = f->by_tokens;
+  if (n == 1 || tokens <= p[0].tokens) return p[0].seconds;
+  int i = 1;
+  while (i < n - 1 && p[i].tokens < tokens) i++;
+  double slope = (p[i].seconds - p[i - 1].seconds) / (p[i].tokens - p[i - 1].tokens);
+  // Past the last point: its segment's cost per token, never a falling one.
+  if (tokens > p[n - 1].tokens)
+    return p[n - 1].seconds + fmax(slope, 0) * (tokens - p[n - 1].tokens);
+  return p[i - 1].seconds + slope * (tokens - p[i - 1].tokens);
+}
+
 // A stage kind's own figures on top of the kernels just added since
 // (comp0, mem0): they run at `eff` times the class's efficiencies, and
 // each of the `calls` calls pays its fixed cost and its cost per token.
@@ -252,7 +266,7 @@ static void slot_figures(const rg_device_class_t *c, rg_slot_t slot, double comp
     s->comp = comp0 + (s->comp - comp0) / f->eff;
     s->mem = mem0 + (s->mem - mem0) / f->eff;
   }
-  double t = calls * (f->call + f->token * tokens);
+  double t = calls * rg_stage_call_seconds(f, tokens);
   s->over += t;
   s->fixed += t;
 }

@@ -92,13 +92,28 @@ typedef struct {
 // A stage on a worker of its own (attention-FFN disaggregation) pays it
 // every layer; `ridge profile` measures it as a decode step after an idle
 // gap against the same step back to back, per call of the stage.
+// `by_tokens`, where present, replaces call + token x tokens: what a call
+// pays beyond its roofline measured at a few token counts (`ridge profile`'s
+// step shapes), linear between them and, past the last, growing by the last
+// segment's cost per token. A line through small steps does not hold at a
+// prefill chunk's: thread pools split a call only past some size, so the
+// cost per token falls (the tiny test model's FFN: 2.5 us a token from 16
+// to 64 tokens, 1.2 us from 64 to 256).
+#define RG_STAGE_TOKEN_POINTS 8
+typedef struct {
+  double tokens, seconds;  // tokens per call; seconds per call beyond the roofline
+} rg_stage_point_t;
 typedef struct {
   double call;   // seconds per call
   double token;  // seconds per token per call
   double eff;    // multiplies the class's efficiencies; 0: 1
   double first;  // seconds, once per stage instance
   double cold;   // seconds more per call after an idle wait
+  int n_points;  // by_tokens[0, n_points), tokens ascending; 0: call + token x tokens
+  rg_stage_point_t by_tokens[RG_STAGE_TOKEN_POINTS];
 } rg_stage_figures_t;
+// What one call of `tokens` tokens pays beyond its roofline.
+double rg_stage_call_seconds(const rg_stage_figures_t *f, double tokens);
 #define RG_STAGE_SLOTS 4  // embed, attention, ffn, lm_head: the slots a stage kind maps to
 
 typedef struct rg_device_class_s rg_device_class_t;

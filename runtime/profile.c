@@ -877,8 +877,8 @@ static size_t host_cache_bytes(void) {
 
 static const struct {
   int seqs, tokens, context;
-} stage_shapes[RG_PROFILE_STAGE_SHAPES] = {
-    {1, 1, 64}, {4, 1, 64}, {8, 1, 64}, {1, 16, 0}, {1, 64, 0}};
+} stage_shapes[RG_PROFILE_STAGE_SHAPES] = {{1, 1, 64}, {4, 1, 64}, {8, 1, 64},
+                                           {1, 16, 0}, {1, 64, 0}, {1, 256, 0}};
 
 // The mean of all but the slowest tenth of v (sorted in place): what a
 // run averages over its steps, without the few that a page fault or a
@@ -918,19 +918,33 @@ static void churn_part(void *ctx, size_t b, size_t e, int slot) {
 
 // One forward step of e, each stage kind's seconds added to out (slot
 // order).
-static rg_status_t timed_step(rg_engine_t *e, const rg_engine_entry_t *en, size_t n, float *logits,
-                              double out[RG_STAGE_SLOTS]) {
+// One step, each stage kind's time in out[slot]; *outside (when not NULL)
+// what the engine's forward took beyond its stages (the step's own work:
+// uploads, copying the logits out, checking them).
+static rg_status_t timed_step_ex(rg_engine_t *e, const rg_engine_entry_t *en, size_t n,
+                                 float *logits, double out[RG_STAGE_SLOTS], double *outside) {
   for (size_t i = 0; i < rg_engine_stage_count(e); i++)
     rg_stage_counters_reset((rg_stage_t *)rg_engine_stage_at(e, i));
+  rg_engine_counters_t c0, c1;
+  rg_engine_counters(e, &c0);
   RG_RETURN_IF_ERROR(rg_engine_forward(e, en, n, logits));
+  rg_engine_counters(e, &c1);
+  double staged = 0;
   for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
     const rg_stage_t *sg = rg_engine_stage_at(e, i);
     int slot = rg_slot_of_stage(rg_stage_spec(sg)->kind);
     rg_stage_counters_t c;
     rg_stage_counters(sg, &c);
     if (slot >= 0 && slot < RG_STAGE_SLOTS) out[slot] += c.seconds;
+    staged += c.seconds;
   }
+  if (outside) *outside = fmax(0, c1.seconds - c0.seconds - staged);
   return NULL;
+}
+
+static rg_status_t timed_step(rg_engine_t *e, const rg_engine_entry_t *en, size_t n, float *logits,
+                              double out[RG_STAGE_SLOTS]) {
+  return timed_step_ex(e, en, n, logits, out, NULL);
 }
 
 // Times each shape on a fresh engine over opts.stage_model on the device;
@@ -948,14 +962,22 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   float *logits = NULL;
   enum { MAX_REPS = 256 };
   double(*t)[RG_STAGE_SLOTS][MAX_REPS] = NULL;  // per shape, slot and repetition
+  double(*outside)[MAX_REPS] = NULL;            // per shape and repetition
   rg_status_t st = rg_engine_create(P->o->stage_model, &eo, &e);
   if (st) goto fail;
   const rg_arch_t *a = rg_engine_arch(e);
   snprintf(S->model, sizeof S->model, "%s", a->name);
   one_line(S->model);
   S->layers = a->n_layers;
-  static int32_t toks[64], tables[8][16];
-  for (int i = 0; i < 64; i++) toks[i] = 1 + i % 100;
+  // Token ids spread over the vocabulary, each sequence and each step
+  // taking its own stretch of them, as a run's do: the same few ids every
+  // step keep their embedding rows in L1, where a run's come from further
+  // out (the tiny model's embed of 8 decodes read 0.14 us here against
+  // 0.5 us in a serving run).
+  enum { N_TOKS = 1024 };
+  static int32_t toks[N_TOKS], tables[8][16];
+  const int64_t vocab = rg_engine_vocab(e);
+  for (int i = 0; i < N_TOKS; i++) toks[i] = (int32_t)(((int64_t)i * 7919 + 1) % vocab);
   for (int q = 0; q < 8; q++)
     for (int b = 0; b < 16; b++) tables[q][b] = q * 16 + b;
   if (!(logits = malloc(8 * (size_t)rg_engine_vocab(e) * sizeof(float)))) {
@@ -996,7 +1018,8 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   // than on one (which the fit would read as a cost per token).
   rg_engine_entry_t en[RG_PROFILE_STAGE_SHAPES][8];
   t = calloc(RG_PROFILE_STAGE_SHAPES, sizeof *t);
-  if (!t) {
+  outside = calloc(RG_PROFILE_STAGE_SHAPES, sizeof *outside);
+  if (!t || !outside) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
     goto fail;
   }
@@ -1022,7 +1045,11 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
     if (rep >= 3 && el >= budget && (rep >= 9 || el * 9 / rep > 2 * budget)) break;
     for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
       double s[RG_STAGE_SLOTS] = {0};
-      if ((st = timed_step(e, en[k], (size_t)S->shape[k].seqs, logits, s))) goto fail;
+      for (int q = 0; q < S->shape[k].seqs; q++)
+        en[k][q].tokens =
+            toks + ((rep * RG_PROFILE_STAGE_SHAPES + k) * 8 + q) * 97 % (N_TOKS - 256);
+      if ((st = timed_step_ex(e, en[k], (size_t)S->shape[k].seqs, logits, s, &outside[k][rep])))
+        goto fail;
       for (int j = 0; j < RG_STAGE_SLOTS; j++) t[k][j][rep] = s[j];
     }
     rep++;
@@ -1030,8 +1057,11 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   S->reps = rep;
   for (int k = 0; k < RG_PROFILE_STAGE_SHAPES; k++) {
     for (int j = 0; j < RG_STAGE_SLOTS; j++) S->shape[k].seconds[j] = trimmed_mean(t[k][j], rep);
+    S->shape[k].outside = trimmed_mean(outside[k], rep);
     S->n = k + 1;
   }
+  free(outside);
+  outside = NULL;
   // The first shape again, each step after an idle gap, as a worker's calls
   // start after it waited for another worker's data: against the same step
   // back to back, what its calls pay cold. On a device in the host's memory
@@ -1072,6 +1102,7 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   return;
 fail:
   free(t);
+  free(outside);
   S->n = 0;
   skip(S->reason, sizeof S->reason, st);
   free(logits);
@@ -1128,6 +1159,31 @@ static void derived_class(const rg_profile_result_t *r, rg_device_class_t *c) {
   c->eff_compute_all.pt[0].eff = 0.70;  // the loader's defaults
   c->eff_memory = 0.85;
   rg_profile_apply(r, c);
+}
+
+// Each shape's time beyond its roofline per call, at its tokens per call
+// (x[k][1] / x[k][0]), shapes with equal tokens averaged, none below zero.
+static void by_tokens(int n, const double y[], const double x[][3], rg_stage_figures_t *f) {
+  rg_stage_point_t pt[RG_PROFILE_STAGE_SHAPES];
+  int cnt[RG_PROFILE_STAGE_SHAPES], m = 0;
+  for (int k = 0; k < n; k++) {
+    if (!(x[k][0] > 0)) continue;
+    double tok = x[k][1] / x[k][0], sec = y[k] / x[k][0];
+    int i = 0;
+    while (i < m && pt[i].tokens < tok) i++;
+    if (i < m && pt[i].tokens == tok) {
+      pt[i].seconds += sec, cnt[i]++;
+      continue;
+    }
+    for (int r = m; r > i; r--) pt[r] = pt[r - 1], cnt[r] = cnt[r - 1];
+    pt[i] = (rg_stage_point_t){tok, sec}, cnt[i] = 1, m++;
+  }
+  _Static_assert(RG_PROFILE_STAGE_SHAPES <= RG_STAGE_TOKEN_POINTS, "a point per shape");
+  for (int i = 0; i < m; i++) {
+    double s = pt[i].seconds / cnt[i];
+    f->by_tokens[i] = (rg_stage_point_t){pt[i].tokens, s > 0 ? s : 0};
+  }
+  f->n_points = m;
 }
 
 // Fits each stage kind's figures to the shapes timed (profile.h).
@@ -1204,6 +1260,7 @@ static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
     d->stage[j].call = bc[0];
     d->stage[j].token = bc[1];
     d->stage[j].eff = bc[2] != 0 ? 1 / (1 + bc[2]) : 0;
+    by_tokens(S->n, y, x, &d->stage[j]);
     d->stage[j].first =
         fmax(0, (S->have_fresh ? S->fresh_step[j] : S->first_step[j]) - S->second_step[j]);
     // Spread over the step's calls of the kind: the first call after the
@@ -1220,8 +1277,15 @@ static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
     d->process_first = fmax(0, once);
   }
   d->have_stages = 1;
-  // The ops a layer floor stood for run inside the stages now.
+  // The ops a layer floor stood for run inside the stages now, and the
+  // step's own cost is what the engine's forward took beyond its stages
+  // (the mean over the shapes): on the tiny model 10-15 us a step, where
+  // three ops' launch cost had priced it at 0.1-0.2 us and the simulated
+  // decode step read 10-15 % fast.
   if (d->layer > 0) d->layer = 0;
+  double out_sum = 0;
+  for (int k = 0; k < S->n; k++) out_sum += S->shape[k].outside;
+  if (S->n > 0 && out_sum > 0) d->step = out_sum / S->n, d->step_measured = 1;
   memcpy(c->stage, d->stage, sizeof c->stage);
   for (int k = 0; k < S->n; k++) {
     rg_profile_stage_shape_t *sh = &S->shape[k];
@@ -1538,21 +1602,31 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
   static const char *const kinds[RG_STAGE_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
   const rg_profile_stages_t *S = &r->stages;
   if (d->have_stages) {
-    fprintf(f,
-            "# overhead: step is the per-op cost times 3 (embed, final norm, sample); layer is 0,\n"
-            "#   since the ops it stood for run inside the stages, priced by stages: below.\n");
+    if (d->step_measured)
+      fprintf(
+          f,
+          "# overhead: step is what the engine's forward took beyond its stages (uploads,\n"
+          "#   the logits copied out and checked), the mean over the shapes below; layer is\n"
+          "#   0, since the ops it stood for run inside the stages, priced by stages: below.\n");
+    else
+      fprintf(
+          f,
+          "# overhead: step is the per-op cost times 3 (embed, final norm, sample); layer is "
+          "0,\n#   since the ops it stood for run inside the stages, priced by stages: below.\n");
     fprintf(f,
             "# stages: %s's stage instances on %s, %d steps of each shape in turn (the slowest\n"
             "#   tenth dropped, the rest averaged); each kind's time\n"
             "#   less the cost model's roofline on the figures above, fitted as calls x (call +\n"
             "#   token x tokens) (calls: %lld layers for attention and ffn, 1 for embed and "
             "lm_head)\n"
-            "#   (the efficiency factor is not fitted: see runtime/profile.h);\n"
+            "#   (the efficiency factor is not fitted: see runtime/profile.h); by_tokens: the\n"
+            "#   same per call at each shape's tokens per call, which the cost model uses in\n"
+            "#   place of call and token (linear between the points);\n"
             "%s"
             "#   cold: the decode of 1 again, %d steps each after %.3g ms %s, less the same\n"
             "#   step back to back, per call of the kind (a call a worker makes after waiting\n"
             "#   for another's data pays it);\n"
-            "#   measured / fitted:\n",
+            "#   measured / priced:\n",
             S->model, r->device, S->reps, (long long)S->layers,
             S->have_fresh
                 ? "#   first: a second engine's first step (a prompt of 16) less the first "
@@ -1630,7 +1704,10 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
       if (d->stage[j].eff > 0) fprintf(f, ", efficiency: %.3g", d->stage[j].eff);
       fprintf(f, ", first: %s", rg_fmt_quantity(d->stage[j].first, RG_UNIT_TIME, q, sizeof q));
       fprintf(f, ", cold: %s", rg_fmt_quantity(d->stage[j].cold, RG_UNIT_TIME, q, sizeof q));
-      fprintf(f, " }\n");
+      for (int i = 0; i < d->stage[j].n_points; i++)
+        fprintf(f, "%s%g: %s", i ? ", " : ",\n      by_tokens: { ", d->stage[j].by_tokens[i].tokens,
+                rg_fmt_quantity(d->stage[j].by_tokens[i].seconds, RG_UNIT_TIME, q, sizeof q));
+      fprintf(f, "%s }\n", d->stage[j].n_points ? " }" : "");
     }
   }
   if (fflush(f) || ferror(f))

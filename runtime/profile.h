@@ -58,7 +58,10 @@
 // - stages.KIND (with opts.stage_model): each stage kind's time at each
 //   shape less the cost model's roofline for it on the class derived
 //   above, fitted as calls x (call + token x tokens) by least squares on
-//   relative error (a term that would go negative is left out). The
+//   relative error (a term that would go negative is left out), and the
+//   same per call at each shape's tokens per call as stages.KIND.by_tokens
+//   (shapes with equal tokens averaged), which the cost model uses in
+//   place of the line: the line summarizes, the points price. The
 //   efficiency factor stays 1: fitted on the tiny model's stages it traded
 //   against the call cost and did not carry over to larger shapes; the
 //   loader and cost model take one written by hand or measured otherwise. stages.KIND.first: the
@@ -126,15 +129,17 @@ typedef struct {
   int threads;  // CPU threads for the stages' engine; 0: one per core
 } rg_profile_options_t;
 
-// The stage shapes timed: decodes of 1, 4 and 8 sequences, prefills of 16
-// and 64 tokens.
-#define RG_PROFILE_STAGE_SHAPES 5
+// The stage shapes timed: decodes of 1, 4 and 8 sequences, prefills of 16,
+// 64 and 256 tokens (a serving step's chunk budget: a line through the
+// small shapes alone priced the tiny model's 256-token chunks 2x slow).
+#define RG_PROFILE_STAGE_SHAPES 6
 typedef struct {
   int seqs, tokens;                // sequences, and new tokens each
   int64_t context;                 // positions cached before them
   double seconds[RG_STAGE_SLOTS];  // measured, median of the repetitions; slot order
   double roof[RG_STAGE_SLOTS];     // the cost model's roofline for it (no stage figures)
   double fitted[RG_STAGE_SLOTS];   // the cost model's time with the fitted figures
+  double outside;                  // the engine's step beyond its stages, seconds
 } rg_profile_stage_shape_t;
 
 typedef struct {
@@ -207,6 +212,7 @@ typedef struct {
   double eff_attention;  // 0: not measured
   char eff_attention_why[160];
   double step, layer;  // seconds; < 0: not measured
+  int step_measured;   // step is the engine's forward beyond its stages, not 3 launches
   rg_profile_curve_t curve[RG_PROFILE_DTYPES];
   int have_stages;  // stage[] fitted from result.stages
   rg_stage_figures_t stage[RG_STAGE_SLOTS];

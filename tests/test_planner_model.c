@@ -770,6 +770,51 @@ RG_TEST(planner_stage_figures_add_per_call_and_token_costs) {
   fx_close(f);
 }
 
+// by_tokens replaces call + token x tokens: exact at its points, linear
+// between them, and past the last growing by the last segment's cost per
+// token (a falling one held flat); before the first, the first.
+RG_TEST(planner_stage_figures_by_tokens_price_each_call_size) {
+  const char *dir = calibrated_config(
+      t,
+      "name: h100-sxm\n"
+      "measured: { by: ridge profile, date: 2025-06-01, device: 'cuda:0 NVIDIA H100 80GB HBM3' }\n"
+      "stages:\n"
+      "  attention: { call: 1 ms, token: 1 ms, by_tokens: { 1: 10 us, 16: 40 us, 256: 100 us } }\n"
+      "  lm_head: { by_tokens: { 2: 10 us, 8: 4 us } }\n");
+  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
+  RG_REQUIRE(f->cat);
+  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
+  RG_REQUIRE(c && c->calibrated);
+  const rg_stage_figures_t *a = &c->stage[RG_SLOT_ATTENTION], *h = &c->stage[RG_SLOT_LM_HEAD];
+  RG_CHECK(a->n_points == 3 && h->n_points == 2);
+  RG_CHECK_NEAR(rg_stage_call_seconds(a, 1), 10e-6, 1e-12);
+  RG_CHECK_NEAR(rg_stage_call_seconds(a, 16), 40e-6, 1e-12);
+  RG_CHECK_NEAR(rg_stage_call_seconds(a, 8.5), 25e-6, 1e-12);
+  RG_CHECK_NEAR(rg_stage_call_seconds(a, 136), 70e-6, 1e-12);
+  RG_CHECK_NEAR(rg_stage_call_seconds(a, 512), 164e-6, 1e-12);  // 0.25 us a token on
+  RG_CHECK_NEAR(rg_stage_call_seconds(a, 0.5), 10e-6, 1e-12);
+  RG_CHECK_NEAR(rg_stage_call_seconds(h, 5), 7e-6, 1e-12);
+  RG_CHECK_NEAR(rg_stage_call_seconds(h, 64), 4e-6, 1e-12);  // falling: held
+  rg_stage_figures_t lin = {.call = 2e-6, .token = 1e-6};
+  RG_CHECK_NEAR(rg_stage_call_seconds(&lin, 8), 10e-6, 1e-12);
+  // The cost model adds it per call: each layer, at the step's tokens.
+  rg_device_class_t z = *c;
+  memset(z.stage, 0, sizeof z.stage);
+  rg_group_t g = {"main", c, 1, 1, 1, 1}, g0 = {"main", &z, 1, 1, 1, 1};
+  const double L = (double)f->model->n_layers;
+  double t1, t0;
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_PREFILL, 2, 68, 0, 0, &t1));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g0, RG_SLOT_ATTENTION, RG_PHASE_PREFILL, 2, 68, 0, 0, &t0));
+  RG_CHECK_NEAR(t1 - t0, L * 70e-6, 1e-9 * t1);
+  RG_REQUIRE_OK(rg_slot_step_time(&f->req, &g, RG_SLOT_LM_HEAD, RG_PHASE_DECODE, 5, 1, 64, 0, &t1));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g0, RG_SLOT_LM_HEAD, RG_PHASE_DECODE, 5, 1, 64, 0, &t0));
+  RG_CHECK_NEAR(t1 - t0, 7e-6, 1e-9 * t1);
+  fx_close(f);
+}
+
 RG_TEST(planner_stage_figures_bad_files) {
   static const struct {
     const char *stages, *error;
@@ -781,6 +826,17 @@ RG_TEST(planner_stage_figures_bad_files) {
       {"stages: { ffn: { efficiency: 0 } }\n",
        "stages.ffn.efficiency: must be more than zero (it multiplies the class's efficiencies)"},
       {"stages: { ffn: { efficiency: 9 } }\n", "stages.ffn.efficiency"},
+      {"stages: { ffn: { by_tokens: 3 us } }\n",
+       "stages.ffn.by_tokens: expected a mapping of tokens per call to a time"},
+      {"stages: { ffn: { by_tokens: { 8: 3 us, 4: 2 us } } }\n",
+       "stages.ffn.by_tokens: 4 tokens does not follow 8; list points by increasing tokens"},
+      {"stages: { ffn: { by_tokens: { 0: 3 us } } }\n", "stages.ffn.by_tokens key"},
+      {"stages: { ffn: { by_tokens: { 1: -3 us } } }\n", "stages.ffn.by_tokens.1"},
+      {"stages: { ffn: { by_tokens: { 1: 3 parsecs } } }\n", "stages.ffn.by_tokens.1"},
+      {"stages: { ffn: { by_tokens: {} } }\n", "stages.ffn.by_tokens: expected 1 to 8 points"},
+      {"stages: { ffn: { by_tokens: { 1: 1 us, 2: 1 us, 3: 1 us, 4: 1 us, 5: 1 us, 6: 1 us, "
+       "7: 1 us, 8: 1 us, 9: 1 us } } }\n",
+       "stages.ffn.by_tokens: expected 1 to 8 points, got 9"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char text[600];

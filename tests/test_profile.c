@@ -179,7 +179,7 @@ static void check_figures(rg_test_ctx_t *t, const cJSON *j, const rg_device_clas
       }
       RG_CHECK(n == RG_PROFILE_STAGE_SHAPES);
     }
-    // A least-squares fit of the stages' time lands near it in all.
+    // Priced at the shapes' own points, the stages' time lands near it in all.
     if (!(fitted > meas / 2 && fitted < meas * 2))
       rg_test_fail(t, __FILE__, __LINE__, "stages fitted %g s, measured %g s", fitted, meas);
   } else {
@@ -251,6 +251,24 @@ static void check_loaded(rg_test_ctx_t *t, const char *dir, const cJSON *j) {
     RG_CHECK_NEAR(c->stage[k].first, num(o, "first_s"), 0.006);
     RG_CHECK_NEAR(c->stage[k].cold, num(o, "cold_s"), 0.006);
     RG_CHECK_NEAR(c->stage[k].eff > 0 ? c->stage[k].eff : 1, num(o, "efficiency"), 0.006);
+    // The points the cost model prices calls by, one per tokens per call the
+    // shapes have (lm_head: a prefill's one logit row is a decode's one).
+    const cJSON *bt = cJSON_GetObjectItem(o, "by_tokens"), *pt;
+    RG_CHECK(c->stage[k].n_points == cJSON_GetArraySize(bt));
+    RG_CHECK(c->stage[k].n_points == (k == 3 ? 3 : 6));
+    int i = 0;
+    cJSON_ArrayForEach(pt, bt) {
+      RG_CHECK(c->stage[k].by_tokens[i].tokens == num(pt, "tokens"));
+      RG_CHECK_NEAR(c->stage[k].by_tokens[i].seconds, num(pt, "seconds"), 0.006);
+      RG_CHECK(num(pt, "seconds") >= 0);
+      i++;
+    }
+  }
+  // With stages timed, the step's own cost is the engine's forward beyond
+  // them: more than the three launches it stood for before.
+  if (stages) {
+    RG_CHECK(c->step_cost > 0);
+    RG_CHECK_NEAR(c->step_cost, num(cal, "overhead_step_seconds"), 0.006);
   }
   RG_CHECK(!stages || strstr(c->stage_source, "measured by ridge profile") != NULL);
   if (stages) RG_CHECK_NEAR(c->process_first, num(cal, "process_first_seconds"), 0.006);
