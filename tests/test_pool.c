@@ -161,3 +161,65 @@ RG_TEST(pool_call_does_not_wait_for_a_stalled_worker) {
   sigaction(sig, &old_sa, NULL);
   sem_destroy(&stall_release);
 }
+
+// The CPU time thread tid has used (user + system), in clock ticks; -1 if
+// unreadable.
+static long task_ticks(pid_t tid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')');
+  if (!p) return -1;
+  // After the name: state, then fields 4..13, then utime (14) and stime (15).
+  unsigned long ut = 0, st = 0;
+  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+    return -1;
+  return (long)(ut + st);
+}
+
+// Workers spin a while after a job, so the next one starts without a
+// wake-up, and then sleep: an idle pool must not keep burning a core.
+RG_TEST(pool_workers_sleep_once_idle) {
+  pid_t before[256], after[256];
+  size_t nb = task_ids(before, 256);
+  rg_pool_t *p;
+  RG_REQUIRE_OK(rg_pool_create(2, &p));
+  size_t na = task_ids(after, 256);
+  pid_t worker = 0;
+  int fresh = 0;
+  for (size_t i = 0; i < na; i++) {
+    int old = 0;
+    for (size_t k = 0; k < nb; k++) old |= after[i] == before[k];
+    if (!old) worker = after[i], fresh++;
+  }
+  if (fresh != 1) {
+    rg_pool_destroy(p);
+    RG_SKIP("another thread started beside the pool's worker; cannot tell which to watch");
+  }
+  for (int rep = 0; rep < 50; rep++) {
+    int hits[64] = {0};
+    sum_ctx_t c = {.hits = hits};
+    rg_pool_parallel_for(p, 64, 1, add_range, &c);
+    RG_CHECK(atomic_load(&c.sum) == 64 * 63 / 2);
+  }
+  // Asleep soon after the last job (the spin is under a millisecond; a
+  // loaded machine may take longer to let it get there)...
+  double t0 = now_s();
+  while (task_state(worker) != 'S' && now_s() - t0 < 5) usleep(1000);
+  RG_CHECK(task_state(worker) == 'S');
+  // ...and it stays asleep: a quarter second idle costs it no CPU time
+  // (a tick or two at most, for the clock's granularity).
+  long t_before = task_ticks(worker);
+  usleep(250000);
+  long t_after = task_ticks(worker);
+  RG_REQUIRE(t_before >= 0 && t_after >= 0);
+  if (t_after - t_before > 2)
+    rg_test_fail(t, __FILE__, __LINE__, "an idle worker used %ld ticks in 0.25 s",
+                 t_after - t_before);
+  RG_CHECK(task_state(worker) == 'S');
+  rg_pool_destroy(p);
+}
