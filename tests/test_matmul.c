@@ -424,9 +424,11 @@ RG_TEST(matmul_avx512bf16_accuracy_of_bf16_x) {
   free(wd), free(x), free(y), free(ref);
 }
 
-// bf16 prefill on packed weight panels (the automatic choice from 256 rows
-// of x at avx512-bf16): the edges of its blocking. Rows of x past a
-// multiple of the 8-row micro-kernel (261) and past a 512-row chunk (520), weight
+// bf16 prefill on packed weight panels (the automatic choice at avx512-bf16
+// from 96 rows of x, or 16 where k fits one 256-value block; 17 and 95 rows
+// stay on the GEMV where it does not): the edges of its blocking. Rows of x
+// past a multiple of the 8-row micro-kernel (17, 261) and past a 512-row
+// chunk (520), weight
 // rows past a 32-row panel, k below one 32-value step, past a 256-value
 // block and inside one, with and without bias, 1 and 2 threads. Held to
 // 1e-7 against the reference on x rounded to bf16, as the kernel computes,
@@ -434,7 +436,7 @@ RG_TEST(matmul_avx512bf16_accuracy_of_bf16_x) {
 RG_TEST(matmul_bf16_packed_panels_match_reference) {
   rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16};
   if (!level_runs(t, o.isa)) return;
-  static const int64_t ms[] = {256, 261, 520}, ns[] = {5, 33, 64}, ks[] = {7, 256, 300, 777};
+  static const int64_t ms[] = {17, 95, 96, 261, 520}, ns[] = {5, 33, 64}, ks[] = {7, 256, 300, 777};
   enum { MM = 520, MN = 64, MK = 777, G = 8 };
   rg_pool_t *pools[2];
   RG_REQUIRE_OK(rg_pool_create(1, &pools[0]));
@@ -454,6 +456,11 @@ RG_TEST(matmul_bf16_packed_panels_match_reference) {
       for (size_t mi = 0; mi < COUNT(ms); mi++) {
         const int64_t m = ms[mi];
         if (m == 520 && k * n > 300 * 33) continue;  // the chunk edge once per few shapes
+        const int packed = m >= 96 || (k <= 256 && m >= 16);
+        if (!packed) {
+          RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, m, &o), "packed panels") == NULL);
+          continue;
+        }
         RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, m, &o), "packed panels") != NULL);
         for (int64_t i = 0; i < m * k; i++)
           x[i] = rg_bf16_to_f32(rg_f32_to_bf16(rng_uniform(&seed)));
@@ -479,7 +486,8 @@ RG_TEST(matmul_bf16_packed_panels_match_reference) {
       }
       free(wd);
     }
-  RG_CHECK(cases == 3 * (24 + 8));  // 12 shapes at m = 256 and 261, 8 at 520
+  // 12 shapes at m = 96 and 261, the 6 with k <= 256 at 17 and 95, 8 at 520.
+  RG_CHECK(cases == 3 * (6 + 6 + 12 + 12 + 8));
   free(x), free(y), free(ref), free(bias);
   rg_pool_destroy(pools[0]);
   rg_pool_destroy(pools[1]);

@@ -1073,7 +1073,17 @@ static void run_shared(rg_pool_t *pool, job_t *j, size_t items, size_t threads, 
 //   the panels won from m = 64 and by 0.75 at 512: the GEMV had waited on
 //   memory.) The 1b test model's prefill of 512: 248 -> 327 GFLOP/s in the
 //   first measurement, 0.53 -> 0.70 of the vdpbf16ps peak.
-enum { DP_MIN_M = 8, Q8V_MAX_M = 2, PK_MIN_M = 256 };
+//   Measured again on 2026-12-07 (same VM, weights from DRAM, best of 12
+//   calls alternated both ways): packed / GEMV time at m = 64, 96, 128, 192,
+//   255: n = 2048, k = 2048 0.88-0.93, 0.85-0.93, 0.89-0.90, 0.83, 0.74-0.77;
+//   n = 8192, k = 2048 1.02-1.09, 0.95-0.96, 0.88-0.89, 0.80-0.81, 0.73-0.74;
+//   n = 2048, k = 8192 1.02-1.05, 0.83-0.84, 0.74-0.76, 0.66-0.67, 0.66; and
+//   where k fits one panel (k <= PK_KC: the tiny test model's 64 and 128) the
+//   GEMV's horizontal sums are most of its time, so the panels win from m =
+//   16 (0.37-0.81). Panels from PK_MIN_M = 96 on, or PK_MIN_M_SHORT_K where
+//   k <= PK_KC: at 256 alone a serving run's 234-token chunk took 1.6x the
+//   time of its 256-token one.
+enum { DP_MIN_M = 8, Q8V_MAX_M = 2, PK_MIN_M = 96, PK_MIN_M_SHORT_K = 16 };
 #define NEVER INT64_MAX
 
 // Whether OpenBLAS picked AVX-512 sgemm kernels (its core names as of 0.3.21).
@@ -1152,7 +1162,8 @@ typedef struct {
   int pk;   // bf16 on vdpbf16ps as a GEMM on packed weight panels
 } plan_t;
 
-static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmul_opts_t *o) {
+static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, int64_t k,
+                       const rg_matmul_opts_t *o) {
   plan_t p = {o ? o->path : RG_MATMUL_AUTO, 0, 0, 0, 0};
   if (o && o->batch_invariant) {
     // One kernel whatever m (see rg_matmul_opts_t): the tiles, else the
@@ -1175,7 +1186,8 @@ static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, const rg_matmu
   // (batch-invariant mode keeps the 16-bit kernel for every m).
   p.x8 = p.path == RG_MATMUL_GEMV && m == 1 && kquant_x8(isa, t);
   // Chosen, not forced: --path gemv keeps the GEMV kernel at every m.
-  p.pk = p.dp && m >= PK_MIN_M && !(o && o->path == RG_MATMUL_GEMV);
+  p.pk =
+      p.dp && m >= (k <= PK_KC ? PK_MIN_M_SHORT_K : PK_MIN_M) && !(o && o->path == RG_MATMUL_GEMV);
   return p;
 }
 
@@ -1266,7 +1278,7 @@ const char *rg_matmul_kernel_name_ex(const rg_wmat_t *w, int64_t m, const rg_mat
     rg_status_free(s);
     return "invalid";
   }
-  return name_of(isa, w->type, plan_for(isa, w->type, m, opts));
+  return name_of(isa, w->type, plan_for(isa, w->type, m, w->cols, opts));
 }
 
 const char *rg_matmul_kernel_name(const rg_wmat_t *w, int64_t m) {
@@ -1441,7 +1453,7 @@ rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wm
   j.invariant = opts && opts->batch_invariant;
   RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, w->cols, &j.row_bytes));
   if (m == 0) return NULL;
-  plan_t p = plan_for(j.isa, j.type, m, opts);
+  plan_t p = plan_for(j.isa, j.type, m, w->cols, opts);
   switch (p.path) {
     case RG_MATMUL_GEMM:
       return run_gemm(pool, &j);
