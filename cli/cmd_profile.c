@@ -475,6 +475,8 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
       rg_json_str(so, "model", S->model, &bad);
       rg_json_num(so, "layers", (double)S->layers, &bad);
       rg_json_num(so, "steps_per_shape", S->reps, &bad);
+      rg_json_num(so, "serving_step_s", S->serve_step, &bad);
+      rg_json_num(so, "serving_iterations", (double)S->serve_iterations, &bad);
       for (int j = 0; j < RG_STAGE_SLOTS; j++) {
         cJSON *k = rg_json_obj(so, kinds[j], &bad);
         rg_json_num(k, "call_s", d->stage[j].call, &bad);

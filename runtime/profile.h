@@ -160,6 +160,11 @@ typedef struct {
   double gapped[RG_STAGE_SLOTS], gap;
   int gapped_reps, gap_busy;
   rg_profile_stage_shape_t shape[RG_PROFILE_STAGE_SHAPES];
+  // An iteration of the runtime's serving loop (runtime/serve.h) on a few
+  // short requests beyond its stages' time, seconds (median of 3 runs of
+  // serve_iterations each); 0: not measured.
+  double serve_step;
+  int64_t serve_iterations;
   char reason[200];
 } rg_profile_stages_t;
 
@@ -212,7 +217,9 @@ typedef struct {
   double eff_attention;  // 0: not measured
   char eff_attention_why[160];
   double step, layer;  // seconds; < 0: not measured
-  int step_measured;   // step is the engine's forward beyond its stages, not 3 launches
+  // step is 0: 3 launches; 1: the engine's forward beyond its stages at the
+  // timed shapes; 2: a serving loop's iteration beyond its stages.
+  int step_measured;
   rg_profile_curve_t curve[RG_PROFILE_DTYPES];
   int have_stages;  // stage[] fitted from result.stages
   rg_stage_figures_t stage[RG_STAGE_SLOTS];

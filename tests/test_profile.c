@@ -269,6 +269,9 @@ static void check_loaded(rg_test_ctx_t *t, const char *dir, const cJSON *j) {
   if (stages) {
     RG_CHECK(c->step_cost > 0);
     RG_CHECK_NEAR(c->step_cost, num(cal, "overhead_step_seconds"), 0.006);
+    // Measured on the runtime's serving loop: it is what the class says.
+    RG_CHECK(num(stages, "serving_iterations") >= 24);
+    RG_CHECK_NEAR(num(cal, "overhead_step_seconds"), num(stages, "serving_step_s"), 1e-9);
   }
   RG_CHECK(!stages || strstr(c->stage_source, "measured by ridge profile") != NULL);
   if (stages) RG_CHECK_NEAR(c->process_first, num(cal, "process_first_seconds"), 0.006);
