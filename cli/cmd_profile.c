@@ -354,6 +354,12 @@ static rg_status_t print_text(FILE *f, const rg_profile_result_t *r, const char 
     fprintf(f, "  %-10s %.2f: %s\n", "streaming", d->eff_memory, d->eff_memory_why);
   if (d->eff_attention > 0)
     fprintf(f, "  %-10s %.2f: %s\n", "attention", d->eff_attention, d->eff_attention_why);
+  if (d->n_attn) {
+    fprintf(f, "  %-10s by context:", "");
+    for (int i = 0; i < d->n_attn; i++)
+      fprintf(f, "%s %lld: %.3g", i ? "," : "", (long long)d->attn_ctx[i], d->attn_eff[i]);
+    fprintf(f, " (a step's context picks its point)\n");
+  }
   for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
     const rg_profile_curve_t *c = &d->curve[i];
     if (c->n == 0) continue;
@@ -463,6 +469,14 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
     rg_json_num(c, "datasheet_bandwidth", d->sheet.bandwidth, &bad);
     if (d->eff_memory > 0) rg_json_num(c, "efficiency_memory", d->eff_memory, &bad);
     if (d->eff_attention > 0) rg_json_num(c, "efficiency_attention", d->eff_attention, &bad);
+    if (d->n_attn) {
+      cJSON *ac = rg_json_arr(c, "efficiency_attention_by_context", &bad);
+      for (int i = 0; i < d->n_attn; i++) {
+        cJSON *o = rg_json_push_obj(ac, &bad);
+        rg_json_num(o, "positions", (double)d->attn_ctx[i], &bad);
+        rg_json_num(o, "efficiency", d->attn_eff[i], &bad);
+      }
+    }
     if (d->layer >= 0) {
       rg_json_num(c, "overhead_step_seconds", d->step, &bad);
       rg_json_num(c, "overhead_layer_seconds", d->layer, &bad);

@@ -374,7 +374,17 @@ static rg_status_t rg_read_fraction(const rg_node_t *map, const char *path, cons
 
 // A curve of compute efficiency by GEMM M: a plain fraction (the same at
 // every M) or a mapping { M: fraction, ... } with M increasing.
+static rg_status_t rg_read_curve_on(const rg_node_t *n, const char *label, const char *axis,
+                                    const char *key, const char *example, rg_eff_curve_t *c);
 static rg_status_t rg_read_curve(const rg_node_t *n, const char *label, rg_eff_curve_t *c) {
+  return rg_read_curve_on(n, label, "GEMM M", "M", "{ 16: 0.1, 1024: 0.7 }", c);
+}
+
+// A fraction, or a curve of fractions over `axis` (GEMM M, context
+// positions; `key` names one point's key in messages), points by
+// increasing key.
+static rg_status_t rg_read_curve_on(const rg_node_t *n, const char *label, const char *axis,
+                                    const char *key, const char *example, rg_eff_curve_t *c) {
   memset(c, 0, sizeof(*c));
   if (n->kind == RG_NODE_SCALAR) {
     double v;
@@ -389,9 +399,8 @@ static rg_status_t rg_read_curve(const rg_node_t *n, const char *label, rg_eff_c
   }
   if (n->kind != RG_NODE_MAP)
     return rg_status_at(RG_INVALID_ARGUMENT, &n->pos,
-                        "%s: expected a fraction or a mapping of GEMM M to fraction, like "
-                        "'{ 16: 0.1, 1024: 0.7 }'",
-                        label);
+                        "%s: expected a fraction or a mapping of %s to fraction, like '%s'", label,
+                        axis, example);
   if (n->n < 1 || n->n > RG_EFF_POINTS)
     return rg_status_at(RG_INVALID_ARGUMENT, &n->pos, "%s: expected 1 to %d points, got %zu", label,
                         RG_EFF_POINTS, n->n);
@@ -407,8 +416,8 @@ static rg_status_t rg_read_curve(const rg_node_t *n, const char *label, rg_eff_c
                           what);
     if (i > 0 && m <= c->pt[i - 1].m)
       return rg_status_at(RG_INVALID_ARGUMENT, &n->keys[i]->pos,
-                          "%s: M %g does not follow %g; list points by increasing M", label, m,
-                          c->pt[i - 1].m);
+                          "%s: %s %g does not follow %g; list points by increasing %s", label, key,
+                          m, c->pt[i - 1].m, key);
     c->pt[i].m = m;
     c->pt[i].eff = e;
   }
@@ -440,8 +449,9 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
   const rg_node_t *e;
   RG_RETURN_IF_ERROR(rg_want(root, "efficiency", "device class", 0, NULL, &e));
   if (!e) return NULL;
-  static const char *const keys[] = {"compute", "memory",  "memory_by_m", "attention",
-                                     "link",    "experts", "source",      NULL};
+  static const char *const keys[] = {
+      "compute", "memory",  "memory_by_m", "attention", "attention_by_context",
+      "link",    "experts", "source",      NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(e, keys, "efficiency"));
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "memory", &c->eff_memory));
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "attention", &c->eff_attention));
@@ -449,6 +459,16 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "experts", &c->eff_experts));
   RG_RETURN_IF_ERROR(rg_read_text(e, "efficiency", "efficiency", "source", 0, c->eff_source,
                                   sizeof(c->eff_source)));
+  const rg_node_t *an;
+  RG_RETURN_IF_ERROR(rg_want(e, "attention_by_context", "efficiency", 0, NULL, &an));
+  if (an && an->kind != RG_NODE_MAP)
+    return rg_status_at(RG_INVALID_ARGUMENT, &an->pos,
+                        "efficiency.attention_by_context: expected a mapping of context positions "
+                        "to fraction, like '{ 128: 0.2, 4096: 0.3 }'");
+  if (an)
+    RG_RETURN_IF_ERROR(rg_read_curve_on(an, "efficiency.attention_by_context", "context positions",
+                                        "context", "{ 128: 0.2, 4096: 0.3 }",
+                                        &c->eff_attention_ctx));
   const rg_node_t *mn;
   RG_RETURN_IF_ERROR(rg_want(e, "memory_by_m", "efficiency", 0, NULL, &mn));
   if (mn && mn->kind != RG_NODE_MAP)
@@ -585,6 +605,12 @@ double rg_class_eff_compute(const rg_device_class_t *c, rg_dtype_t t, double m) 
   if ((unsigned)t < RG_DTYPE_COMPUTE_COUNT && c->eff_compute[t].n > 0)
     return rg_eff_curve_at(&c->eff_compute[t], m);
   return rg_eff_curve_at(&c->eff_compute_all, m);
+}
+
+double rg_class_eff_attention(const rg_device_class_t *c, double context) {
+  if (c->eff_attention_ctx.n > 0)
+    return rg_eff_curve_at(&c->eff_attention_ctx, context < 1 ? 1 : context);
+  return c->eff_attention > 0 ? c->eff_attention : c->eff_memory;
 }
 
 double rg_class_eff_memory(const rg_device_class_t *c, rg_dtype_t t, double m) {

@@ -392,7 +392,7 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
     // efficiency) and the queries and outputs.
     double kv = (co->kv_read_bytes + co->kv_write_bytes) * scale * fs / kvsplit,
            act = co->act_bytes * scale * fs / tp;
-    double ea = c->eff_attention > 0 ? c->eff_attention : c->eff_memory;
+    double ea = rg_class_eff_attention(c, ctx);
     // Its matmuls multiply each KV head by the queries that share it: q
     // tokens times the heads per KV head (GQA), or every head (MLA's latent).
     double group = a->mla ? (double)a->n_heads : (double)a->n_heads / (double)a->n_kv_heads;

@@ -144,6 +144,11 @@ struct rg_device_class_s {
   // Decode attention gathers paged KV blocks rather than streaming one
   // matrix, and reaches less of the bandwidth (0: as eff_memory).
   double eff_attention;
+  // Decode attention's KV read rate over the bandwidth by context positions
+  // (`efficiency.attention_by_context`): short contexts pay per head and
+  // token what long ones spread (128 positions 0.73x the rate at 4096 on
+  // this project's CPU). n = 0: eff_attention at every context.
+  rg_eff_curve_t eff_attention_ctx;
   // Fraction of a link's bandwidth collectives (all-reduce, all-to-all)
   // reach (0: 1).
   double eff_link;
@@ -191,6 +196,10 @@ double rg_class_eff_compute(const rg_device_class_t *c, rg_dtype_t t, double m);
 // reaches: its memory_by_m curve, else eff_memory.
 double rg_class_eff_memory(const rg_device_class_t *c, rg_dtype_t t, double m);
 double rg_eff_curve_at(const rg_eff_curve_t *curve, double m);
+// Decode attention's efficiency at `context` positions: the curve where the
+// class has one (log-interpolated, flat past its ends), else eff_attention,
+// else eff_memory.
+double rg_class_eff_attention(const rg_device_class_t *c, double context);
 
 typedef struct {
   rg_device_class_t **classes;

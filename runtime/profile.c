@@ -63,8 +63,8 @@ static const plan_t full_plan = {
     .stream_bytes = (size_t)256 << 20,
     .copy_bytes = (size_t)256 << 20,
     .reps = 4,
-    .n_ctx = 4,
-    .ctx = {256, 1024, 4096, 16384},
+    .n_ctx = 5,
+    .ctx = {128, 256, 1024, 4096, 16384},
     .attn_seqs = 4,
     .launch_ops = 2000,
     .gemm = 8192,
@@ -80,8 +80,8 @@ static const plan_t quick_plan = {
     .stream_bytes = (size_t)64 << 20,
     .copy_bytes = (size_t)32 << 20,
     .reps = 2,
-    .n_ctx = 2,
-    .ctx = {512, 4096},
+    .n_ctx = 3,
+    .ctx = {128, 512, 4096},
     .attn_seqs = 2,
     .launch_ops = 200,
     .gemm = 4096,
@@ -796,6 +796,10 @@ static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
              "decode attention's %s KV read rate at %lld positions over the read bandwidth%s",
              rg_dtype_name(r->kv), (long long)r->ctx[r->n_ctx - 1],
              e > 1 ? " (above 1: the KV sat partly in cache; held at 1)" : "");
+    // Every context measured, as a curve: short contexts read slower.
+    d->n_attn = r->n_ctx > 1 ? r->n_ctx : 0;
+    for (int i = 0; i < d->n_attn; i++)
+      d->attn_ctx[i] = r->ctx[i], d->attn_eff[i] = clamp_eff(r->attn_rate[i] / d->bandwidth);
   }
   if (r->launch > 0) {
     d->step = 3 * r->launch;
@@ -1366,6 +1370,10 @@ void rg_profile_apply(const rg_profile_result_t *r, rg_device_class_t *c) {
   if (d->bandwidth > 0 && c->n_mem > 0) c->mem[0].bandwidth = d->bandwidth;
   if (d->eff_memory > 0) c->eff_memory = d->eff_memory;
   if (d->eff_attention > 0) c->eff_attention = d->eff_attention;
+  c->eff_attention_ctx.n = d->n_attn;
+  for (int i = 0; i < d->n_attn; i++)
+    c->eff_attention_ctx.pt[i].m = (double)d->attn_ctx[i],
+    c->eff_attention_ctx.pt[i].eff = d->attn_eff[i];
   if (d->layer >= 0) c->step_cost = d->step, c->layer_floor = d->layer;
   if (d->have_stages) memcpy(c->stage, d->stage, sizeof c->stage);
   if (d->process_first >= 0) c->process_first = d->process_first;
@@ -1643,6 +1651,10 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
             "read bandwidth (a decode batch's kernel need not stream as batch 1's does).\n",
             RG_PROFILE_MEM_MAX_M);
   if (d->eff_attention > 0) fprintf(f, "# efficiency.attention: %s.\n", d->eff_attention_why);
+  if (d->n_attn)
+    fprintf(f,
+            "# efficiency.attention_by_context: the same at each context measured, which the\n"
+            "#   cost model interpolates by a step's context.\n");
   if (d->layer >= 0 && !d->have_stages)
     fprintf(f,
             "# overhead: the per-op cost times the ops the cost model prices by no roofline "
@@ -1732,6 +1744,10 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
     fprintf(f, "efficiency:\n");
     if (d->eff_memory > 0) fprintf(f, "  memory: %.3g\n", d->eff_memory);
     if (d->eff_attention > 0) fprintf(f, "  attention: %.3g\n", d->eff_attention);
+    for (int i = 0; i < d->n_attn; i++)
+      fprintf(f, "%s%lld: %.3g", i ? ", " : "  attention_by_context: { ", (long long)d->attn_ctx[i],
+              d->attn_eff[i]);
+    if (d->n_attn) fprintf(f, " }\n");
     if (has_memory_curves(d)) {
       fprintf(f, "  memory_by_m:\n");
       for (int i = 0; i < RG_PROFILE_DTYPES; i++)

@@ -50,7 +50,8 @@
 // - memory: the measured read bandwidth; efficiency.memory the share of it
 //   the m = 1 matmuls stream weights at (median over the weight types).
 // - efficiency.attention: decode attention's KV read rate at the longest
-//   context over the read bandwidth.
+//   context over the read bandwidth; attention_by_context: the same at
+//   every context measured.
 // - overhead.layer and .step: the per-op cost times the ops of a layer (8)
 //   and of a step (3) that the cost model has no roofline term for. With
 //   stage figures, layer is 0: those ops run inside the stages, whose own
@@ -216,6 +217,11 @@ typedef struct {
   char eff_memory_why[160];
   double eff_attention;  // 0: not measured
   char eff_attention_why[160];
+  // The same at each context measured (n_attn > 1), for
+  // efficiency.attention_by_context; 0: one context or none.
+  int n_attn;
+  int64_t attn_ctx[RG_PROFILE_MAX_CTX];
+  double attn_eff[RG_PROFILE_MAX_CTX];
   double step, layer;  // seconds; < 0: not measured
   // step is 0: 3 launches; 1: the engine's forward beyond its stages at the
   // timed shapes; 2: a serving loop's iteration beyond its stages.

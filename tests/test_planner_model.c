@@ -675,6 +675,69 @@ RG_TEST(planner_memory_by_m_prices_each_batch_at_its_stream) {
   fx_close(f);
 }
 
+// attention_by_context prices decode attention's KV reads at the step's own
+// context's efficiency (log-interpolated, flat past the ends); a class
+// without it keeps `attention` at every context.
+RG_TEST(planner_attention_by_context_prices_each_context) {
+  const char *dir = calibrated_config(
+      t,
+      "name: h100-sxm\n"
+      "measured: { by: ridge profile, date: 2025-06-01, device: 'cuda:0 NVIDIA H100 80GB HBM3' }\n"
+      "efficiency: { memory: 0.9, attention: 0.8, attention_by_context: { 128: 0.2, 2048: 0.8 } "
+      "}\n");
+  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
+  RG_REQUIRE(f->cat);
+  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
+  RG_REQUIRE(c && c->calibrated);
+  RG_CHECK_NEAR(rg_class_eff_attention(c, 128), 0.2, 1e-12);
+  RG_CHECK_NEAR(rg_class_eff_attention(c, 512), 0.5, 1e-9);  // log-interpolated
+  RG_CHECK_NEAR(rg_class_eff_attention(c, 64), 0.2, 1e-12);
+  RG_CHECK_NEAR(rg_class_eff_attention(c, 1e6), 0.8, 1e-12);
+  rg_device_class_t z = *c;
+  z.eff_attention_ctx.n = 0;
+  RG_CHECK_NEAR(rg_class_eff_attention(&z, 128), 0.8, 1e-12);
+  z.eff_attention = 0;
+  RG_CHECK_NEAR(rg_class_eff_attention(&z, 128), 0.9, 1e-12);  // eff_memory
+  // The attention stage at 128 positions reads its KV at a quarter of the
+  // rate at 2048, where the two classes agree.
+  rg_device_class_t flat = *c;
+  flat.eff_attention_ctx.n = 0;
+  rg_group_t g = {"main", c, 1, 1, 1, 1}, g0 = {"main", &flat, 1, 1, 1, 1};
+  double a, a0, b, b0;
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 64, 1, 2048, 0, &a));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g0, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 64, 1, 2048, 0, &a0));
+  RG_CHECK_NEAR(a, a0, 1e-12 * a);
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 64, 1, 128, 0, &b));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g0, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 64, 1, 128, 0, &b0));
+  RG_CHECK(b > b0);
+  fx_close(f);
+  static const struct {
+    const char *eff, *error;
+  } bad[] = {
+      {"efficiency: { attention_by_context: 0.3 }\n",
+       "efficiency.attention_by_context: expected a mapping of context positions to fraction"},
+      {"efficiency: { attention_by_context: { 512: 0.3, 128: 0.2 } }\n",
+       "efficiency.attention_by_context: context 128 does not follow 512; list points by "
+       "increasing context"},
+      {"efficiency: { attention_by_context: { 128: 1.5 } }\n",
+       "efficiency.attention_by_context.128"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[600];
+    snprintf(text, sizeof text, "name: h100-sxm\nmeasured: { by: x, date: 2025-06-01 }\n%s",
+             bad[i].eff);
+    const char *d2 = calibrated_config(t, text);
+    rg_catalog_t *cat = NULL;
+    RG_CHECK_ERR(rg_catalog_load(d2, &cat), bad[i].error);
+    RG_CHECK_ERR(rg_catalog_load(d2, &cat), "calibrated/h100-sxm.yaml:3:");
+    RG_CHECK(cat == NULL);
+  }
+}
+
 // ----- Per-stage figures ------------------------------------------------------------
 
 static const char *const staged_h100 =

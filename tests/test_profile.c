@@ -241,6 +241,13 @@ static void check_loaded(rg_test_ctx_t *t, const char *dir, const cJSON *j) {
   else
     RG_CHECK_NEAR(c->eff_memory, num(cal, "efficiency_memory"), 0.006);
   RG_CHECK_NEAR(c->layer_floor, num(cal, "overhead_layer_seconds"), 0.006);
+  // Attention's efficiency at each context measured, which the cost model
+  // reads by a step's context.
+  const cJSON *ac = cJSON_GetObjectItem(cal, "efficiency_attention_by_context"), *ap;
+  RG_CHECK(c->eff_attention_ctx.n == cJSON_GetArraySize(ac));
+  cJSON_ArrayForEach(ap, ac) {
+    RG_CHECK_NEAR(rg_class_eff_attention(c, num(ap, "positions")), num(ap, "efficiency"), 0.006);
+  }
   // Each stage kind's figures as the profile fitted them.
   static const char *const kinds[] = {"embed", "attention", "ffn", "lm_head"};
   const cJSON *stages = cJSON_GetObjectItem(cal, "stages");
@@ -407,7 +414,7 @@ RG_TEST(profile_null_device_reports_each_gap_and_writes_nothing) {
   RG_CHECK_CONTAINS(out, "not measured: null:0 has no matmul kernel");
   RG_CHECK_CONTAINS(out,
                     "decode attention, bf16 KV, 2 sequences, 32/8 heads x 64: not measured: "
-                    "measuring attention over 512 positions on null:0: null:0 has no "
+                    "measuring attention over 128 positions on null:0: null:0 has no "
                     "attention kernel");
   RG_CHECK_CONTAINS(out, "nothing measured that the class has a figure for");
   RG_CHECK_CONTAINS(out, "Not written (no -o).");
