@@ -675,6 +675,18 @@ RG_TEST(planner_memory_by_m_prices_each_batch_at_its_stream) {
   fx_close(f);
 }
 
+// A calibrated h100-sxm whose third line on is `rest` is refused with
+// `error`, at a position in that file.
+static void refuses_calibrated(rg_test_ctx_t *t, const char *rest, const char *error) {
+  char text[600];
+  snprintf(text, sizeof text, "name: h100-sxm\nmeasured: { by: x, date: 2025-06-01 }\n%s", rest);
+  const char *dir = calibrated_config(t, text);
+  rg_catalog_t *cat = NULL;
+  RG_CHECK_ERR(rg_catalog_load(dir, &cat), error);
+  RG_CHECK_ERR(rg_catalog_load(dir, &cat), "calibrated/h100-sxm.yaml:3:");
+  RG_CHECK(cat == NULL);
+}
+
 // attention_by_context prices decode attention's KV reads at the step's own
 // context's efficiency (log-interpolated, flat past the ends); a class
 // without it keeps `attention` at every context.
@@ -726,16 +738,8 @@ RG_TEST(planner_attention_by_context_prices_each_context) {
       {"efficiency: { attention_by_context: { 128: 1.5 } }\n",
        "efficiency.attention_by_context.128"},
   };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    char text[600];
-    snprintf(text, sizeof text, "name: h100-sxm\nmeasured: { by: x, date: 2025-06-01 }\n%s",
-             bad[i].eff);
-    const char *d2 = calibrated_config(t, text);
-    rg_catalog_t *cat = NULL;
-    RG_CHECK_ERR(rg_catalog_load(d2, &cat), bad[i].error);
-    RG_CHECK_ERR(rg_catalog_load(d2, &cat), "calibrated/h100-sxm.yaml:3:");
-    RG_CHECK(cat == NULL);
-  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    refuses_calibrated(t, bad[i].eff, bad[i].error);
 }
 
 // ----- Per-stage figures ------------------------------------------------------------
@@ -901,14 +905,6 @@ RG_TEST(planner_stage_figures_bad_files) {
        "7: 1 us, 8: 1 us, 9: 1 us } } }\n",
        "stages.ffn.by_tokens: expected 1 to 8 points, got 9"},
   };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    char text[600];
-    snprintf(text, sizeof text, "name: h100-sxm\nmeasured: { by: x, date: 2025-06-01 }\n%s",
-             bad[i].stages);
-    const char *dir = calibrated_config(t, text);
-    rg_catalog_t *cat = NULL;
-    RG_CHECK_ERR(rg_catalog_load(dir, &cat), bad[i].error);
-    RG_CHECK_ERR(rg_catalog_load(dir, &cat), "calibrated/h100-sxm.yaml:3:");
-    RG_CHECK(cat == NULL);
-  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    refuses_calibrated(t, bad[i].stages, bad[i].error);
 }

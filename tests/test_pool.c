@@ -113,11 +113,19 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-RG_TEST(pool_call_does_not_wait_for_a_stalled_worker) {
+// A pool of 2 threads and the thread id of its one worker, told from the
+// threads that were there before it; 0 when another thread started beside
+// it (*p is then destroyed and NULL).
+static pid_t pool_with_worker(rg_test_ctx_t *t, rg_pool_t **p) {
   pid_t before[256], after[256];
   size_t nb = task_ids(before, 256);
-  rg_pool_t *p;
-  RG_REQUIRE_OK(rg_pool_create(2, &p));
+  *p = NULL;
+  rg_status_t st = rg_pool_create(2, p);
+  if (st) {
+    rg_test_fail(t, __FILE__, __LINE__, "rg_pool_create: %s", rg_status_message(st));
+    rg_status_free(st);
+    return 0;
+  }
   size_t na = task_ids(after, 256);
   pid_t worker = 0;
   int fresh = 0;
@@ -126,10 +134,17 @@ RG_TEST(pool_call_does_not_wait_for_a_stalled_worker) {
     for (size_t k = 0; k < nb; k++) old |= after[i] == before[k];
     if (!old) worker = after[i], fresh++;
   }
-  if (fresh != 1) {
-    rg_pool_destroy(p);
+  if (fresh == 1) return worker;
+  rg_pool_destroy(*p);
+  *p = NULL;
+  return 0;
+}
+
+RG_TEST(pool_call_does_not_wait_for_a_stalled_worker) {
+  rg_pool_t *p;
+  pid_t worker = pool_with_worker(t, &p);
+  if (!worker)
     RG_SKIP("another thread started beside the pool's worker; cannot tell which to stall");
-  }
   // Signal it only once it sleeps on the condition variable, so the handler
   // never runs while it holds the pool's mutex.
   double t0 = now_s();
@@ -184,22 +199,10 @@ static long task_ticks(pid_t tid) {
 // Workers spin a while after a job, so the next one starts without a
 // wake-up, and then sleep: an idle pool must not keep burning a core.
 RG_TEST(pool_workers_sleep_once_idle) {
-  pid_t before[256], after[256];
-  size_t nb = task_ids(before, 256);
   rg_pool_t *p;
-  RG_REQUIRE_OK(rg_pool_create(2, &p));
-  size_t na = task_ids(after, 256);
-  pid_t worker = 0;
-  int fresh = 0;
-  for (size_t i = 0; i < na; i++) {
-    int old = 0;
-    for (size_t k = 0; k < nb; k++) old |= after[i] == before[k];
-    if (!old) worker = after[i], fresh++;
-  }
-  if (fresh != 1) {
-    rg_pool_destroy(p);
+  pid_t worker = pool_with_worker(t, &p);
+  if (!worker)
     RG_SKIP("another thread started beside the pool's worker; cannot tell which to watch");
-  }
   for (int rep = 0; rep < 50; rep++) {
     int hits[64] = {0};
     sum_ctx_t c = {.hits = hits};
