@@ -343,7 +343,8 @@ static const char *str(const cJSON *o, const char *key) {
 // A run on a known calibrated class: each stage's predicted time is the
 // cost model's for that class over the steps the run took (a prompt of 5,
 // then one-token decodes), plus its first call's cost, and the process's
-// once-only cost in its first stage (embed).
+// once-only cost in its first layered stage (attention), where the matmuls
+// pay it.
 RG_TEST(cli_run_predicted_column_is_the_cost_model_on_the_calibrated_class) {
   char model[2048];
   if (!cache_env(t, model, sizeof model)) return;
@@ -397,7 +398,7 @@ RG_TEST(cli_run_predicted_column_is_the_cost_model_on_the_calibrated_class) {
     RG_CHECK(c.process_first == 7e-3 && c.stage[RG_SLOT_FFN].cold == 40e-3);
     // One process runs its stages back to back: no call is cold.
     RG_CHECK(num(e, "cold_calls") == 0);
-    double steps = num(e, "steps"), want = c.stage[slot].first + (slot == 0 ? c.process_first : 0);
+    double steps = num(e, "steps"), want = c.stage[slot].first + (slot == 1 ? c.process_first : 0);
     RG_CHECK(steps >= 2);
     for (int s = 0; s < (int)steps; s++) {
       // The prompt's 5 tokens, then one token a step after them.
