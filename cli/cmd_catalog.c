@@ -176,6 +176,13 @@ static void print_efficiency(const rg_device_class_t *c) {
   if (c->eff_attention > 0)
     printf("    attention  %.0f%% of peak bandwidth (decode attention over paged KV)\n",
            c->eff_attention * 100);
+  if (c->eff_attention_ctx.n > 0) {
+    printf("    attention  by context:");
+    for (int i = 0; i < c->eff_attention_ctx.n; i++)
+      printf("%s %g: %.0f%%", i ? "," : "", c->eff_attention_ctx.pt[i].m,
+             c->eff_attention_ctx.pt[i].eff * 100);
+    printf(" (a step's context picks its point)\n");
+  }
   if (c->eff_link > 0)
     printf("    link       %.0f%% of each link's bandwidth (collectives)\n", c->eff_link * 100);
   if (c->eff_experts > 0)

@@ -359,6 +359,7 @@ RG_TEST(profile_cpu_quick_calibrates_the_class) {
   RG_CHECK_CONTAINS(out, "Calibrated: measured by ridge profile on ");
   RG_CHECK_CONTAINS(out, "calibrated / datasheet");
   RG_CHECK_CONTAINS(out, "50.0 GB/s");  // the datasheet's bandwidth, beside the measured
+  RG_CHECK_CONTAINS(out, "attention  by context: 128: ");
   free(out);
   double tbt_cal = plan_tbt(t, dir);
   if (!(tbt_cal != tbt_sheet))
