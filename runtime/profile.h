@@ -55,7 +55,9 @@
 // - overhead.layer and .step: the per-op cost times the ops of a layer (8)
 //   and of a step (3) that the cost model has no roofline term for. With
 //   stage figures, layer is 0: those ops run inside the stages, whose own
-//   fixed costs then price them.
+//   fixed costs then price them, and step is an iteration of the runtime's
+//   serving loop beyond its stages (stages.serve_step; where that run
+//   failed, the timed shapes' forward beyond their stages).
 // - stages.KIND (with opts.stage_model): each stage kind's time at each
 //   shape less the cost model's roofline for it on the class derived
 //   above, fitted as calls x (call + token x tokens) by least squares on
