@@ -1334,12 +1334,7 @@ static void op_rows(const backend_t *b, cJSON *arr, int *bad, rg_table_t *tb) {
   if (!b->e) return;  // workers do not report op times (parse_args refuses that)
   rg_op_profile_t sum;
   rg_engine_op_profile(b->e, &sum);
-  double stage_s = 0;
-  for (size_t i = 0; i < rg_engine_stage_count(b->e); i++) {
-    rg_stage_counters_t c;
-    rg_stage_counters(rg_engine_stage_at(b->e, i), &c);
-    stage_s += c.seconds;
-  }
+  const double stage_s = rg_engine_stages_seconds(b->e);
   for (int k = 0; k < RG_OP_COUNT; k++) {
     if (!sum.calls[k]) continue;
     double mean = sum.seconds[k] / (double)sum.calls[k];

@@ -533,15 +533,8 @@ static rg_status_t read_by_tokens(const rg_node_t *stage, const char *path, rg_s
       return rg_status_at(RG_INVALID_ARGUMENT, &n->keys[i]->pos,
                           "%s: %g tokens does not follow %g; list points by increasing tokens",
                           label, tokens, f->by_tokens[i - 1].tokens);
-    snprintf(what, sizeof what, "%s.%s", label, n->keys[i]->scalar);
-    RG_RETURN_IF_ERROR(rg_node_quantity(n->items[i], what, RG_UNIT_TIME, 1, &sec));
-    if (sec > rg_unit_max[RG_UNIT_TIME]) {
-      char most[32];
-      return rg_status_at(
-          RG_INVALID_ARGUMENT, &n->items[i]->pos,
-          "%s: '%s' is beyond any device or fleet; at most %s", what, n->items[i]->scalar,
-          rg_fmt_quantity(rg_unit_max[RG_UNIT_TIME], RG_UNIT_TIME, most, sizeof most));
-    }
+    RG_RETURN_IF_ERROR(
+        rg_read_quantity(n, label, label, n->keys[i]->scalar, RG_UNIT_TIME, 1, 1, &sec));
     f->by_tokens[i] = (rg_stage_point_t){tokens, sec};
   }
   f->n_points = (int)n->n;

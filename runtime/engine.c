@@ -351,6 +351,16 @@ void rg_engine_counters_reset(rg_engine_t *e) {
   for (size_t i = 0; i < e->n_stages; i++) rg_stage_counters_reset(e->stages[i]);
 }
 
+double rg_engine_stages_seconds(const rg_engine_t *e) {
+  double s = 0;
+  for (size_t i = 0; i < e->n_stages; i++) {
+    rg_stage_counters_t c;
+    rg_stage_counters(e->stages[i], &c);
+    s += c.seconds;
+  }
+  return s;
+}
+
 void rg_engine_set_op_profiling(rg_engine_t *e, int on) {
   for (size_t i = 0; i < e->n_stages; i++) rg_queue_set_profiling(rg_stage_queue(e->stages[i]), on);
 }

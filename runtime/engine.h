@@ -148,6 +148,8 @@ typedef struct {
 } rg_engine_counters_t;
 void rg_engine_counters(const rg_engine_t *e, rg_engine_counters_t *out);
 void rg_engine_counters_reset(rg_engine_t *e);
+// The seconds every stage has counted (rg_stage_counters), summed.
+double rg_engine_stages_seconds(const rg_engine_t *e);
 
 // Op timing on every stage's queue (rg_queue_set_profiling), and what it
 // has timed, summed over the stages since it began or since

@@ -921,11 +921,10 @@ static void churn_part(void *ctx, size_t b, size_t e, int slot) {
   c->sink += s;
 }
 
-// One forward step of e, each stage kind's seconds added to out (slot
-// order).
-// One step, each stage kind's time in out[slot]; *outside (when not NULL)
-// what the engine's forward took beyond its stages (the step's own work:
-// uploads, copying the logits out, checking them).
+// One forward step of e, each stage kind's seconds added to out[slot];
+// *outside (when not NULL) what the engine's forward took beyond its
+// stages (the step's own work: uploads, copying the logits out, checking
+// them).
 static rg_status_t timed_step_ex(rg_engine_t *e, const rg_engine_entry_t *en, size_t n,
                                  float *logits, double out[RG_STAGE_SLOTS], double *outside) {
   for (size_t i = 0; i < rg_engine_stage_count(e); i++)
@@ -970,25 +969,16 @@ static void serving_step(rg_engine_t *e, const int32_t *toks, int n_toks, rg_pro
   for (int r = 0; r < RUNS; r++) {
     rg_serve_result_t res[REQS];
     rg_serve_stats_t ss;
-    double st0 = 0, st1 = 0;
-    for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
-      rg_stage_counters_t c;
-      rg_stage_counters(rg_engine_stage_at(e, i), &c);
-      st0 += c.seconds;
-    }
+    const double st0 = rg_engine_stages_seconds(e);
     rg_status_t st = rg_serve(e, rq, REQS, &so, res, &ss);
     rg_serve_results_free(res, REQS);
     if (st || ss.failed || ss.iterations < 1) {
       rg_status_free(st);
       continue;
     }
-    for (size_t i = 0; i < rg_engine_stage_count(e); i++) {
-      rg_stage_counters_t c;
-      rg_stage_counters(rg_engine_stage_at(e, i), &c);
-      st1 += c.seconds;
-    }
     // The loop's time (its start to the last token), not the run's setup.
-    per[n++] = fmax(0, ss.wall_s - (st1 - st0)) / (double)ss.iterations;
+    const double staged = rg_engine_stages_seconds(e) - st0;
+    per[n++] = fmax(0, ss.wall_s - staged) / (double)ss.iterations;
     S->serve_iterations = ss.iterations;
   }
   if (n == 0) return;
@@ -1029,7 +1019,7 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   for (int i = 0; i < N_TOKS; i++) toks[i] = (int32_t)(((int64_t)i * 7919 + 1) % vocab);
   for (int q = 0; q < 8; q++)
     for (int b = 0; b < 16; b++) tables[q][b] = q * 16 + b;
-  if (!(logits = malloc(8 * (size_t)rg_engine_vocab(e) * sizeof(float)))) {
+  if (!(logits = malloc(8 * (size_t)vocab * sizeof(float)))) {
     st = rg_status_make(RG_OUT_OF_MEMORY, "out of memory");
     goto fail;
   }
@@ -1328,10 +1318,11 @@ static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
   }
   d->have_stages = 1;
   // The ops a layer floor stood for run inside the stages now, and the
-  // step's own cost is what the engine's forward took beyond its stages
-  // (the mean over the shapes): on the tiny model 10-15 us a step, where
-  // three ops' launch cost had priced it at 0.1-0.2 us and the simulated
-  // decode step read 10-15 % fast.
+  // step's own cost is a serving iteration's beyond its stages (17-20 us
+  // on the tiny model, where three ops' launch cost had priced it at
+  // 0.1-0.2 us and the simulated decode step read 10-15 % fast); where the
+  // serving run failed, the mean over the shapes of the engine's forward
+  // beyond its stages.
   if (d->layer > 0) d->layer = 0;
   double out_sum = 0;
   for (int k = 0; k < S->n; k++) out_sum += S->shape[k].outside;
