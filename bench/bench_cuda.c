@@ -116,12 +116,12 @@ static rg_status_t model_pass(rg_queue_t *q, rg_dtype_t wt, const model_t *m, in
       for (int i = 0; i < 7; i++) {
         rg_op_t op = {
             .kind = RG_OP_MATMUL,
-            .matmul = {{x, 0}, {m->w[l][i], 0}, {NULL, 0}, {y, 0}, wt, rows, m->n[i], m->k[i]}};
+            .matmul = {{x, 0}, {m->w[l][i], 0}, {NULL, 0}, {y, 0}, wt, rows, m->n[i], m->k[i], 0}};
         RG_RETURN_IF_ERROR(rg_queue_submit(q, &op));
       }
     rg_op_t head = {
         .kind = RG_OP_MATMUL,
-        .matmul = {{x, 0}, {m->lm_head, 0}, {NULL, 0}, {y, 0}, wt, rows, VOCAB, D_MODEL}};
+        .matmul = {{x, 0}, {m->lm_head, 0}, {NULL, 0}, {y, 0}, wt, rows, VOCAB, D_MODEL, 0}};
     RG_RETURN_IF_ERROR(rg_queue_submit(q, &head));
     RG_RETURN_IF_ERROR(rg_queue_wait(q));
     double dt = now() - t0;
@@ -141,7 +141,7 @@ static rg_status_t shape_pass(rg_queue_t *q, rg_dtype_t wt, const model_t *m, in
     for (int l = 0; l < N_LAYERS; l++) {
       rg_op_t op = {
           .kind = RG_OP_MATMUL,
-          .matmul = {{x, 0}, {m->w[l][i], 0}, {NULL, 0}, {y, 0}, wt, 1, m->n[i], m->k[i]}};
+          .matmul = {{x, 0}, {m->w[l][i], 0}, {NULL, 0}, {y, 0}, wt, 1, m->n[i], m->k[i], 0}};
       RG_RETURN_IF_ERROR(rg_queue_submit(q, &op));
     }
     RG_RETURN_IF_ERROR(rg_queue_wait(q));

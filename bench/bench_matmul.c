@@ -206,7 +206,7 @@ static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_dtype_t
   for (int rep = 0; rep < reps; rep++) {
     double t0 = now();
     for (int c = 0; c < copies; c++) {
-      rg_wmat_t wm = {w + (size_t)c * bytes, t, n, k};
+      rg_wmat_t wm = {w + (size_t)c * bytes, t, n, k, RG_WLAYOUT_ROWS};
       die(rg_matmul_ex(pool, x, m, &wm, NULL, y, o));
     }
     double dt = (now() - t0) / copies;
@@ -245,7 +245,7 @@ static void decode_table(rg_pool_t *pool, double bw) {
         // Each m with the default path, then, where that is not the GEMV,
         // with the GEMV forced, so the two can be compared.
         int64_t m = ms[mi / 2];
-        rg_wmat_t wm = {w, types[ti], n, k};
+        rg_wmat_t wm = {w, types[ti], n, k, RG_WLAYOUT_ROWS};
         const rg_matmul_opts_t gemv = {.path = RG_MATMUL_GEMV};
         const rg_matmul_opts_t *o = mi % 2 ? &gemv : NULL;
         if (mi % 2 && !strcmp(rg_matmul_kernel_name(&wm, m), rg_matmul_kernel_name_ex(&wm, m, o)))
@@ -285,7 +285,8 @@ static void llama_layer(rg_pool_t *pool, double bw) {
     double t0 = now(), each[7] = {0};
     for (int l = 0; l < LAYERS; l++)
       for (int i = 0; i < 7; i++) {
-        rg_wmat_t wm = {w[i] + (size_t)l * bytes[i], RG_BF16, mats[i][0], mats[i][1]};
+        rg_wmat_t wm = {w[i] + (size_t)l * bytes[i], RG_BF16, mats[i][0], mats[i][1],
+                        RG_WLAYOUT_ROWS};
         double t1 = now();
         die(rg_matmul(pool, x, 1, &wm, NULL, y));
         each[i] += now() - t1;
@@ -328,7 +329,7 @@ static void prefill_table(rg_pool_t *pool, double sgemm) {
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     size_t bytes;
     unsigned char *w = make_copies(types[ti], n, k, 1, &bytes);
-    rg_wmat_t wm = {w, types[ti], n, k};
+    rg_wmat_t wm = {w, types[ti], n, k, RG_WLAYOUT_ROWS};
     const char *auto_name = rg_matmul_kernel_name_ex(&wm, m, &paths[0]);
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
       const char *kn = rg_matmul_kernel_name_ex(&wm, m, &paths[pi]);
@@ -362,7 +363,7 @@ static void prefill_shapes(rg_pool_t *pool) {
       const int64_t n = shapes[si][0], k = shapes[si][1];
       size_t bytes;
       unsigned char *w = make_copies(pt[ti], n, k, 1, &bytes);
-      rg_wmat_t wm = {w, pt[ti], n, k};
+      rg_wmat_t wm = {w, pt[ti], n, k, RG_WLAYOUT_ROWS};
       const char *kn = rg_matmul_kernel_name(&wm, m), *pp;
       double dt = time_matmul(pool, x, m, pt[ti], n, k, w, bytes, 1, y, NULL, 6);
       double gf = 2.0 * m * n * k / dt, pk = path_peak(kn, &pp);
@@ -398,7 +399,7 @@ static void crossover(rg_pool_t *pool) {
                 {"tiles", {.path = RG_MATMUL_TILES}}};
     for (size_t r = 0; r < 4; r++) {
       if (r == 1 && (types[ti] != RG_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16)) continue;
-      rg_wmat_t probe = {w, types[ti], n, k};
+      rg_wmat_t probe = {w, types[ti], n, k, RG_WLAYOUT_ROWS};
       if (!strcmp(rg_matmul_kernel_name_ex(&probe, 64, &rows[r].o), "invalid")) continue;
       printf("%-4s %-17s", rg_dtype_name(types[ti]), rows[r].label);
       for (int i = 0; i < NM; i++) {
@@ -471,7 +472,7 @@ static void small_m_shape(rg_pool_t *pool, int64_t n, int64_t k) {
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
       if (r == 2 && (types[ti] != RG_BF16 || rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16)) continue;
       if (r == 3 && !kq) continue;
-      rg_wmat_t probe = {w, types[ti], n, k};
+      rg_wmat_t probe = {w, types[ti], n, k, RG_WLAYOUT_ROWS};
       if (!strcmp(rg_matmul_kernel_name_ex(&probe, 1, &rows[r].o), "invalid")) continue;
       printf("%-4s %-23s", rg_dtype_name(types[ti]), rows[r].label);
       for (int i = 0; i < NM; i++) {
@@ -503,7 +504,7 @@ static void accuracy(rg_pool_t *pool) {
   float *x = xmalloc((size_t)(m * k) * 4), *y = xmalloc((size_t)(m * n) * 4),
         *ref = xmalloc((size_t)(m * nref) * 4);
   for (int64_t i = 0; i < m * k; i++) x[i] = frand();
-  rg_wmat_t head = {w, RG_BF16, nref, k}, wm = {w, RG_BF16, n, k};
+  rg_wmat_t head = {w, RG_BF16, nref, k, RG_WLAYOUT_ROWS}, wm = {w, RG_BF16, n, k, RG_WLAYOUT_ROWS};
   die(rg_matmul_ref(x, m, &head, NULL, ref));
   printf("\naccuracy, bf16 weights, m=%lld k=%lld, NMSE against the double reference:\n",
          (long long)m, (long long)k);

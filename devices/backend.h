@@ -87,6 +87,7 @@ typedef struct {
   rg_status_t (*buffer_wrap)(rg_device_t *dev, void *ptr, size_t len, void (*release_fn)(void *),
                              void *ctx, rg_buffer_t **out);  // optional
   rg_pool_t *(*cpu_pool)(rg_device_t *dev);                  // optional
+  int (*weight_layout)(rg_device_t *dev, rg_dtype_t t);      // optional (rg_device_weight_layout)
 } rg_device_vtable_t;
 
 struct rg_device_s {

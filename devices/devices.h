@@ -174,6 +174,13 @@ RG_MUST_USE rg_status_t rg_device_check_op(const rg_device_t *dev, const rg_op_t
 // kernel that uses it directly must be on the thread that drives the device.
 rg_pool_t *rg_device_cpu_pool(const rg_device_t *dev);
 
+// The layout dev's matmul op runs weights of type t fastest from, for the
+// op's wlayout (ops/matmul.h's rg_wlayout_t): 0, rows as stored, on every
+// device but the CPU at the avx512-bf16 level, whose bf16 weights go in
+// packed panels (rg_matmul_relayout, once, when a stage loads them). The
+// op refuses a layout its device did not ask for.
+int rg_device_weight_layout(const rg_device_t *dev, rg_dtype_t t);
+
 // ----- Buffers -------------------------------------------------------------------
 
 // Allocates `bytes` on dev (CPU: host memory aligned to 64 bytes; 0 bytes is

@@ -80,11 +80,15 @@ typedef struct {
 // ----- The ops ---------------------------------------------------------------
 
 // y (m, n) = x (m, k) W^T + bias; W (n, k) in wtype, a row starting every
-// rg_dtype_row_bytes(wtype, k) bytes; bias (n) optional.
+// rg_dtype_row_bytes(wtype, k) bytes; bias (n) optional. wlayout other
+// than 0 (rows) is a layout the device asked for (rg_device_weight_layout;
+// the values are ops/matmul.h's rg_wlayout_t), and W then takes
+// rg_matmul_layout_bytes.
 typedef struct {
   rg_ref_t x, w, bias, y;
   rg_dtype_t wtype;
   int64_t m, n, k;
+  int wlayout;
 } rg_op_matmul_t;
 
 // y (rows, dim) = x / sqrt(mean(x^2) + eps) * weight (dim); y may be x.

@@ -35,8 +35,18 @@ rg_status_t rg_device_check_op(const rg_device_t *dev, const rg_op_t *op) {
                           rg_op_name(op->kind), dev->driver->name,
                           dev->vt->supports_op ? "lacks this op" : "runs no ops");
   }
+  if (op->kind == RG_OP_MATMUL && op->matmul.wlayout &&
+      op->matmul.wlayout != rg_device_weight_layout(dev, op->matmul.wtype))
+    return rg_status_make(RG_UNIMPLEMENTED,
+                          "%s takes %s weights in rows, not in the packed layout %d (which is "
+                          "another device's)",
+                          dev->label, rg_dtype_name(op->matmul.wtype), op->matmul.wlayout);
   if (dev->vt->check_op) return dev->vt->check_op((rg_device_t *)dev, op);
   return NULL;
+}
+
+int rg_device_weight_layout(const rg_device_t *dev, rg_dtype_t t) {
+  return dev && dev->vt->weight_layout ? dev->vt->weight_layout((rg_device_t *)dev, t) : 0;
 }
 
 rg_status_t rg_queue_submit(rg_queue_t *q, const rg_op_t *op) {

@@ -12,7 +12,8 @@
 // by f32 summation order (NMSE ~1e-13). The exceptions, all at levels from
 // avx512-bf16 up, trade x's rounding to bf16 for 2-16 times the
 // multiply-adds per instruction (NMSE ~1e-6 per matmul):
-//   - bf16 weights at m >= 8 with vdpbf16ps (avx512-bf16);
+//   - bf16 weights at m >= 8 with vdpbf16ps (avx512-bf16), and at every m
+//     once packed in panels (RG_WLAYOUT_BF16_PANELS);
 //   - the AMX tiles (amx level, m from 1 for bf16, 4 for the others;
 //     decode included, since they stream bf16 weights faster than the
 //     GEMV kernels on Sapphire Rapids): bf16 weights exact, f16, q8_0,
@@ -22,8 +23,9 @@
 // k-quant GEMV at avx512-bf16 splits x into two bf16 terms (16 bits of
 // mantissa, NMSE ~1e-11), which is why it does not say "x in bf16".
 //
-// Three paths, picked per call from m, the weight type, the CPU, and which
-// kernels OpenBLAS runs (rg_matmul_kernel_name() says which):
+// Three paths for weights in rows, picked per call from m, the weight
+// type, the CPU, and which kernels OpenBLAS runs, and one for packed bf16
+// weights (rg_matmul_kernel_name() says which):
 //   GEMV  ridge's kernels (avx512, avx512-bf16, avx2, scalar; chosen at run
 //         time). Each weight row is streamed from memory once per call and
 //         dotted with all m rows of x, which stay in cache; output rows are
@@ -35,6 +37,13 @@
 //         its share of the output columns; bf16/f16/q8_0/k-quant weights
 //         are first widened tile by tile into a per-thread f32 buffer (a
 //         small cost next to the m-fold reuse).
+//   PANELS bf16 weights a caller packed once (RG_WLAYOUT_BF16_PANELS, what
+//         the CPU device asks a stage for at avx512-bf16): one vdpbf16ps
+//         micro-kernel for every m, decode included, with no per-call
+//         packing. Against the row kernels on a Zen 4 VM (1B model's
+//         shapes, 16 layers' weights from DRAM, median call): m = 1
+//         0.81-0.96 of the time, m = 8 0.57-0.65, m = 16 0.71-0.74, m = 256
+//         0.80-0.83 (the GEMM on panels packed per call).
 //   TILES AMX (amx level only): TDPBF16PS on 16 × 32 bf16 tiles, x packed
 //         once per call, bf16 weights read in place, other types widened
 //         into per-thread bf16 panels (ops/cpu/matmul_amx.c). Prefill and
@@ -56,12 +65,42 @@
 #include "base/status.h"
 #include "ops/convert.h"
 
+// How a matrix's weights sit in memory.
+//   ROWS         row-major as checkpoints store them (every type): row r
+//                starts at r * rg_dtype_row_bytes(type, cols).
+//   BF16_PANELS  bf16 only, packed once (at load) for the vdpbf16ps GEMM:
+//                panels of 32 weight rows (rows past the end repeat the
+//                last), each holding every pair of k (cols rounded up to
+//                32, zeros past cols) as 32 uint32, one per row, the even
+//                value of the pair in the low half: the word for row r,
+//                pair q sits at ((r / 32) * (k32 / 2) + q) * 32 + r % 32.
+//                One 64-byte load then holds a pair of k for 16 rows, and
+//                every m runs one micro-kernel with no per-call packing
+//                (which took a quarter of a prefill GEMM's time), the same
+//                sums in the same order: batch-invariant by construction.
+//                x is rounded to bf16 at every m (NMSE ~1e-6).
+typedef enum { RG_WLAYOUT_ROWS = 0, RG_WLAYOUT_BF16_PANELS = 1 } rg_wlayout_t;
+
 typedef struct {
-  const void *data;  // (rows, cols) in `type`; row r starts at r * rg_dtype_row_bytes(type, cols)
+  const void *data;  // (rows, cols) in `type`, laid out as `layout` says
   rg_dtype_t type;
   int64_t rows;  // n: output features
   int64_t cols;  // k: input features; whole blocks (32 for q8_0, 256 for q4_K/q6_K)
+  rg_wlayout_t layout;
 } rg_wmat_t;
+
+// The layout this level's kernels run weights of type t fastest from:
+// BF16_PANELS for bf16 at exactly avx512-bf16 (the amx level's tiles read
+// bf16 rows in place), otherwise ROWS. AUTO resolves to the best level.
+rg_wlayout_t rg_matmul_preferred_layout(rg_cpu_isa_t isa, rg_dtype_t t);
+// Bytes a (rows, cols) matrix of type t takes in layout l; 0 when the type
+// has no such layout or the size overflows.
+size_t rg_matmul_layout_bytes(rg_wlayout_t l, rg_dtype_t t, int64_t rows, int64_t cols);
+// Writes w (layout ROWS) into out in layout l: rg_matmul_layout_bytes of
+// it, 64-byte aligned. BF16_PANELS needs the avx512-bf16 level (the pack
+// is AVX-512 code); pool may be NULL.
+RG_MUST_USE rg_status_t rg_matmul_relayout(rg_pool_t *pool, const rg_wmat_t *w, rg_wlayout_t l,
+                                           void *out);
 
 #define RG_MATMUL_PATH_MAP(X) \
   X(RG_MATMUL_AUTO, "auto")   \

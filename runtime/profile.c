@@ -14,6 +14,7 @@
 #include "devices/cuda/cuda_bench.h"
 #include "devices/opencl/opencl_profile.h"
 #include "graphs/weights.h"
+#include "ops/matmul.h"
 #include "runtime/engine.h"
 #include "runtime/limits.h"
 #include "runtime/serve.h"
@@ -492,6 +493,7 @@ typedef struct {
   size_t wbytes[7];
   int copies;  // copies allocated, spanning the decode points' footprint
   int small;   // of which the first `small` span the plan's (points past M = 16)
+  int layout;  // as the device asked for them (rg_device_weight_layout), as stages load them
   rg_buffer_t *x, *y;
 } weights_t;
 
@@ -537,14 +539,30 @@ static rg_status_t weights_init(prof_t *P, rg_queue_t *q, rg_dtype_t t, const sh
     host[i] = (float)((double)(seed >> 40) / (double)(1 << 24) - 0.5);
   }
   size_t set = 0;
+  // Laid out as a stage loads them: the matmuls measured are the ones a
+  // run makes.
+  W->layout = rg_device_weight_layout(P->dev, t);
+  void *laid = NULL;
   for (int i = 0; i < n_sh && !s; i++) {
     int ok = 0;
     W->wbytes[i] = (size_t)rg_dtype_nbytes(t, sh[i].n * sh[i].k, &ok);
     s = rg_dtype_from_f32(t, host, packed, sh[i].n * sh[i].k);
+    const void *src = packed;
+    if (!s && W->layout) {
+      rg_wmat_t rows = {packed, t, sh[i].n, sh[i].k, RG_WLAYOUT_ROWS};
+      W->wbytes[i] = rg_matmul_layout_bytes((rg_wlayout_t)W->layout, t, sh[i].n, sh[i].k);
+      free(laid);
+      laid = aligned_alloc(64, (W->wbytes[i] + 63) / 64 * 64);
+      s = laid ? rg_matmul_relayout(NULL, &rows, (rg_wlayout_t)W->layout, laid)
+               : rg_status_make(RG_OUT_OF_MEMORY, "no host memory to pack %s weights",
+                                rg_dtype_name(t));
+      src = laid;
+    }
     if (!s) s = rg_buffer_alloc(P->dev, W->wbytes[i], &W->w[0][i]);
-    if (!s) s = rg_buffer_write(W->w[0][i], 0, packed, W->wbytes[i]);
+    if (!s) s = rg_buffer_write(W->w[0][i], 0, src, W->wbytes[i]);
     set += W->wbytes[i];
   }
+  free(laid);
   W->copies = copies_for(P->mem_footprint, set, MAX_COPIES);
   W->small = copies_for(P->footprint, set, W->copies);
   for (int c = 1; c < W->copies && !s; c++)
@@ -569,8 +587,8 @@ static rg_status_t weights_init(prof_t *P, rg_queue_t *q, rg_dtype_t t, const sh
 static rg_op_t matmul_op(const weights_t *W, int c, int i, const shape_t *sh, rg_dtype_t t,
                          int64_t m) {
   rg_op_t op = {.kind = RG_OP_MATMUL, .label = "profile matmul"};
-  op.matmul =
-      (rg_op_matmul_t){{W->x, 0}, {W->w[c][i], 0}, {NULL, 0}, {W->y, 0}, t, m, sh[i].n, sh[i].k};
+  op.matmul = (rg_op_matmul_t){{W->x, 0}, {W->w[c][i], 0}, {NULL, 0}, {W->y, 0}, t,
+                               m,         sh[i].n,         sh[i].k,   W->layout};
   return op;
 }
 

@@ -9,13 +9,14 @@
 
 #include "base/clock.h"
 #include "base/hugemem.h"
+#include "ops/matmul.h"
 
 // ----- The weight cache --------------------------------------------------------
 
 typedef struct {
   rg_device_t *dev;
   char name[RG_TENSOR_NAME_MAX];
-  int f32;  // held widened to f32 (vectors)
+  int f32;  // the form held: 0 as stored, 1 widened to f32 (vectors), 2 packed (pack_mat)
   rg_buffer_t *buf;
 } cache_entry_t;
 
@@ -69,6 +70,7 @@ typedef struct {
   rg_buffer_t *buf;
   rg_dtype_t type;
   int64_t rows, cols;
+  int layout;  // rg_wlayout_t: what the device asked for (rg_device_weight_layout)
 } mat_t;
 
 typedef struct {
@@ -185,8 +187,35 @@ static rg_status_t place(rg_stage_t *s, const void *src, size_t bytes, int owned
   return st;
 }
 
-static rg_status_t load_mat(rg_stage_t *s, const char *name, int64_t rows, int64_t cols,
-                            mat_t *out) {
+// A matrix packed once into the layout its device's matmul runs fastest
+// from (bf16 panels on the CPU at avx512-bf16: a prefill GEMM spent a
+// quarter of its time packing them call by call), in memory it may back
+// with huge pages as a copy would be.
+static rg_status_t pack_mat(rg_stage_t *s, const rg_tensor_t *t, int64_t rows, int64_t cols,
+                            int layout, rg_buffer_t **out) {
+  size_t bytes = rg_matmul_layout_bytes((rg_wlayout_t)layout, t->type, rows, cols), mapped = 0;
+  anon_t *a = malloc(sizeof *a);
+  void *p = a && bytes ? rg_hugemem_alloc(bytes, &mapped) : NULL;
+  if (!p) {
+    free(a);
+    return rg_status_make(RG_OUT_OF_MEMORY, "%s: out of memory packing %zu bytes of %s", s->name,
+                          bytes, t->name);
+  }
+  a->p = p, a->mapped = mapped;
+  // On the loading thread: the device's pool is its queues' to use.
+  rg_wmat_t w = {t->data, t->type, rows, cols, RG_WLAYOUT_ROWS};
+  rg_status_t st = rg_matmul_relayout(NULL, &w, (rg_wlayout_t)layout, p);
+  if (!st) st = rg_buffer_wrap(s->dev, p, bytes, anon_release, a, out);
+  if (!st) return NULL;
+  anon_release(a);
+  return rg_status_wrap(st, "%s: packing %s", s->name, t->name);
+}
+
+// A weight matrix for the instance's matmuls; `packable`: only its matmuls
+// read it, so it may take the device's own layout (embed's table, which
+// lm_head may share, stays in rows).
+static rg_status_t load_mat_ex(rg_stage_t *s, const char *name, int64_t rows, int64_t cols,
+                               int packable, mat_t *out) {
   const rg_weights_t *w = rg_model_weights(s->m);
   const rg_tensor_t *t;
   int64_t shape[2] = {rows, cols};
@@ -195,12 +224,24 @@ static rg_status_t load_mat(rg_stage_t *s, const char *name, int64_t rows, int64
     return rg_status_make(RG_UNIMPLEMENTED,
                           "%s: tensor '%s' is %s, which ridge does not run (f32, bf16, f16, q8_0)",
                           t->file, t->name, rg_dtype_name(t->type));
-  *out = (mat_t){cache_get(s->o.cache, s->dev, name, 0), t->type, rows, cols};
+  // Packed only where the weights are copied anyway (a mapped file stays
+  // the only copy); cached apart from the rows (form 2).
+  int layout = packable && s->o.copy_weights ? rg_device_weight_layout(s->dev, t->type) : 0;
+  int form = layout ? 2 : 0;
+  *out = (mat_t){cache_get(s->o.cache, s->dev, name, form), t->type, rows, cols, layout};
   s->weight_bytes += (double)t->nbytes;
   if (out->buf) return NULL;
-  RG_RETURN_IF_ERROR(place(s, t->data, (size_t)t->nbytes, 0, s->o.copy_weights, &out->buf));
-  cache_put(s->o.cache, s->dev, name, 0, out->buf);
+  if (layout)
+    RG_RETURN_IF_ERROR(pack_mat(s, t, rows, cols, layout, &out->buf));
+  else
+    RG_RETURN_IF_ERROR(place(s, t->data, (size_t)t->nbytes, 0, s->o.copy_weights, &out->buf));
+  cache_put(s->o.cache, s->dev, name, form, out->buf);
   return NULL;
+}
+
+static rg_status_t load_mat(rg_stage_t *s, const char *name, int64_t rows, int64_t cols,
+                            mat_t *out) {
+  return load_mat_ex(s, name, rows, cols, 1, out);
 }
 
 // A vector (norm weight, bias) widened to f32; optional ones may be absent.
@@ -386,14 +427,15 @@ static rg_status_t create(rg_stage_t *s) {
   int64_t n_layers = s->spec.layer_end - s->spec.layer_begin;
   switch (s->spec.kind) {
     case RG_STAGE_EMBED:
-      RG_RETURN_IF_ERROR(load_mat(s, "model.embed_tokens.weight", a->vocab, a->d_model, &s->embed));
+      RG_RETURN_IF_ERROR(
+          load_mat_ex(s, "model.embed_tokens.weight", a->vocab, a->d_model, 0, &s->embed));
       s->wtype = s->embed.type;
       return NULL;
     case RG_STAGE_LM_HEAD: {
       const char *name = a->tie_embeddings || rg_model_hparams(s->m)->tie_embeddings
                              ? "model.embed_tokens.weight"
                              : "lm_head.weight";
-      RG_RETURN_IF_ERROR(load_mat(s, name, a->vocab, a->d_model, &s->lm_head));
+      RG_RETURN_IF_ERROR(load_mat_ex(s, name, a->vocab, a->d_model, 0, &s->lm_head));
       s->wtype = s->lm_head.type;
       return load_vec(s, "model.norm.weight", a->d_model, 0, &s->final_norm);
     }
@@ -623,7 +665,8 @@ static rg_status_t submit(rg_stage_t *s, rg_op_t *op, const char *what) {
 
 static rg_op_t mm(const mat_t *w, rg_buffer_t *x, int64_t m, rg_buffer_t *bias, rg_buffer_t *y) {
   rg_op_t op = {.kind = RG_OP_MATMUL};
-  op.matmul = (rg_op_matmul_t){R(x), R(w->buf), R(bias), R(y), w->type, m, w->rows, w->cols};
+  op.matmul =
+      (rg_op_matmul_t){R(x), R(w->buf), R(bias), R(y), w->type, m, w->rows, w->cols, w->layout};
   return op;
 }
 

@@ -200,12 +200,12 @@ RG_TEST(cuda_gpu_matmul_prefill_shapes_and_odd_rows) {
     void *wq = malloc(wb);
     RG_CHECK_OK(rg_dtype_from_f32(wt, w, wq, n * k));
     RG_CHECK_OK(rg_dtype_to_f32(wt, wq, wf, n * k));
-    rg_wmat_t ref = {wf, RG_F32, n, k};
+    rg_wmat_t ref = {wf, RG_F32, n, k, RG_WLAYOUT_ROWS};
     RG_CHECK_OK(rg_matmul_ref(x, m, &ref, bias, want));
     rg_buffer_t *bx = up(t, &g, x, (size_t)(m * k) * 4), *bw = up(t, &g, wq, wb),
                 *bb = up(t, &g, bias, (size_t)n * 4), *by = up(t, &g, NULL, (size_t)(m * n) * 4);
     rg_op_t op = {.kind = RG_OP_MATMUL,
-                  .matmul = {{bx, 0}, {bw, 0}, {bb, 0}, {by, 0}, wt, m, n, k}};
+                  .matmul = {{bx, 0}, {bw, 0}, {bb, 0}, {by, 0}, wt, m, n, k, 0}};
     RG_CHECK_OK(rg_queue_submit(g.q, &op));
     RG_CHECK_OK(rg_queue_wait(g.q));
     float *got = down(t, by, (size_t)(m * n) * 4);

@@ -17,6 +17,7 @@
 #include "devices/cuda/gpu_images.h"
 #include "devices/devices.h"
 #include "ops/cuda/kernels.h"
+#include "ops/matmul.h"
 #include "ops/ops.h"
 #include "tests/test.h"
 
@@ -116,6 +117,73 @@ RG_TEST(devices_cpu_supports_ops_and_null_supports_none) {
   RG_CHECK(rg_op_from_name("no_such_op", &k) != 0);
   RG_CHECK(!strcmp(rg_op_name(RG_OP_SAMPLE), "sample") && !strcmp(rg_op_name(RG_OP_COUNT), "?"));
   rg_device_close(null);
+  rg_device_close(cpu);
+}
+
+// The CPU asks for bf16 weights in packed panels at exactly the
+// avx512-bf16 level (rg_device_weight_layout), and its matmul op runs them:
+// the same y as from the rows on x rounded to bf16. A device capped below
+// that level, or asked for another type, wants rows and refuses the
+// packed layout by name; the op refuses a layout the type has not.
+RG_TEST(devices_cpu_weight_layout_and_packed_matmul) {
+  rg_device_t *cpu, *low;
+  rg_device_options_t lo = {.isa = RG_CPU_ISA_AVX512};
+  RG_REQUIRE_OK(rg_device_open("cpu", 0, NULL, &cpu));
+  rg_status_t ls = rg_device_open("cpu", 0, &lo, &low);
+  if (ls) {
+    rg_status_free(ls);
+    low = NULL;  // a CPU without AVX-512
+  }
+  const int want = rg_matmul_preferred_layout(RG_CPU_ISA_AUTO, RG_BF16);
+  RG_CHECK(rg_device_weight_layout(cpu, RG_BF16) == want);
+  RG_CHECK(rg_device_weight_layout(cpu, RG_F16) == 0);
+  RG_CHECK(rg_device_weight_layout(NULL, RG_BF16) == 0);
+  if (low) RG_CHECK(rg_device_weight_layout(low, RG_BF16) == 0);
+  enum { N = 40, K = 64 };
+  const size_t pbytes = rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_BF16, N, K);
+  uint16_t w[N * K];
+  float x[K], y[N], ref[N];
+  for (int i = 0; i < N * K; i++) w[i] = rg_f32_to_bf16((float)((i * 7) % 13) - 6.0f);
+  for (int i = 0; i < K; i++) x[i] = (float)(i % 5) - 2.0f;  // exact in bf16
+  rg_wmat_t rows = {w, RG_BF16, N, K, RG_WLAYOUT_ROWS};
+  RG_REQUIRE_OK(rg_matmul_ref(x, 1, &rows, NULL, ref));
+  rg_buffer_t *bx, *bw, *by;
+  RG_REQUIRE_OK(rg_buffer_alloc(cpu, sizeof x, &bx));
+  RG_REQUIRE_OK(rg_buffer_alloc(cpu, pbytes, &bw));
+  RG_REQUIRE_OK(rg_buffer_alloc(cpu, sizeof y, &by));
+  RG_REQUIRE_OK(rg_buffer_write(bx, 0, x, sizeof x));
+  rg_op_t op = {.kind = RG_OP_MATMUL,
+                .matmul = {{bx, 0}, {bw, 0}, {NULL, 0}, {by, 0}, RG_BF16, 1, N, K, 1}};
+  rg_queue_t *q;
+  RG_REQUIRE_OK(rg_queue_create(cpu, &q));
+  if (want == RG_WLAYOUT_BF16_PANELS) {
+    void *packed = aligned_alloc(64, (pbytes + 63) / 64 * 64);
+    RG_REQUIRE(packed);
+    RG_REQUIRE_OK(rg_matmul_relayout(NULL, &rows, RG_WLAYOUT_BF16_PANELS, packed));
+    RG_REQUIRE_OK(rg_buffer_write(bw, 0, packed, pbytes));
+    free(packed);
+    RG_CHECK_OK(rg_queue_submit(q, &op));
+    RG_REQUIRE_OK(rg_buffer_read(by, 0, y, sizeof y));
+    RG_CHECK(memcmp(y, ref, sizeof y) == 0);  // small integers: every sum exact
+  } else {
+    RG_CHECK_ERR(rg_queue_submit(q, &op), "takes bf16 weights in rows, not in the packed layout");
+  }
+  op.matmul.wtype = RG_F16;
+  RG_CHECK_ERR(rg_queue_submit(q, &op), "w: f16 weights have no layout 1");
+  rg_queue_destroy(q);
+  if (low) {
+    RG_REQUIRE_OK(rg_queue_create(low, &q));
+    rg_buffer_t *lx, *lw, *ly;
+    RG_REQUIRE_OK(rg_buffer_alloc(low, sizeof x, &lx));
+    RG_REQUIRE_OK(rg_buffer_alloc(low, pbytes, &lw));
+    RG_REQUIRE_OK(rg_buffer_alloc(low, sizeof y, &ly));
+    op.matmul = (rg_op_matmul_t){{lx, 0}, {lw, 0}, {NULL, 0}, {ly, 0}, RG_BF16, 1, N, K, 1};
+    RG_CHECK_ERR(rg_queue_submit(q, &op), "takes bf16 weights in rows, not in the packed layout");
+    rg_buffer_release(lx), rg_buffer_release(lw), rg_buffer_release(ly);
+    rg_queue_destroy(q);
+    rg_device_close(low);
+  }
+  rg_buffer_release(bx), rg_buffer_release(bw), rg_buffer_release(by);
   rg_device_close(cpu);
 }
 
@@ -776,7 +844,7 @@ RG_TEST(devices_cuda_ops_become_launches_on_a_stand_in) {
 
   // matmul at decode: the bf16 GEMV for m = 1, 16-byte loads when aligned.
   rg_op_t mm = {.kind = RG_OP_MATMUL,
-                .matmul = {{b, 0}, {b, 1024}, {NULL, 0}, {b, 40960}, RG_BF16, 1, 96, 128}};
+                .matmul = {{b, 0}, {b, 1024}, {NULL, 0}, {b, 40960}, RG_BF16, 1, 96, 128, 0}};
   n_launches = 0;
   RG_CHECK_OK(rg_queue_submit(q, &mm));
   RG_REQUIRE(n_launches == 1);
@@ -794,7 +862,7 @@ RG_TEST(devices_cuda_ops_become_launches_on_a_stand_in) {
   memcpy(&ma, launches[0].args, sizeof ma);
   RG_CHECK(!strcmp(launches[0].name, "rg_gemv_bf16_5") && ma.aligned == 0);
   // Prefill-sized, with no cuBLAS: the tiled kernel, 64x64 tiles.
-  mm.matmul = (rg_op_matmul_t){{b, 0}, {b, 0}, {NULL, 0}, {b, 0}, RG_F16, 200, 64, 32};
+  mm.matmul = (rg_op_matmul_t){{b, 0}, {b, 0}, {NULL, 0}, {b, 0}, RG_F16, 200, 64, 32, 0};
   n_launches = 0;
   RG_CHECK_OK(rg_queue_submit(q, &mm));
   RG_REQUIRE(n_launches == 1);
@@ -802,11 +870,14 @@ RG_TEST(devices_cuda_ops_become_launches_on_a_stand_in) {
   RG_CHECK(launches[0].g[0] == 1 && launches[0].g[1] == 4 && launches[0].g[3] == 256);
 
   // What the kernels cannot take is refused before any launch, by name.
-  mm.matmul = (rg_op_matmul_t){{b, 2}, {b, 0}, {NULL, 0}, {b, 0}, RG_F32, 1, 4, 4};
+  mm.matmul = (rg_op_matmul_t){{b, 2}, {b, 0}, {NULL, 0}, {b, 0}, RG_F32, 1, 4, 4, 0};
   RG_CHECK_ERR(rg_queue_submit(q, &mm), "need operand x at a multiple of 4 bytes, not offset 2");
   mm.matmul.x.offset = 0, mm.matmul.wtype = RG_FP8;
   RG_CHECK_ERR(rg_queue_submit(q, &mm),
                "cuda:0 has no matmul kernel for fp8 weights (it runs f32, bf16, f16 and q8_0)");
+  // The CPU's packed panels are not this device's layout.
+  mm.matmul = (rg_op_matmul_t){{b, 0}, {b, 0}, {NULL, 0}, {b, 0}, RG_BF16, 1, 32, 32, 1};
+  RG_CHECK_ERR(rg_queue_submit(q, &mm), "cuda:0 takes bf16 weights in rows, not in the packed");
 
   // attention: one block per (token, KV head), a warp per query head of
   // the group, q in shared memory; a long table splits the context.
@@ -1149,7 +1220,7 @@ static void check_op_profile(rg_test_ctx_t *t, rg_device_t *dev) {
     if (k != RG_OP_ADD) RG_CHECK(p.calls[k] == 0);
   float got[4];
   RG_CHECK_OK(rg_queue_read(q, b, 0, got, sizeof got));
-  RG_CHECK_OK(rg_queue_wait(q));  // an OpenCL read is queued
+  RG_CHECK_OK(rg_queue_wait(q));        // an OpenCL read is queued
   if (!(got[0] == 16 && got[3] == 64))  // x * 2^4: all four adds ran
     rg_test_fail(t, __FILE__, __LINE__, "%s: got %g %g %g %g, want 16 32 48 64",
                  rg_device_info(dev)->name, got[0], got[1], got[2], got[3]);

@@ -270,10 +270,10 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
       int64_t n = shape_n[ni];
       void *wdata = make_weight(type, n, k, &seed);
       RG_REQUIRE(wdata);
-      rg_wmat_t w = {wdata, type, n, k};
+      rg_wmat_t w = {wdata, type, n, k, RG_WLAYOUT_ROWS};
       // The weights as the tiles see them when they round: dequantized,
       // then rounded to bf16, as an f32 matrix.
-      rg_wmat_t w_r = {wr, RG_F32, n, k};
+      rg_wmat_t w_r = {wr, RG_F32, n, k, RG_WLAYOUT_ROWS};
       if (need_rw) {
         size_t rb;
         RG_REQUIRE_OK(rg_dtype_row_bytes(type, k, &rb));
@@ -382,7 +382,7 @@ RG_TEST(matmul_amx_prefill_matches_reference) {
     }
     for (int64_t i = 0; i < m * k; i++) x[i] = rg_bf16_to_f32(rg_f32_to_bf16(rng_uniform(&seed)));
     for (int64_t j = 0; j < n; j++) bias[j] = rng_uniform(&seed);
-    rg_wmat_t w = {wdata, type, n, k}, w_r = {wr, RG_F32, n, k};
+    rg_wmat_t w = {wdata, type, n, k, RG_WLAYOUT_ROWS}, w_r = {wr, RG_F32, n, k, RG_WLAYOUT_ROWS};
     RG_REQUIRE_OK(rg_matmul_ref(x, m, &w_r, bias, want));
     for (size_t i = 0; i < (size_t)(m * n) + GUARDS; i++) y[i] = -12345.0f;
     rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AMX, .path = RG_MATMUL_TILES};
@@ -414,7 +414,7 @@ RG_TEST(matmul_avx512bf16_accuracy_of_bf16_x) {
         *ref = malloc(M * N * sizeof(float));
   RG_REQUIRE(wd && x && y && ref);
   for (int i = 0; i < M * K; i++) x[i] = rng_uniform(&seed);
-  rg_wmat_t w = {wd, RG_BF16, N, K};
+  rg_wmat_t w = {wd, RG_BF16, N, K, RG_WLAYOUT_ROWS};
   RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, M, &o), "x in bf16") != NULL);
   RG_REQUIRE_OK(rg_matmul_ref(x, M, &w, NULL, ref));
   RG_REQUIRE_OK(rg_matmul_ex(NULL, x, M, &w, NULL, y, &o));
@@ -451,7 +451,7 @@ RG_TEST(matmul_bf16_packed_panels_match_reference) {
       const int64_t k = ks[ki], n = ns[ni];
       void *wd = make_weight(RG_BF16, n, k, &seed);
       RG_REQUIRE(wd);
-      rg_wmat_t w = {wd, RG_BF16, n, k};
+      rg_wmat_t w = {wd, RG_BF16, n, k, RG_WLAYOUT_ROWS};
       for (int64_t j = 0; j < n; j++) bias[j] = rng_uniform(&seed);
       for (size_t mi = 0; mi < COUNT(ms); mi++) {
         const int64_t m = ms[mi];
@@ -493,12 +493,118 @@ RG_TEST(matmul_bf16_packed_panels_match_reference) {
   rg_pool_destroy(pools[1]);
 }
 
+// bf16 weights packed once into panels (RG_WLAYOUT_BF16_PANELS, what the
+// CPU device asks a stage for at avx512-bf16): the reference reads the
+// packed words itself (it shares no code with the pack) and gives the same
+// sums as from the rows, bit for bit; the kernel matches it on x rounded to
+// bf16 at every m from 1 (decode) to past a 512-row chunk, on weight rows
+// past a 32-row panel and k past 32- and 256-value steps, with and without
+// bias, on 1 and 2 threads, writing nothing past y; and each row of y comes
+// out bit for bit the same whatever m it ran in (one kernel for every m).
+RG_TEST(matmul_bf16_weights_packed_at_load) {
+  rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16};
+  if (!level_runs(t, o.isa)) return;
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512_BF16, RG_BF16) == RG_WLAYOUT_BF16_PANELS);
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512_BF16, RG_F16) == RG_WLAYOUT_ROWS);
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512, RG_BF16) == RG_WLAYOUT_ROWS);
+  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_BF16, 33, 7) == 64 * 32 * 2);
+  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_F32, 32, 32) == 0);
+  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_ROWS, RG_BF16, 3, 5) == 30);
+  static const int64_t ms[] = {1, 2, 3, 7, 8, 9, 17, 300, 520}, ns[] = {5, 33, 64},
+                       ks[] = {7, 64, 300, 777};
+  enum { MM = 520, MN = 64, MK = 777, G = 8 };
+  rg_pool_t *pools[2];
+  RG_REQUIRE_OK(rg_pool_create(1, &pools[0]));
+  RG_REQUIRE_OK(rg_pool_create(2, &pools[1]));
+  float *x = malloc(MM * MK * sizeof(float)), *y = malloc((MM * MN + G) * sizeof(float)),
+        *ref = malloc(MM * MN * sizeof(float)), *ref2 = malloc(MM * MN * sizeof(float)),
+        *bias = malloc(MN * sizeof(float)), *row = malloc(MN * sizeof(float));
+  RG_REQUIRE(x && y && ref && ref2 && bias && row);
+  uint64_t seed = 0x51ab;
+  for (int64_t i = 0; i < MM * MK; i++) x[i] = rg_bf16_to_f32(rg_f32_to_bf16(rng_uniform(&seed)));
+  int cases = 0;
+  for (size_t ki = 0; ki < COUNT(ks); ki++)
+    for (size_t ni = 0; ni < COUNT(ns); ni++) {
+      const int64_t k = ks[ki], n = ns[ni];
+      void *wd = make_weight(RG_BF16, n, k, &seed);
+      size_t bytes = rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_BF16, n, k);
+      void *pd = aligned_alloc(64, (bytes + 63) / 64 * 64);
+      RG_REQUIRE(wd && pd);
+      rg_wmat_t w = {wd, RG_BF16, n, k, RG_WLAYOUT_ROWS},
+                p = {pd, RG_BF16, n, k, RG_WLAYOUT_BF16_PANELS};
+      RG_REQUIRE_OK(rg_matmul_relayout(pools[1], &w, RG_WLAYOUT_BF16_PANELS, pd));
+      RG_CHECK(strstr(rg_matmul_kernel_name_ex(&p, 1, &o), "packed at load") != NULL);
+      for (int64_t j = 0; j < n; j++) bias[j] = rng_uniform(&seed);
+      RG_REQUIRE_OK(rg_matmul_ref(x, MM, &w, NULL, ref));
+      RG_REQUIRE_OK(rg_matmul_ref(x, MM, &p, NULL, ref2));
+      RG_CHECK(memcmp(ref, ref2, (size_t)(MM * n) * sizeof(float)) == 0);
+      for (size_t mi = 0; mi < COUNT(ms); mi++) {
+        const int64_t m = ms[mi];
+        if (m == 520 && k * n > 300 * 33) continue;  // the chunk edge once per few shapes
+        for (int c = 0; c < 3; c++) {
+          const int with_bias = c != 1;
+          rg_pool_t *pool = pools[c == 0 ? 0 : 1];
+          for (int64_t i = 0; i < m * n + G; i++) y[i] = -12345.0f;
+          RG_REQUIRE_OK(rg_matmul_ex(pool, x, m, &p, with_bias ? bias : NULL, y, &o));
+          // The last row alone: the same bits as in the batch.
+          RG_REQUIRE_OK(
+              rg_matmul_ex(pool, x + (m - 1) * k, 1, &p, with_bias ? bias : NULL, row, &o));
+          int same = memcmp(row, y + (m - 1) * n, (size_t)n * sizeof(float)) == 0;
+          if (with_bias)
+            for (int64_t i = 0; i < m; i++)
+              for (int64_t j = 0; j < n; j++) y[i * n + j] -= bias[j];
+          const double e = nmse(y, ref, (size_t)(m * n));
+          int guards = 1;
+          for (int64_t i = m * n; i < m * n + G; i++) guards &= y[i] == -12345.0f;
+          if (!(e <= 1e-7) || !all_finite(y, (size_t)(m * n)) || !guards || !same)
+            rg_test_fail(t, __FILE__, __LINE__,
+                         "m=%lld n=%lld k=%lld %s bias, %d thread(s): nmse %.3g%s%s", (long long)m,
+                         (long long)n, (long long)k, with_bias ? "with" : "without", c == 0 ? 1 : 2,
+                         e, guards ? "" : ", wrote past y",
+                         same ? "" : ", its last row alone differs");
+          cases++;
+        }
+      }
+      free(wd), free(pd);
+    }
+  RG_CHECK(cases == 3 * (12 * 8 + 9));  // 520 rows on the 9 shapes of k * n <= 9900
+  free(x), free(y), free(ref), free(ref2), free(bias), free(row);
+  rg_pool_destroy(pools[0]);
+  rg_pool_destroy(pools[1]);
+}
+
+// What packed weights refuse: another type, a level without vdpbf16ps, a
+// forced path, an unaligned or missing output; and the HAL's matmul op
+// refuses a layout its device did not ask for.
+RG_TEST(matmul_bf16_packed_refusals) {
+  uint16_t wb[64 * 32] = {0};
+  float x[64] = {0}, y[64];
+  rg_wmat_t w = {wb, RG_BF16, 2, 32, RG_WLAYOUT_ROWS};
+  rg_wmat_t f = {wb, RG_F32, 2, 8, RG_WLAYOUT_BF16_PANELS};
+  RG_CHECK_ERR(rg_matmul_ref(x, 1, &f, NULL, y), "no packed-panel layout");
+  rg_wmat_t bad = {wb, RG_BF16, 2, 32, (rg_wlayout_t)7};
+  RG_CHECK_ERR(rg_matmul(NULL, x, 1, &bad, NULL, y), "unknown weight layout");
+  RG_CHECK_ERR(rg_matmul_relayout(NULL, &w, RG_WLAYOUT_BF16_PANELS, NULL), "the output is NULL");
+  rg_wmat_t wf = {wb, RG_F32, 2, 8, RG_WLAYOUT_ROWS};
+  RG_CHECK_ERR(rg_matmul_relayout(NULL, &wf, RG_WLAYOUT_BF16_PANELS, y),
+               "f32 weights have no layout");
+  if (!level_runs(t, RG_CPU_ISA_AVX512_BF16)) return;
+  _Alignas(64) uint16_t pd[64 * 32 + 32];
+  RG_CHECK_ERR(rg_matmul_relayout(NULL, &w, RG_WLAYOUT_BF16_PANELS, pd + 1), "not 64-byte aligned");
+  RG_REQUIRE_OK(rg_matmul_relayout(NULL, &w, RG_WLAYOUT_BF16_PANELS, pd));
+  rg_wmat_t p = {pd, RG_BF16, 2, 32, RG_WLAYOUT_BF16_PANELS};
+  rg_matmul_opts_t low = {.isa = RG_CPU_ISA_AVX512}, gemv = {.path = RG_MATMUL_GEMV};
+  RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &p, NULL, y, &low), "avx512-bf16");
+  RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &p, NULL, y, &gemv), "only the auto path");
+  RG_CHECK_ERR(rg_matmul_relayout(NULL, &p, RG_WLAYOUT_BF16_PANELS, y), "not in rows");
+}
+
 // The k-quant kernel that quantizes x to int16 (vpdpwssd) where the CPU has
 // AVX512_VNNI; skipped, with the reason, elsewhere.
 static int int16_kernel_runs(rg_test_ctx_t *t, rg_dtype_t type, rg_matmul_opts_t *o) {
   if (!level_runs(t, o->isa)) return 0;
   unsigned char blk[210] = {0};
-  rg_wmat_t w = {blk, type, 1, 256};
+  rg_wmat_t w = {blk, type, 1, 256, RG_WLAYOUT_ROWS};
   if (!strstr(rg_matmul_kernel_name_ex(&w, 1, o), "x in int16")) {
     rg_test_skip(t, "this CPU lacks AVX512_VNNI (the k-quants keep the vdpbf16ps kernel)");
     return 0;
@@ -531,7 +637,7 @@ RG_TEST(matmul_kquant_int16_x_every_m_up_to_16) {
         const int64_t k = ks[ki] == 1312 && types[ti] != RG_Q8_0 ? 1280 : ks[ki], n = ns[ni];
         void *wd = make_weight(types[ti], n, k, &seed);
         RG_REQUIRE(wd);
-        rg_wmat_t w = {wd, types[ti], n, k};
+        rg_wmat_t w = {wd, types[ti], n, k, RG_WLAYOUT_ROWS};
         for (int64_t m = 1; m <= MAXM; m++) {
           // Rows of x of different magnitudes, so each row's own scales
           // matter; one row is all zeros.
@@ -577,7 +683,7 @@ RG_TEST(matmul_kquant_int16_x_in_passes_over_x) {
   for (size_t ti = 0; ti < COUNT(types); ti++) {
     void *wd = make_weight(types[ti], N, K, &seed);
     RG_REQUIRE(wd);
-    rg_wmat_t w = {wd, types[ti], N, K};
+    rg_wmat_t w = {wd, types[ti], N, K, RG_WLAYOUT_ROWS};
     RG_REQUIRE_OK(rg_matmul_ref(xq, M, &w, NULL, ref));
     RG_REQUIRE_OK(rg_matmul_ex(NULL, x, M, &w, NULL, y, &o));
     double e = nmse(y, ref, M * N);
@@ -612,7 +718,7 @@ RG_TEST(matmul_kquant_accuracy_of_int16_x) {
     const int64_t m = ti % 2 ? 1 : type == RG_Q8_0 ? 2 : M;  // q8_0 takes it up to m = 2
     void *wd = make_weight(type, N, K, &seed);
     RG_REQUIRE(wd);
-    rg_wmat_t w = {wd, type, N, K};
+    rg_wmat_t w = {wd, type, N, K, RG_WLAYOUT_ROWS};
     if (m == 1 && type != RG_Q8_0)
       RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, m, &o), "vpdpbusd"));
     for (int outlier = 0; outlier < 2; outlier++) {
@@ -665,7 +771,7 @@ RG_TEST(matmul_kquant_m1_kernels_at_their_bounds) {
           memcpy(blk + 208, &d, 2);
         }
       }
-    rg_wmat_t w = {wd, types[ti], N, K};
+    rg_wmat_t w = {wd, types[ti], N, K, RG_WLAYOUT_ROWS};
     RG_CHECK(strstr(rg_matmul_kernel_name_ex(&w, 1, &o), "vpdpbusd"));
     for (int sign = -1; sign <= 1; sign += 2) {
       for (int i = 0; i < K; i++) x[i] = (float)sign;
@@ -698,7 +804,7 @@ RG_TEST(matmul_kquant_int16_x_keeps_nan_and_inf) {
   for (size_t ti = 0; ti < COUNT(types); ti++) {
     void *wd = make_weight(types[ti], N, K, &seed);
     RG_REQUIRE(wd);
-    rg_wmat_t w = {wd, types[ti], N, K};
+    rg_wmat_t w = {wd, types[ti], N, K, RG_WLAYOUT_ROWS};
     RG_REQUIRE_OK(rg_matmul_ex(NULL, x, M, &w, NULL, y, &o));
     for (int j = 0; j < N; j++) {
       RG_CHECK(!isfinite(y[0 * N + j]));
@@ -737,7 +843,7 @@ RG_TEST(matmul_one_row_tile_every_tail_length) {
     for (int64_t k = 1; k <= K; k++) {
       void *wd = make_weight(types[ti], N, k, &seed);
       RG_REQUIRE(wd);
-      rg_wmat_t w = {wd, types[ti], N, k};
+      rg_wmat_t w = {wd, types[ti], N, k, RG_WLAYOUT_ROWS};
       for (int64_t i = 0; i < M * k; i++) x[i] = rng_uniform(&seed);
       for (size_t li = 0; li < COUNT(isas) && isas[li] <= rg_cpu_isa_best(); li++)
         for (int64_t m = 1; m <= M; m += M - 1) {
@@ -781,7 +887,7 @@ RG_TEST(matmul_oversubscribed_pool_matches_reference) {
     if (!rg_dtype_has_codec((rg_dtype_t)ty)) continue;
     void *wd = make_weight((rg_dtype_t)ty, N, K, &seed);
     RG_REQUIRE(wd);
-    rg_wmat_t w = {wd, (rg_dtype_t)ty, N, K};
+    rg_wmat_t w = {wd, (rg_dtype_t)ty, N, K, RG_WLAYOUT_ROWS};
     RG_REQUIRE_OK(rg_matmul_ref(x, M, &w, NULL, ref));
     for (int path = RG_MATMUL_GEMV; path <= RG_MATMUL_GEMM; path++)
       for (int rep = 0; rep < 20; rep++) {
@@ -824,7 +930,7 @@ RG_TEST(matmul_batch_invariant_rows_match_at_every_m) {
       if (!rg_dtype_has_codec((rg_dtype_t)ty) && ty != RG_Q4_K && ty != RG_Q6_K) continue;
       void *wd = make_weight((rg_dtype_t)ty, N, K, &seed);
       if (!wd) continue;
-      rg_wmat_t w = {wd, (rg_dtype_t)ty, N, K};
+      rg_wmat_t w = {wd, (rg_dtype_t)ty, N, K, RG_WLAYOUT_ROWS};
       rg_matmul_opts_t o = {.isa = (rg_cpu_isa_t)isa, .batch_invariant = 1};
       for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
         const int64_t m = ms[mi];
@@ -861,7 +967,7 @@ RG_TEST(matmul_ref_small_example) {
   for (int i = 0; i < 6; i++) wb[i] = rg_f32_to_bf16(wf[i]), wh[i] = rg_f32_to_f16(wf[i]);
   const void *datas[] = {wf, wb, wh};
   for (int ty = 0; ty < 3; ty++) {
-    rg_wmat_t w = {datas[ty], (rg_dtype_t)ty, 2, 3};
+    rg_wmat_t w = {datas[ty], (rg_dtype_t)ty, 2, 3, RG_WLAYOUT_ROWS};
     float y[4];
     RG_REQUIRE_OK(rg_matmul_ref(x, 2, &w, bias, y));
     for (int i = 0; i < 4; i++) RG_CHECK(y[i] == want[i]);
@@ -872,7 +978,7 @@ RG_TEST(matmul_ref_small_example) {
   unsigned char blk[34] = {0x00, 0x38};
   float ones[32], y1;
   for (int i = 0; i < 32; i++) blk[2 + i] = (unsigned char)i, ones[i] = 1.0f;
-  rg_wmat_t wq = {blk, RG_Q8_0, 1, 32};
+  rg_wmat_t wq = {blk, RG_Q8_0, 1, 32, RG_WLAYOUT_ROWS};
   RG_REQUIRE_OK(rg_matmul_ref(ones, 1, &wq, NULL, &y1));
   RG_CHECK(y1 == 0.5f * 496);
   RG_REQUIRE_OK(rg_matmul(NULL, ones, 1, &wq, NULL, &y1));
@@ -1039,7 +1145,7 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
   RG_CHECK_ERR(rg_q8_0_quantize_row(x, q, 33), "q8_0 rows must be a multiple of 32 wide");
   RG_CHECK_ERR(rg_q8_0_dequantize_row(q, x, 33), "q8_0 rows must be a multiple of 32 wide");
   // A q8_0 weight whose rows are 40 wide: rejected, y untouched, no crash.
-  rg_wmat_t bad = {q, RG_Q8_0, 1, 40};
+  rg_wmat_t bad = {q, RG_Q8_0, 1, 40, RG_WLAYOUT_ROWS};
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &bad, NULL, y), "q8_0 rows must be a multiple of 32 wide");
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &bad, NULL, y), "weight (1, 40)");
   RG_CHECK_ERR(rg_matmul_ref(x, 1, &bad, NULL, y), "q8_0 rows must be a multiple of 32 wide");
@@ -1052,13 +1158,13 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
   RG_CHECK_ERR(rg_q8_0_quantize_row(x, q, 32), "scale overflows f16");
   x[3] = 0;
   // Shapes and pointers.
-  rg_wmat_t w = {q, RG_Q8_0, 2, 32};
+  rg_wmat_t w = {q, RG_Q8_0, 2, 32, RG_WLAYOUT_ROWS};
   RG_CHECK_ERR(rg_matmul(NULL, x, -1, &w, NULL, y), "negative m");
   RG_CHECK_ERR(rg_matmul(NULL, NULL, 1, &w, NULL, y), "x is NULL");
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, NULL, NULL, y), "no weight matrix");
-  rg_wmat_t empty = {q, RG_F32, 0, 32};
+  rg_wmat_t empty = {q, RG_F32, 0, 32, RG_WLAYOUT_ROWS};
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &empty, NULL, y), "both must be >= 1");
-  rg_wmat_t unknown = {q, (rg_dtype_t)99, 1, 32};
+  rg_wmat_t unknown = {q, (rg_dtype_t)99, 1, 32, RG_WLAYOUT_ROWS};
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &unknown, NULL, y), "unknown weight type 99");
   RG_CHECK_OK(rg_matmul(NULL, x, 0, &w, NULL, y));  // m = 0: nothing to do
   rg_matmul_opts_t o = {.path = (rg_matmul_path_t)7};
@@ -1071,7 +1177,7 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
   }
   // The tiles: refused below the amx level, saying why, and for f32.
   uint16_t wb[32] = {0};
-  rg_wmat_t b16 = {wb, RG_BF16, 1, 32};
+  rg_wmat_t b16 = {wb, RG_BF16, 1, 32, RG_WLAYOUT_ROWS};
   o = (rg_matmul_opts_t){.isa = RG_CPU_ISA_AVX512, .path = RG_MATMUL_TILES};
   if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512)
     RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &b16, NULL, y, &o),
@@ -1081,7 +1187,7 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
   o = (rg_matmul_opts_t){.path = RG_MATMUL_TILES};
   if (rg_matmul_tiles_available(RG_CPU_ISA_AUTO, &why)) {
     RG_CHECK(why == NULL);
-    rg_wmat_t f32 = {x, RG_F32, 1, 32};
+    rg_wmat_t f32 = {x, RG_F32, 1, 32, RG_WLAYOUT_ROWS};
     RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &f32, NULL, y, &o), "not f32");
   } else {
     RG_CHECK(why != NULL);
@@ -1089,14 +1195,14 @@ RG_TEST(matmul_rejects_bad_input_with_clear_messages) {
     RG_CHECK_ERR(rg_cpu_isa_resolve(RG_CPU_ISA_AMX, &(rg_cpu_isa_t){0}), "amx kernels need");
   }
   // k-quant rows must be whole super-blocks.
-  rg_wmat_t kq = {q, RG_Q4_K, 1, 300};
+  rg_wmat_t kq = {q, RG_Q4_K, 1, 300, RG_WLAYOUT_ROWS};
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &kq, NULL, y), "q4_K rows must be a multiple of 256 wide");
   RG_CHECK(y[0] == 1 && y[3] == 4);
 }
 
 RG_TEST(matmul_kernel_names) {
   unsigned char q[34] = {0};
-  rg_wmat_t w = {q, RG_Q8_0, 1, 32};
+  rg_wmat_t w = {q, RG_Q8_0, 1, 32, RG_WLAYOUT_ROWS};
   rg_matmul_opts_t o = {.isa = RG_CPU_ISA_SCALAR};
   RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 1, &o), "scalar q8_0 gemv") == 0);
   RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 512, &o),
@@ -1105,7 +1211,7 @@ RG_TEST(matmul_kernel_names) {
   RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&w, 512, &o), "openblas sgemm") == 0);
   RG_CHECK(strstr(rg_matmul_kernel_name(&w, 1), "f32 gemv") != NULL);
   uint16_t wb[32] = {0};
-  rg_wmat_t b16 = {wb, RG_BF16, 1, 32}, f32 = {wb, RG_F32, 1, 8};
+  rg_wmat_t b16 = {wb, RG_BF16, 1, 32, RG_WLAYOUT_ROWS}, f32 = {wb, RG_F32, 1, 8, RG_WLAYOUT_ROWS};
   rg_matmul_opts_t tiles = {.path = RG_MATMUL_TILES};
   if (rg_matmul_tiles_available(RG_CPU_ISA_AUTO, NULL)) {
     RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&b16, 1, &tiles), "amx bf16 tiles (x in bf16)") == 0);
@@ -1114,7 +1220,7 @@ RG_TEST(matmul_kernel_names) {
     RG_CHECK(strstr(rg_matmul_kernel_name(&b16, 1), "bf16 gemv") != NULL);
     RG_CHECK(strstr(rg_matmul_kernel_name(&b16, 4), "bf16 gemv") != NULL);
     RG_CHECK(strcmp(rg_matmul_kernel_name(&b16, 5), "amx bf16 tiles (x in bf16)") == 0);
-    rg_wmat_t h = {wb, RG_F16, 1, 32};
+    rg_wmat_t h = {wb, RG_F16, 1, 32, RG_WLAYOUT_ROWS};
     RG_CHECK(strcmp(rg_matmul_kernel_name(&h, 64), "amx f16->bf16 tiles (x, w in bf16)") == 0);
   } else {
     RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&b16, 1, &tiles), "invalid") == 0);
@@ -1122,7 +1228,7 @@ RG_TEST(matmul_kernel_names) {
   RG_CHECK(strcmp(rg_matmul_kernel_name_ex(&f32, 64, &tiles), "invalid") == 0);
   if (rg_cpu_isa_best() >= RG_CPU_ISA_AVX512_BF16) {
     rg_matmul_opts_t cap = {.isa = RG_CPU_ISA_AVX512_BF16};
-    rg_wmat_t k4 = {wb, RG_Q4_K, 1, 256};
+    rg_wmat_t k4 = {wb, RG_Q4_K, 1, 256, RG_WLAYOUT_ROWS};
     // The VNNI kernels where the CPU has AVX512_VNNI (vpdpbusd at m = 1 but
     // in batch-invariant mode, vpdpwssd for more rows), else vdpbf16ps.
     const int vnni = __builtin_cpu_supports("avx512vnni");

@@ -97,7 +97,7 @@ RG_TEST(opencl_opens_with_every_op_and_refuses_other_types) {
   rg_buffer_t *b = upload(t, dev, NULL, 4096);
   RG_REQUIRE(b);
   rg_op_t mm = {.kind = RG_OP_MATMUL,
-                .matmul = {{b, 0}, {b, 0}, {NULL, 0}, {b, 0}, RG_FP8, 1, 4, 4}};
+                .matmul = {{b, 0}, {b, 0}, {NULL, 0}, {b, 0}, RG_FP8, 1, 4, 4, 0}};
   RG_CHECK_ERR(rg_device_check_op(dev, &mm),
                "opencl:0 has no matmul kernel for fp8 (it runs f32, bf16, f16 and q8_0)");
   rg_op_t cv = {.kind = RG_OP_CONVERT, .convert = {{b, 0}, {b, 0}, RG_F32, RG_INT8, 8}};
@@ -212,7 +212,7 @@ RG_TEST(opencl_events_order_queues_and_waits_have_deadlines) {
               *y = upload(t, dev, NULL, (size_t)(m * n) * 4), *flag = upload(t, dev, NULL, 16);
   RG_REQUIRE(x && w && y && flag);
   rg_op_t mm = {.kind = RG_OP_MATMUL,
-                .matmul = {{x, 0}, {w, 0}, {NULL, 0}, {y, 0}, RG_BF16, m, n, k}};
+                .matmul = {{x, 0}, {w, 0}, {NULL, 0}, {y, 0}, RG_BF16, m, n, k, 0}};
   static const int32_t set[4] = {7, 7, 7, 7};
   RG_CHECK_OK(rg_queue_submit(q1, &mm));
   RG_CHECK_OK(rg_queue_write(q1, flag, 0, set, sizeof set));
@@ -410,13 +410,13 @@ RG_TEST(opencl_matmul_odd_shapes_on_cpu_and_gpu_kernel_shapes) {
           void *packed = malloc(wb);
           RG_CHECK_OK(rg_dtype_from_f32(types[ti], w, packed, n * k));
           RG_CHECK_OK(rg_dtype_to_f32(types[ti], packed, wide, n * k));
-          rg_wmat_t ref = {wide, RG_F32, n, k};
+          rg_wmat_t ref = {wide, RG_F32, n, k, RG_WLAYOUT_ROWS};
           RG_CHECK_OK(rg_matmul_ref(x, m, &ref, bias, want));
           rg_buffer_t *bx = upload(t, dev, x, (size_t)(m * k) * 4),
                       *bw = upload(t, dev, packed, wb), *bb = upload(t, dev, bias, (size_t)n * 4),
                       *by = upload(t, dev, NULL, (size_t)(m * n) * 4);
           rg_op_t op = {.kind = RG_OP_MATMUL,
-                        .matmul = {{bx, 0}, {bw, 0}, {bb, 0}, {by, 0}, types[ti], m, n, k}};
+                        .matmul = {{bx, 0}, {bw, 0}, {bb, 0}, {by, 0}, types[ti], m, n, k, 0}};
           RG_CHECK_OK(rg_queue_submit(q, &op));
           RG_CHECK_OK(rg_queue_wait(q));
           RG_CHECK_OK(rg_buffer_read(by, 0, got, (size_t)(m * n) * 4));
@@ -659,7 +659,7 @@ static rg_status_t model_make(model_t *mo, const char *driver, const float *cons
 
 static rg_status_t mm(model_t *mo, rg_buffer_t *x, rg_buffer_t *w, rg_dtype_t t, rg_buffer_t *y,
                       int64_t n, int64_t k) {
-  rg_op_t op = {.kind = RG_OP_MATMUL, .matmul = {{x, 0}, {w, 0}, {NULL, 0}, {y, 0}, t, 1, n, k}};
+  rg_op_t op = {.kind = RG_OP_MATMUL, .matmul = {{x, 0}, {w, 0}, {NULL, 0}, {y, 0}, t, 1, n, k, 0}};
   return rg_queue_submit(mo->q, &op);
 }
 

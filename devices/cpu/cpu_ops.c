@@ -101,7 +101,7 @@ rg_status_t rg__cpu_run_op(rg__cpu_device_t *cd, const rg_op_t *op) {
   switch (op->kind) {
     case RG_OP_MATMUL: {
       const rg_op_matmul_t *o = &op->matmul;
-      rg_wmat_t w = {P(&o->w), o->wtype, o->n, o->k};
+      rg_wmat_t w = {P(&o->w), o->wtype, o->n, o->k, (rg_wlayout_t)o->wlayout};
       rg_matmul_opts_t mo = {.isa = cd->isa, .batch_invariant = cd->batch_invariant};
       return rg_matmul_ex(pool, P(&o->x), o->m, &w, P(&o->bias), P(&o->y), &mo);
     }

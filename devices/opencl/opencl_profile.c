@@ -331,7 +331,7 @@ rg_status_t rg_opencl_measure_matmul(rg_device_t *dev, rg_dtype_t wtype, int64_t
     for (int c = 0; c < copies && !s; c++) {
       rg_op_t op = {.kind = RG_OP_MATMUL,
                     .label = "measure",
-                    .matmul = {{x, 0}, {w[c], 0}, {NULL, 0}, {y, 0}, wtype, m, n, k}};
+                    .matmul = {{x, 0}, {w[c], 0}, {NULL, 0}, {y, 0}, wtype, m, n, k, 0}};
       s = rg_queue_submit(q, &op);
     }
     if (!s) s = rg_queue_wait(q);

@@ -759,41 +759,52 @@ __attribute__((target(T_AVX512))) static void pk_pack(const job_t *j, int64_t r0
   }
 }
 
-// Rows [i0, i0 + mv) of x (mv <= PK_MR) against a packed panel of np pairs:
-// y's columns [r0, r0 + PK_NB) (those below n) get the panel's sums, added
-// to what they hold unless first; the last panel of k adds the bias.
-__attribute__((target(T_AVX512BF16))) static void pk_micro(const job_t *j, const uint32_t *pan,
-                                                           int64_t np, int64_t kc, int64_t i0,
-                                                           int mv, int64_t r0, int first,
-                                                           int last) {
+// Rows [i0, i0 + mv) of x (mv <= MR <= PK_MR) against a packed panel of np
+// pairs from value kc on (kc a multiple of PK_KC): y's columns [r0, r0 +
+// PK_NB) (those below n) get the panel's sums, added to what they hold
+// unless first; the last panel of k adds the bias.
+// Rows past mv repeat row i0 and are not stored. pf, when not NULL, is
+// asked into L2 at the rate the panel is read (the next weights this
+// thread streams, for panels packed at load). MR is a constant in each
+// instantiation below, so a decode row costs 2 vdpbf16ps a pair, not 16.
+__attribute__((target(T_AVX512BF16), always_inline)) static inline void pk_micro_mr(
+    const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0,
+    int first, int last, const uint32_t *pf, const int MR) {
   const int64_t cols = j->n - r0 < PK_NB ? j->n - r0 : PK_NB;
   const __mmask16 m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
   const __mmask16 m1 = cols >= 32  ? (__mmask16)0xffff
                        : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1)
                                    : 0;
-  // x in blocks of PK_KC values (x_to_blocks): row i of block kc / PK_KC at
-  // ((kc / PK_KC) * m + i) * PK_KC, so the rows in play sit 512 bytes apart
-  // rather than a row of k apart, which put all eight in one set of L1.
-  const uint16_t *xs[PK_MR];
-  for (int i = 0; i < PK_MR; i++)
-    xs[i] = j->xb + ((kc / PK_KC) * j->m + i0 + (i < mv ? i : 0)) * PK_KC;
   __m512 acc[PK_MR][2];
 #pragma GCC unroll 8
-  for (int i = 0; i < PK_MR; i++) {
+  for (int i = 0; i < MR; i++) {
     float *yr = j->y + (i0 + (i < mv ? i : 0)) * j->n + r0;
     acc[i][0] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, yr);
     acc[i][1] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, yr + 16);
   }
-  for (int64_t p = 0; p < np; p++) {
-    const __m512bh w0 = (__m512bh)_mm512_load_si512(pan + p * PK_NB);
-    const __m512bh w1 = (__m512bh)_mm512_load_si512(pan + p * PK_NB + 16);
+  // np may span several blocks of k (a whole panel in one call): x comes
+  // in blocks of PK_KC values (x_to_blocks), row i of block b at
+  // (b * m + i) * PK_KC, so the rows in play sit 512 bytes apart rather
+  // than a row of k apart, which put all eight in one set of L1.
+  for (int64_t q0 = 0; q0 < np; q0 += PK_KC / 2) {
+    const int64_t q1 = np - q0 < PK_KC / 2 ? np : q0 + PK_KC / 2, blk = (kc + 2 * q0) / PK_KC;
+    const uint16_t *xs[PK_MR];
+    for (int i = 0; i < MR; i++) xs[i] = j->xb + (blk * j->m + i0 + (i < mv ? i : 0)) * PK_KC;
+    for (int64_t p = q0; p < q1; p++) {
+      if (pf) {
+        RG__PREFETCH_L2(pf + p * PK_NB);
+        RG__PREFETCH_L2(pf + p * PK_NB + 16);
+      }
+      const __m512bh w0 = (__m512bh)_mm512_load_si512(pan + p * PK_NB);
+      const __m512bh w1 = (__m512bh)_mm512_load_si512(pan + p * PK_NB + 16);
 #pragma GCC unroll 8
-    for (int i = 0; i < PK_MR; i++) {
-      uint32_t xv;
-      memcpy(&xv, xs[i] + 2 * p, 4);
-      const __m512bh b = (__m512bh)_mm512_set1_epi32((int)xv);
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], w0, b);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], w1, b);
+      for (int i = 0; i < MR; i++) {
+        uint32_t xv;
+        memcpy(&xv, xs[i] + 2 * (p - q0), 4);
+        const __m512bh b = (__m512bh)_mm512_set1_epi32((int)xv);
+        acc[i][0] = _mm512_dpbf16_ps(acc[i][0], w0, b);
+        acc[i][1] = _mm512_dpbf16_ps(acc[i][1], w1, b);
+      }
     }
   }
   __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
@@ -806,6 +817,31 @@ __attribute__((target(T_AVX512BF16))) static void pk_micro(const job_t *j, const
     _mm512_mask_storeu_ps(yr, m0, _mm512_add_ps(acc[i][0], b0));
     _mm512_mask_storeu_ps(yr + 16, m1, _mm512_add_ps(acc[i][1], b1));
   }
+}
+
+#define PK_MICRO_MR(R)                                                                             \
+  __attribute__((target(T_AVX512BF16))) static void pk_micro##R(                                   \
+      const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0, \
+      int first, int last, const uint32_t *pf) {                                                   \
+    pk_micro_mr(j, pan, np, kc, i0, mv, r0, first, last, pf, R);                                   \
+  }
+PK_MICRO_MR(1)
+PK_MICRO_MR(2)
+PK_MICRO_MR(4)
+PK_MICRO_MR(8)
+#undef PK_MICRO_MR
+
+// mv rows of x (1 to PK_MR) on the narrowest instantiation that holds them.
+static void pk_micro(const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0,
+                     int mv, int64_t r0, int first, int last, const uint32_t *pf) {
+  if (mv == 1)
+    pk_micro1(j, pan, np, kc, i0, mv, r0, first, last, pf);
+  else if (mv == 2)
+    pk_micro2(j, pan, np, kc, i0, mv, r0, first, last, pf);
+  else if (mv <= 4)
+    pk_micro4(j, pan, np, kc, i0, mv, r0, first, last, pf);
+  else
+    pk_micro8(j, pan, np, kc, i0, mv, r0, first, last, pf);
 }
 
 // x rounded to bf16 in blocks of PK_KC values: block b of row i at
@@ -861,10 +897,57 @@ static void pk_worker(void *ctx, size_t b, size_t e, int thread) {
           pk_prefetch(j, r0 + PK_NB, 0);
         for (int64_t i0 = c0; i0 < c1; i0 += PK_MR)
           pk_micro(j, pan, np, kc, i0, c1 - i0 < PK_MR ? (int)(c1 - i0) : PK_MR, r0, kc == 0,
-                   kc + PK_KC >= k32);
+                   kc + PK_KC >= k32, NULL);
       }
     }
   }
+}
+
+// How far ahead a one-pass (decode) call asks for the panels it streams, as
+// the row GEMV does (RG__PF_L2_AHEAD).
+enum { PKW_AHEAD = 8192 };
+
+// The same GEMM on weights packed at load (RG_WLAYOUT_BF16_PANELS): panel
+// b's block of k at kc is at w + (b * k32 / 2 + kc / 2) * PK_NB words, and
+// the matrix is one stream in (panel, block) order, so each block asks for
+// the next one into L2 while its first rows of x run.
+static void pkw_worker(void *ctx, size_t b, size_t e, int thread) {
+  (void)thread;
+  const job_t *j = ctx;
+  const int64_t k32 = (j->k + 31) / 32 * 32;
+  const uint32_t *w = (const uint32_t *)j->w;
+  for (size_t blk = b; blk < e; blk++) {
+    const int64_t r0 = (int64_t)blk * PK_NB;
+    const uint32_t *panel = w + (size_t)blk * (size_t)(k32 / 2) * PK_NB;
+    for (int64_t c0 = 0; c0 < j->m; c0 += PK_MC) {
+      const int64_t c1 = j->m - c0 < PK_MC ? j->m : c0 + PK_MC;
+      for (int64_t kc = 0; kc < k32; kc += PK_KC) {
+        const int64_t np = (k32 - kc < PK_KC ? k32 - kc : PK_KC) / 2;
+        const uint32_t *pan = panel + kc / 2 * PK_NB, *next = pan + np * PK_NB;
+        const int more = blk + 1 < e || kc + PK_KC < k32;
+        if (j->m <= PK_MR) {
+          // One pass over the rows of x: the whole panel in one call, its
+          // sums in registers, the stream asked PKW_AHEAD bytes ahead.
+          const int64_t all = k32 / 2;
+          pk_micro(j, panel, all, 0, 0, (int)j->m, r0, 1, 1, panel + PKW_AHEAD / 4);
+          break;
+        }
+        for (int64_t i0 = c0; i0 < c1; i0 += PK_MR)
+          pk_micro(j, pan, np, kc, i0, c1 - i0 < PK_MR ? (int)(c1 - i0) : PK_MR, r0, kc == 0,
+                   kc + PK_KC >= k32, i0 == c0 && more ? next : NULL);
+      }
+    }
+  }
+}
+
+// Panels [b, e) of the matrix packed whole (pk_pack over all of k).
+static void relayout_worker(void *ctx, size_t b, size_t e, int thread) {
+  (void)thread;
+  const job_t *j = ctx;
+  const int64_t k32 = (j->k + 31) / 32 * 32;
+  uint32_t *out = (uint32_t *)j->y;  // the packed matrix
+  for (size_t blk = b; blk < e; blk++)
+    pk_pack(j, (int64_t)blk * PK_NB, 0, k32 / 2, out + blk * (size_t)(k32 / 2) * PK_NB);
 }
 #endif  // RG_X86
 
@@ -1278,6 +1361,8 @@ const char *rg_matmul_kernel_name_ex(const rg_wmat_t *w, int64_t m, const rg_mat
     rg_status_free(s);
     return "invalid";
   }
+  if (w->layout == RG_WLAYOUT_BF16_PANELS)
+    return "avx512-bf16 bf16 gemm (vdpbf16ps on panels packed at load, x in bf16)";
   return name_of(isa, w->type, plan_for(isa, w->type, m, w->cols, opts));
 }
 
@@ -1435,6 +1520,97 @@ static rg_status_t run_tiles(rg_pool_t *pool, job_t *j) {
   return NULL;
 }
 
+// ---- Weights packed at load ------------------------------------------------------
+
+rg_wlayout_t rg_matmul_preferred_layout(rg_cpu_isa_t isa, rg_dtype_t t) {
+#if RG_X86
+  rg_cpu_isa_t got;
+  rg_status_t s = rg_cpu_isa_resolve(isa, &got);
+  if (s) {
+    rg_status_free(s);
+    return RG_WLAYOUT_ROWS;
+  }
+  if (t == RG_BF16 && got == RG_CPU_ISA_AVX512_BF16) return RG_WLAYOUT_BF16_PANELS;
+#else
+  (void)isa, (void)t;
+#endif
+  return RG_WLAYOUT_ROWS;
+}
+
+size_t rg_matmul_layout_bytes(rg_wlayout_t l, rg_dtype_t t, int64_t rows, int64_t cols) {
+  if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX) return 0;
+  if (l == RG_WLAYOUT_ROWS) {
+    size_t rb;
+    rg_status_t s = rg_dtype_row_bytes(t, cols, &rb);
+    if (s) {
+      rg_status_free(s);
+      return 0;
+    }
+    return rb * (size_t)rows;
+  }
+  if (l != RG_WLAYOUT_BF16_PANELS || t != RG_BF16) return 0;
+  // 32-row panels of k rounded up to 32, 2 bytes a value: at most
+  // 2^26 panels of 2^32 bytes, which size_t holds.
+  return (size_t)((rows + 31) / 32) * 32 * (size_t)((cols + 31) / 32 * 32) * 2;
+}
+
+rg_status_t rg_matmul_relayout(rg_pool_t *pool, const rg_wmat_t *w, rg_wlayout_t l, void *out) {
+  RG_RETURN_IF_ERROR(rg_matmul_check(NULL, 0, w, NULL, NULL));
+  if (!w->data || !out)
+    return rg_status_make(RG_INVALID_ARGUMENT, "matmul relayout: %s is NULL",
+                          !out ? "the output" : "weight data");
+  if (w->layout != RG_WLAYOUT_ROWS)
+    return rg_status_make(RG_INVALID_ARGUMENT, "matmul relayout: the weights are not in rows");
+  if (!rg_matmul_layout_bytes(l, w->type, w->rows, w->cols))
+    return rg_status_make(RG_INVALID_ARGUMENT, "matmul relayout: %s weights have no layout %d",
+                          rg_dtype_name(w->type), (int)l);
+  if (l == RG_WLAYOUT_ROWS) {
+    memcpy(out, w->data, rg_matmul_layout_bytes(l, w->type, w->rows, w->cols));
+    return NULL;
+  }
+  if ((uintptr_t)out % 64)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "matmul relayout: the output is not 64-byte aligned");
+#if RG_X86
+  rg_cpu_isa_t isa;
+  RG_RETURN_IF_ERROR(rg_cpu_isa_resolve(RG_CPU_ISA_AUTO, &isa));
+  if (isa < RG_CPU_ISA_AVX512_BF16)
+    return rg_status_make(RG_UNAVAILABLE, "matmul relayout: packed bf16 panels need %s",
+                          rg_cpu_isa_missing(RG_CPU_ISA_AVX512_BF16));
+  job_t j = {.n = w->rows, .k = w->cols, .w = w->data, .type = w->type, .y = out};
+  RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, w->cols, &j.row_bytes));
+  rg_pool_parallel_for(pool, (size_t)((w->rows + PK_NB - 1) / PK_NB), 1, relayout_worker, &j);
+  return NULL;
+#else
+  return rg_status_make(RG_UNAVAILABLE, "matmul relayout: packed bf16 panels are x86-64 code");
+#endif
+}
+
+// y from weights packed at load: x rounded to bf16 in blocks, then every
+// panel through the micro-kernels (pkw_worker).
+static rg_status_t run_packed(rg_pool_t *pool, job_t *j) {
+#if RG_X86
+  if (j->isa < RG_CPU_ISA_AVX512_BF16)
+    return rg_status_make(RG_UNAVAILABLE,
+                          "matmul: bf16 weights packed in panels run at avx512-bf16 and above, "
+                          "and the level is %s",
+                          rg_cpu_isa_name(j->isa));
+  j->kp = (j->k + PK_KC - 1) / PK_KC * PK_KC;
+  uint16_t *xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
+  if (!xb)
+    return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to round x (%lld x %lld) to bf16",
+                          (long long)j->m, (long long)j->k);
+  j->xb = xb;
+  rg_pool_parallel_for(pool, (size_t)j->m, 16, x_to_blocks_worker, j);
+  rg_pool_parallel_for(pool, (size_t)((j->n + PK_NB - 1) / PK_NB), 1, pkw_worker, j);
+  free(xb);
+  return NULL;
+#else
+  (void)pool, (void)j;
+  return rg_status_make(RG_UNAVAILABLE, "matmul: packed bf16 panels are x86-64 code");
+#endif
+}
+
 rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wmat_t *w,
                          const float *bias, float *y, const rg_matmul_opts_t *opts) {
   RG_RETURN_IF_ERROR(rg_matmul_check(x, m, w, bias, y));
@@ -1452,6 +1628,13 @@ rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wm
   RG_RETURN_IF_ERROR(check_opts(j.isa, w->type, opts));
   j.invariant = opts && opts->batch_invariant;
   RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, w->cols, &j.row_bytes));
+  if (w->layout == RG_WLAYOUT_BF16_PANELS) {
+    // One kernel for every m; a forced path has nothing to choose.
+    if (opts && opts->path != RG_MATMUL_AUTO)
+      return rg_status_make(RG_INVALID_ARGUMENT,
+                            "matmul: bf16 weights packed in panels take only the auto path");
+    return m ? run_packed(pool, &j) : NULL;
+  }
   if (m == 0) return NULL;
   plan_t p = plan_for(j.isa, j.type, m, w->cols, opts);
   switch (p.path) {

@@ -270,7 +270,7 @@ static void case_matmul(conf_t *c) {
       float *wf = malloc((size_t)(n * k) * 4), *b = rand_f32(c, (size_t)n, -1, 1),
             *want = malloc((size_t)(m * n) * 4);
       void *wq = to_type(wt, w, (size_t)(n * k), wf);
-      rg_wmat_t ref = {wf, RG_F32, n, k};
+      rg_wmat_t ref = {wf, RG_F32, n, k, RG_WLAYOUT_ROWS};
       rg_status_free(rg_matmul_ref(x, m, &ref, bias ? b : NULL, want));
       int ok;
       rg_op_t op = {.kind = RG_OP_MATMUL};
@@ -876,7 +876,7 @@ RG_TEST(conformance_queue_checks_operands_first) {
   op.add.b = (rg_ref_t){NULL, 0};
   RG_CHECK_ERR(rg_queue_submit(q, &op), "operand b has no buffer");
   rg_op_t mm = {.kind = RG_OP_MATMUL,
-                .matmul = {{small, 0}, {small, 0}, {NULL, 0}, {small, 0}, RG_Q8_0, 1, 1, 16}};
+                .matmul = {{small, 0}, {small, 0}, {NULL, 0}, {small, 0}, RG_Q8_0, 1, 1, 16, 0}};
   RG_CHECK_ERR(rg_queue_submit(q, &mm), "16 q8_0 elements are not whole blocks of 32");
   mm.matmul.wtype = RG_FP8, mm.matmul.k = 4;
   RG_CHECK_ERR(rg_queue_submit(q, &mm), "cpu:0 has no matmul kernel for fp8");
