@@ -8,8 +8,11 @@
 //            m = 1: GB/s of weights streamed and the ratio to the read
 //            bandwidth, and for m > 1 the share of the path's peak; where
 //            the default path is not the GEMV, the GEMV too, so the choice
-//            of tiles_min_m() can be checked (--decode-only stops here);
-//   prefill  m = 512, n = k = 2048 on each path the CPU has: GFLOP/s, the
+//            of tiles_min_m() can be checked, and where the CPU device packs
+//            a type at load (bf16 at avx512-bf16), the packed panels a
+//            stage runs (--decode-only stops here);
+//   prefill  m = 512, n = k = 2048 on each path the CPU has (and on panels
+//            packed at load where the CPU device packs): GFLOP/s, the
 //            ratio to sgemm and to the matrix peak of the path it runs;
 //   accuracy of the kernels that round against the double reference;
 //   crossover GFLOP/s of the GEMV, GEMM and tile paths over m, which set
@@ -192,6 +195,24 @@ static unsigned char *make_copies(rg_dtype_t t, int64_t n, int64_t k, int copies
   return w;
 }
 
+// The copies packed as the CPU device asks a stage to (bf16 panels at the
+// avx512-bf16 level: rg_matmul_preferred_layout), or NULL where it keeps
+// rows. Copy c starts at c * *out_bytes.
+static unsigned char *packed_copies(rg_pool_t *pool, rg_dtype_t t, int64_t n, int64_t k,
+                                    const unsigned char *w, size_t bytes, int copies,
+                                    size_t *out_bytes) {
+  rg_wlayout_t l = rg_matmul_preferred_layout(RG_CPU_ISA_AUTO, t);
+  if (l == RG_WLAYOUT_ROWS) return NULL;
+  size_t pb = (rg_matmul_layout_bytes(l, t, n, k) + 63) / 64 * 64;
+  unsigned char *p = xmalloc(pb * (size_t)copies);
+  for (int c = 0; c < copies; c++) {
+    rg_wmat_t rows = {w + (size_t)c * bytes, t, n, k, RG_WLAYOUT_ROWS};
+    die(rg_matmul_relayout(pool, &rows, l, p + (size_t)c * pb));
+  }
+  *out_bytes = pb;
+  return p;
+}
+
 static int copies_for(size_t bytes) {
   size_t want = (size_t)256 << 20;
   int c = (int)((want + bytes - 1) / bytes);
@@ -199,20 +220,26 @@ static int copies_for(size_t bytes) {
 }
 
 // Seconds per call, best of reps, each rep cycling through all copies.
-static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_dtype_t t, int64_t n,
-                          int64_t k, const unsigned char *w, size_t bytes, int copies, float *y,
-                          const rg_matmul_opts_t *o, int reps) {
+static double time_layout(rg_pool_t *pool, const float *x, int64_t m, rg_dtype_t t, int64_t n,
+                          int64_t k, rg_wlayout_t layout, const unsigned char *w, size_t bytes,
+                          int copies, float *y, const rg_matmul_opts_t *o, int reps) {
   double best = 1e30;
   for (int rep = 0; rep < reps; rep++) {
     double t0 = now();
     for (int c = 0; c < copies; c++) {
-      rg_wmat_t wm = {w + (size_t)c * bytes, t, n, k, RG_WLAYOUT_ROWS};
+      rg_wmat_t wm = {w + (size_t)c * bytes, t, n, k, layout};
       die(rg_matmul_ex(pool, x, m, &wm, NULL, y, o));
     }
     double dt = (now() - t0) / copies;
     if (dt < best) best = dt;
   }
   return best;
+}
+
+static double time_matmul(rg_pool_t *pool, const float *x, int64_t m, rg_dtype_t t, int64_t n,
+                          int64_t k, const unsigned char *w, size_t bytes, int copies, float *y,
+                          const rg_matmul_opts_t *o, int reps) {
+  return time_layout(pool, x, m, t, n, k, RG_WLAYOUT_ROWS, w, bytes, copies, y, o, reps);
 }
 
 static const rg_dtype_t types[] = {RG_BF16, RG_F16, RG_Q8_0, RG_Q4_K, RG_Q6_K, RG_F32};
@@ -260,6 +287,24 @@ static void decode_table(rg_pool_t *pool, double bw) {
         if (m > 1 && pk > 0) printf("  (%.0f%% of %s peak)", 100 * gf / pk, pp);
         printf("\n");
       }
+      // Packed at load, as a stage on this CPU holds them (where it packs).
+      size_t pbytes;
+      unsigned char *pw = packed_copies(pool, types[ti], n, k, w, bytes, copies, &pbytes);
+      for (int mi = 0; pw && mi < 3; mi++) {
+        int64_t m = ms[mi];
+        rg_wlayout_t l = rg_matmul_preferred_layout(RG_CPU_ISA_AUTO, types[ti]);
+        rg_wmat_t wm = {pw, types[ti], n, k, l};
+        double dt = time_layout(pool, x, m, types[ti], n, k, l, pw, pbytes, copies, y, NULL, 10);
+        double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
+        const char *kn = rg_matmul_kernel_name(&wm, m), *pp;
+        printf("%-6s %5lld x %-4lld %4lld %-56s %9.1f %7.1f %6.0f%% %8.1f",
+               rg_dtype_name(types[ti]), (long long)n, (long long)k, (long long)m, kn, dt * 1e6,
+               gbs / 1e9, 100 * gbs / bw, gf / 1e9);
+        double pk = path_peak(kn, &pp);
+        if (m > 1 && pk > 0) printf("  (%.0f%% of %s peak)", 100 * gf / pk, pp);
+        printf("\n");
+      }
+      free(pw);
       free(w);
     }
   free(x), free(y);
@@ -340,6 +385,19 @@ static void prefill_table(rg_pool_t *pool, double sgemm) {
       double pk = path_peak(kn, &pp);
       printf("%-6s %-50s %9.2f %9.1f %8.2f %.2f of %s%s\n", rg_dtype_name(types[ti]), kn, dt * 1e3,
              gf / 1e9, gf / sgemm, pk > 0 ? gf / pk : 0.0, pp, pi == 0 ? "  (default)" : "");
+    }
+    size_t pbytes;
+    unsigned char *pw = packed_copies(pool, types[ti], n, k, w, bytes, 1, &pbytes);
+    if (pw) {
+      rg_wlayout_t l = rg_matmul_preferred_layout(RG_CPU_ISA_AUTO, types[ti]);
+      rg_wmat_t pm = {pw, types[ti], n, k, l};
+      const char *kn = rg_matmul_kernel_name(&pm, m), *pp;
+      double dt = time_layout(pool, x, m, types[ti], n, k, l, pw, pbytes, 1, y, NULL, 6);
+      double gf = 2.0 * m * n * k / dt, pk = path_peak(kn, &pp);
+      printf("%-6s %-50s %9.2f %9.1f %8.2f %.2f of %s  (what a stage runs)\n",
+             rg_dtype_name(types[ti]), "bf16 on panels packed at load", dt * 1e3, gf / 1e9,
+             gf / sgemm, pk > 0 ? gf / pk : 0.0, pp);
+      free(pw);
     }
     free(w);
   }

@@ -1362,7 +1362,7 @@ const char *rg_matmul_kernel_name_ex(const rg_wmat_t *w, int64_t m, const rg_mat
     return "invalid";
   }
   if (w->layout == RG_WLAYOUT_BF16_PANELS)
-    return "avx512-bf16 bf16 gemm (vdpbf16ps on panels packed at load, x in bf16)";
+    return "avx512-bf16 bf16 packed at load (vdpbf16ps, x in bf16)";
   return name_of(isa, w->type, plan_for(isa, w->type, m, w->cols, opts));
 }
 
