@@ -375,6 +375,11 @@ static rg_status_t print_text(FILE *f, const rg_profile_result_t *r, const char 
     if (d->process_first >= 0)
       fprintf(f, ", %s once per process (kernel builds)",
               rg_fmt_quantity(d->process_first, RG_UNIT_TIME, b, sizeof b));
+    for (int k = 0, n = 0; d->have_first_op && k < RG_OP_COUNT; k++)
+      if (d->first_op[k] >= 0)
+        fprintf(f, "%s%s %s",
+                n++ ? ", " : "; by the op kind that paid it: ", rg_op_name((rg_op_kind_t)k),
+                rg_fmt_quantity(d->first_op[k], RG_UNIT_TIME, b, sizeof b));
     fputc('\n', f);
   }
   static const char *const kinds[RG_STAGE_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
@@ -481,6 +486,12 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
       rg_json_num(c, "overhead_step_seconds", d->step, &bad);
       rg_json_num(c, "overhead_layer_seconds", d->layer, &bad);
       if (d->process_first >= 0) rg_json_num(c, "process_first_seconds", d->process_first, &bad);
+      if (d->have_first_op) {
+        cJSON *fo = rg_json_obj(c, "process_first_by_op_seconds", &bad);
+        for (int k = 0; fo && k < RG_OP_COUNT; k++)
+          if (d->first_op[k] >= 0)
+            rg_json_num(fo, rg_op_name((rg_op_kind_t)k), d->first_op[k], &bad);
+      }
     }
     static const char *const kinds[RG_STAGE_SLOTS] = {"embed", "attention", "ffn", "lm_head"};
     const rg_profile_stages_t *S = &r->stages;

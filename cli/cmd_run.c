@@ -1035,6 +1035,28 @@ static int pays_process_first(const backend_t *b, size_t i) {
   return i == (first_layered != SIZE_MAX ? first_layered : first);
 }
 
+// The op kinds of every stage row i's worker runs (its process), named, for
+// rg_class_process_first; *n = 0 where the list would not fit.
+static void worker_ops(const backend_t *b, size_t i, const char **names, size_t cap, size_t *n) {
+  stage_row_t r;
+  stage_row(b, i, &r);
+  *n = 0;
+  for (size_t j = 0, rows = stage_count(b); j < rows; j++) {
+    stage_row_t o;
+    stage_row(b, j, &o);
+    if (strcmp(o.worker, r.worker)) continue;
+    const rg_op_kind_t *ops;
+    size_t k = rg_stage_kind_ops(o.k, &ops);
+    for (size_t q = 0; q < k; q++) {
+      if (*n == cap) {
+        *n = 0;
+        return;
+      }
+      names[(*n)++] = rg_op_name(ops[q]);
+    }
+  }
+}
+
 typedef struct {
   int on;  // predictions were asked for (not --no-measure)
   rg_cli_calibration_t cal[MAX_CALIBRATED];
@@ -1195,8 +1217,14 @@ static rg_status_t predict_stages(const backend_t *b, const recorder_t *rec, rg_
     // worker is a process of its own; one process that profiled the device
     // just now (a fresh calibration) has paid its builds in the profile.
     double t = r.c.steps > 0 ? c->stage[slot].first : 0;
-    if (pays_process_first(b, i) && r.c.steps > 0 && (r.worker[0] || !P->cal[k].fresh))
-      t += c->process_first;
+    // By the op kinds its worker runs where the class splits it so (a worker
+    // holding only the FFN builds only the FFN's kernels).
+    if (pays_process_first(b, i) && r.c.steps > 0 && (r.worker[0] || !P->cal[k].fresh)) {
+      const char *ops[64];
+      size_t n_ops;
+      worker_ops(b, i, ops, sizeof ops / sizeof *ops, &n_ops);
+      t += rg_class_process_first(c, n_ops ? ops : NULL, n_ops);
+    }
     // Calls its worker made after waiting for another's data (planner.h).
     t += c->stage[slot].cold * (double)r.c.cold_calls;
     for (size_t q = 0; q < rec->n; q++) {

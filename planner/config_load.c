@@ -491,12 +491,15 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
   return read_dtype_curves(cn, "efficiency.compute", "all", c->eff_compute, &c->eff_compute_all);
 }
 
+static rg_status_t read_first_by_op(const rg_node_t *o, rg_device_class_t *c);
+
 static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c) {
   const rg_node_t *o;
   RG_RETURN_IF_ERROR(rg_want(root, "overhead", "device class", 0, NULL, &o));
   if (!o) return NULL;
-  static const char *const keys[] = {"step", "layer", "first", "source", NULL};
+  static const char *const keys[] = {"step", "layer", "first", "first_by_op", "source", NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(o, keys, "overhead"));
+  RG_RETURN_IF_ERROR(read_first_by_op(o, c));
   // Zero is meaningful for both: a part with no fixed cost at that level.
   RG_RETURN_IF_ERROR(
       rg_read_quantity(o, "overhead", "overhead", "step", RG_UNIT_TIME, 0, 1, &c->step_cost));
@@ -506,6 +509,42 @@ static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c)
       rg_read_quantity(o, "overhead", "overhead", "first", RG_UNIT_TIME, 0, 1, &c->process_first));
   return rg_read_text(o, "overhead", "overhead", "source", 0, c->overhead_source,
                       sizeof(c->overhead_source));
+}
+
+// overhead.first_by_op: an op kind's name to what its first op paid,
+// `{ matmul: 60 ms, rmsnorm: 12 ms }` (rg_device_class_t.first_by_op).
+static rg_status_t read_first_by_op(const rg_node_t *o, rg_device_class_t *c) {
+  const char *label = "overhead.first_by_op";
+  const rg_node_t *n;
+  RG_RETURN_IF_ERROR(rg_want(o, "first_by_op", "overhead", 0, NULL, &n));
+  c->n_first_by_op = 0;
+  if (!n) return NULL;
+  if (n->kind != RG_NODE_MAP)
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos,
+                        "%s: expected a mapping of op kinds to a time, like "
+                        "'{ matmul: 60 ms, rmsnorm: 12 ms }'",
+                        label);
+  if (n->n > RG_CLASS_FIRST_OPS)
+    return rg_status_at(RG_INVALID_ARGUMENT, &n->pos, "%s: at most %d op kinds, got %zu", label,
+                        RG_CLASS_FIRST_OPS, n->n);
+  for (size_t i = 0; i < n->n; i++) {
+    const char *op = n->keys[i]->scalar;
+    size_t len = op ? strlen(op) : 0;
+    int ok = len > 0 && len < sizeof c->first_by_op[0].op;
+    for (size_t k = 0; ok && k < len; k++)
+      ok = (op[k] >= 'a' && op[k] <= 'z') || (op[k] >= '0' && op[k] <= '9') || op[k] == '_';
+    if (!ok)
+      return rg_status_at(RG_INVALID_ARGUMENT, &n->keys[i]->pos,
+                          "%s: '%s' is not an op kind's name (lower-case letters, digits and '_', "
+                          "like matmul or kv_write)",
+                          label, op ? op : "");
+    double sec;
+    RG_RETURN_IF_ERROR(rg_read_quantity(n, label, label, op, RG_UNIT_TIME, 1, 1, &sec));
+    snprintf(c->first_by_op[i].op, sizeof c->first_by_op[i].op, "%s", op);
+    c->first_by_op[i].seconds = sec;
+    c->n_first_by_op = (int)i + 1;
+  }
+  return NULL;
 }
 
 // stages.KIND.by_tokens: what a call pays beyond its roofline at a few
@@ -598,6 +637,18 @@ double rg_class_eff_compute(const rg_device_class_t *c, rg_dtype_t t, double m) 
   if ((unsigned)t < RG_DTYPE_COMPUTE_COUNT && c->eff_compute[t].n > 0)
     return rg_eff_curve_at(&c->eff_compute[t], m);
   return rg_eff_curve_at(&c->eff_compute_all, m);
+}
+
+double rg_class_process_first(const rg_device_class_t *c, const char *const *ops, size_t n_ops) {
+  if (!c->n_first_by_op || !ops) return c->process_first;
+  double s = 0;
+  for (size_t i = 0; i < n_ops; i++) {
+    int seen = 0;
+    for (size_t j = 0; j < i && !seen; j++) seen = !strcmp(ops[i], ops[j]);
+    for (int k = 0; !seen && k < c->n_first_by_op; k++)
+      if (!strcmp(ops[i], c->first_by_op[k].op)) s += c->first_by_op[k].seconds;
+  }
+  return s;
 }
 
 double rg_class_eff_attention(const rg_device_class_t *c, double context) {

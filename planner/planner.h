@@ -46,6 +46,8 @@ typedef enum {
 } rg_device_kind_t;
 const char *rg_device_kind_name(rg_device_kind_t k);
 
+enum { RG_CLASS_FIRST_OPS = 32 };
+
 typedef struct {
   char name[32];
   double bandwidth;  // bytes/s per direction
@@ -169,6 +171,16 @@ struct rg_device_class_s {
   // runs, so paid by its first stage, whichever kinds it runs; a stage's own
   // first touches are its `first` (rg_stage_figures_t).
   double process_first;  // seconds
+  // The same by op kind (`overhead: first_by_op: { matmul: 60 ms, ... }`):
+  // what the first op of each kind paid in the profile's first step, so a
+  // process that runs some kinds only (a worker holding the FFN) is priced
+  // at its own (rg_class_process_first). A kind whose kernels another kind
+  // built first (programs shared by several ops) reads near zero.
+  struct {
+    char op[24];
+    double seconds;
+  } first_by_op[RG_CLASS_FIRST_OPS];
+  int n_first_by_op;
   // Per stage kind (`stages:`, indexed by slot, embed to lm_head): what this
   // device's own kernels for that stage do beyond the class-wide roofline.
   // A datasheet class has none (all zero), and predicts as without them.
@@ -200,6 +212,12 @@ double rg_eff_curve_at(const rg_eff_curve_t *curve, double m);
 // class has one (log-interpolated, flat past its ends), else eff_attention,
 // else eff_memory.
 double rg_class_eff_attention(const rg_device_class_t *c, double context);
+// What a fresh process pays once on class c when its stages run the op
+// kinds `ops` (names as rg_op_name gives them; repeats count once): the sum
+// of their first_by_op figures where the class has them (a kind it lists
+// none for pays nothing), else process_first whatever the kinds (also when
+// ops is NULL).
+double rg_class_process_first(const rg_device_class_t *c, const char *const *ops, size_t n_ops);
 
 typedef struct {
   rg_device_class_t **classes;

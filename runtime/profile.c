@@ -1049,7 +1049,13 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   // priced the CPU's at 3-7 ms against 0.2-0.3 ms in a worker's first
   // 13-token step.
   rg_engine_entry_t first = {0, 16, toks, tables[0], 4, 1};
-  if ((st = timed_step(e, &first, 1, logits, S->first_step))) goto fail;
+  rg_op_profile_t ops;
+  rg_engine_set_op_profiling(e, 1);
+  st = timed_step(e, &first, 1, logits, S->first_step);
+  rg_engine_op_profile(e, &ops);
+  rg_engine_set_op_profiling(e, 0);
+  for (int k = 0; k < RG_OP_COUNT; k++) S->first_ops[k] = ops.calls[k] ? ops.seconds[k] : -1;
+  if (st) goto fail;
   if ((st = timed_step(e, &first, 1, logits, S->second_step))) goto fail;
   // Then the same first step on a second engine over the same device: it
   // pays its own stage instances' first touches again but not what the
@@ -1060,7 +1066,12 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   {
     rg_engine_t *e2 = NULL;
     rg_status_t s2 = rg_engine_create(P->o->stage_model, &eo, &e2);
-    if (!s2) s2 = timed_step(e2, &first, 1, logits, S->fresh_step);
+    if (!s2) {
+      rg_engine_set_op_profiling(e2, 1);
+      s2 = timed_step(e2, &first, 1, logits, S->fresh_step);
+      rg_engine_op_profile(e2, &ops);
+      for (int k = 0; k < RG_OP_COUNT; k++) S->fresh_ops[k] = ops.seconds[k];
+    }
     rg_engine_destroy(e2);
     S->have_fresh = s2 == NULL;
     rg_status_free(s2);
@@ -1333,6 +1344,11 @@ static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
     double once = 0;
     for (int j = 0; j < RG_STAGE_SLOTS; j++) once += S->first_step[j] - S->fresh_step[j];
     d->process_first = fmax(0, once);
+    // By op kind: the first op of each kind in the process paid its kernel
+    // builds (a program several kinds share lands on the first of them).
+    for (int k = 0; k < RG_OP_COUNT; k++)
+      d->first_op[k] = S->first_ops[k] >= 0 ? fmax(0, S->first_ops[k] - S->fresh_ops[k]) : -1;
+    d->have_first_op = 1;
   }
   d->have_stages = 1;
   // The ops a layer floor stood for run inside the stages now, and the
@@ -1386,6 +1402,13 @@ void rg_profile_apply(const rg_profile_result_t *r, rg_device_class_t *c) {
   if (d->layer >= 0) c->step_cost = d->step, c->layer_floor = d->layer;
   if (d->have_stages) memcpy(c->stage, d->stage, sizeof c->stage);
   if (d->process_first >= 0) c->process_first = d->process_first;
+  c->n_first_by_op = 0;
+  for (int k = 0; d->have_first_op && k < RG_OP_COUNT && c->n_first_by_op < RG_CLASS_FIRST_OPS; k++)
+    if (d->first_op[k] >= 0) {
+      snprintf(c->first_by_op[c->n_first_by_op].op, sizeof c->first_by_op[0].op, "%s",
+               rg_op_name((rg_op_kind_t)k));
+      c->first_by_op[c->n_first_by_op++].seconds = d->first_op[k];
+    }
 }
 
 // Whether a device's memory is the host's, so the host's caches hold what
@@ -1774,6 +1797,15 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
             rg_fmt_quantity(d->layer, RG_UNIT_TIME, q2, sizeof q2));
     if (d->process_first >= 0)
       fprintf(f, ", first: %s", rg_fmt_quantity(d->process_first, RG_UNIT_TIME, q, sizeof q));
+    for (int k = 0, n = 0; d->have_first_op && k < RG_OP_COUNT; k++)
+      if (d->first_op[k] >= 0)
+        fprintf(f, "%s%s: %s", n++ ? ", " : ",\n    first_by_op: { ", rg_op_name((rg_op_kind_t)k),
+                rg_fmt_quantity(d->first_op[k], RG_UNIT_TIME, q, sizeof q));
+    for (int k = 0; d->have_first_op && k < RG_OP_COUNT; k++)
+      if (d->first_op[k] >= 0) {
+        fprintf(f, " }");
+        break;
+      }
     fprintf(f, " }\n");
   }
   if (d->have_stages) {

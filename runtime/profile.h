@@ -156,6 +156,9 @@ typedef struct {
   // what the process paid once (kernel builds).
   double first_step[RG_STAGE_SLOTS], second_step[RG_STAGE_SLOTS], fresh_step[RG_STAGE_SLOTS];
   int have_fresh;
+  // The same two first steps' time by op kind (the queues' op timing), so
+  // the process's once-off cost splits by the kinds that paid it.
+  double first_ops[RG_OP_COUNT], fresh_ops[RG_OP_COUNT];
   // The first shape timed again after `gap` seconds idle before each step
   // (gapped_reps of them), per slot: less shape[0], what its calls pay cold.
   // On a device in the host's memory (gap_busy) the gap is the host's
@@ -232,6 +235,10 @@ typedef struct {
   int have_stages;  // stage[] fitted from result.stages
   rg_stage_figures_t stage[RG_STAGE_SLOTS];
   double process_first;  // seconds, once per process (kernel builds); < 0: not measured
+  // The same by op kind (first_ops less fresh_ops, each at least 0; kinds
+  // the step ran): a worker running some kinds pays theirs.
+  double first_op[RG_OP_COUNT];
+  int have_first_op;
 } rg_profile_derived_t;
 
 typedef struct {

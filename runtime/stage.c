@@ -211,9 +211,9 @@ static rg_status_t pack_mat(rg_stage_t *s, const rg_tensor_t *t, int64_t rows, i
   return rg_status_wrap(st, "%s: packing %s", s->name, t->name);
 }
 
-// A weight matrix for the instance's matmuls; `packable`: only its matmuls
-// read it, so it may take the device's own layout (embed's table, which
-// lm_head may share, stays in rows).
+// A weight matrix for the instance's matmuls; `packable`: only matmuls
+// read it, so it may take the device's own layout (embed's table, which a
+// tied lm_head shares, stays in rows).
 static rg_status_t load_mat_ex(rg_stage_t *s, const char *name, int64_t rows, int64_t cols,
                                int packable, mat_t *out) {
   const rg_weights_t *w = rg_model_weights(s->m);
@@ -340,8 +340,7 @@ static rg_status_t load_ffn(rg_stage_t *s, int64_t l, layer_t *L) {
 }
 #undef NAME
 
-// The ops a kind runs, to refuse a device that lacks one before loading.
-static rg_status_t check_device(rg_stage_t *s) {
+size_t rg_stage_kind_ops(rg_stage_kind_t kind, const rg_op_kind_t **ops) {
   static const rg_op_kind_t attn[] = {RG_OP_RMSNORM,  RG_OP_MATMUL,    RG_OP_ROPE,
                                       RG_OP_KV_WRITE, RG_OP_ATTENTION, RG_OP_ADD};
   static const rg_op_kind_t ffn[] = {RG_OP_RMSNORM, RG_OP_MATMUL, RG_OP_SWIGLU, RG_OP_ADD};
@@ -352,7 +351,7 @@ static rg_status_t check_device(rg_stage_t *s) {
   static const rg_op_kind_t head[] = {RG_OP_MOE_GATHER, RG_OP_RMSNORM, RG_OP_MATMUL};
   const rg_op_kind_t *need = NULL;
   size_t n = 0;
-  switch (s->spec.kind) {
+  switch (kind) {
     case RG_STAGE_ATTENTION:
       need = attn, n = sizeof attn / sizeof *attn;
       break;
@@ -371,6 +370,14 @@ static rg_status_t check_device(rg_stage_t *s) {
     default:
       break;
   }
+  *ops = need;
+  return n;
+}
+
+// The ops a kind runs, to refuse a device that lacks one before loading.
+static rg_status_t check_device(rg_stage_t *s) {
+  const rg_op_kind_t *need;
+  size_t n = rg_stage_kind_ops(s->spec.kind, &need);
   for (size_t i = 0; i < n; i++)
     if (!rg_device_supports_op(s->dev, need[i]))
       return rg_status_make(RG_UNIMPLEMENTED, "%s: %s has no %s kernel, which a %s stage needs",
@@ -432,10 +439,11 @@ static rg_status_t create(rg_stage_t *s) {
       s->wtype = s->embed.type;
       return NULL;
     case RG_STAGE_LM_HEAD: {
-      const char *name = a->tie_embeddings || rg_model_hparams(s->m)->tie_embeddings
-                             ? "model.embed_tokens.weight"
-                             : "lm_head.weight";
-      RG_RETURN_IF_ERROR(load_mat_ex(s, name, a->vocab, a->d_model, 0, &s->lm_head));
+      // Its own matrix takes the device's layout; embed's table, when tied,
+      // stays in rows for embed's gather.
+      const int tied = a->tie_embeddings || rg_model_hparams(s->m)->tie_embeddings;
+      const char *name = tied ? "model.embed_tokens.weight" : "lm_head.weight";
+      RG_RETURN_IF_ERROR(load_mat_ex(s, name, a->vocab, a->d_model, !tied, &s->lm_head));
       s->wtype = s->lm_head.type;
       return load_vec(s, "model.norm.weight", a->d_model, 0, &s->final_norm);
     }

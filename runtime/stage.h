@@ -105,6 +105,11 @@ typedef struct {
 #define RG_STAGE_COLD_IDLE_S 200e-6
 #define RG_STAGE_COLD_GAP_S 1e-3
 
+// The op kinds a stage of this kind submits (*ops: a static list), and how
+// many: what a device must run for it, and which first-use costs a process
+// running it pays (rg_class_process_first).
+size_t rg_stage_kind_ops(rg_stage_kind_t kind, const rg_op_kind_t **ops);
+
 RG_MUST_USE rg_status_t rg_weight_cache_create(rg_weight_cache_t **out);
 void rg_weight_cache_destroy(rg_weight_cache_t *c);
 

@@ -742,6 +742,46 @@ RG_TEST(planner_attention_by_context_prices_each_context) {
     refuses_calibrated(t, bad[i].eff, bad[i].error);
 }
 
+// overhead.first_by_op splits what a fresh process pays once by the op
+// kinds that paid it: a process running some kinds pays theirs (each kind
+// once), one listing none of them pays nothing, and a class without the
+// split (or a caller without a list) pays `first` whatever it runs.
+RG_TEST(planner_process_first_by_op_kind) {
+  const char *dir = calibrated_config(
+      t,
+      "name: h100-sxm\n"
+      "measured: { by: ridge profile, date: 2025-06-01, device: 'opencl:0 PoCL' }\n"
+      "overhead: { step: 10 us, layer: 0 ns, first: 240 ms,\n"
+      "    first_by_op: { matmul: 90 ms, rmsnorm: 40 ms, rope: 30 ms, attention: 50 ms, "
+      "swiglu: 20 ms, add: 0 ns, embed: 10 ms } }\n");
+  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
+  RG_REQUIRE(f->cat);
+  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
+  RG_REQUIRE(c && c->calibrated && c->n_first_by_op == 7);
+  static const char *const ffn[] = {"rmsnorm", "matmul", "swiglu", "add"};
+  static const char *const twice[] = {"matmul", "matmul", "rope"};
+  static const char *const other[] = {"sample"};
+  RG_CHECK_NEAR(rg_class_process_first(c, ffn, 4), 0.15, 1e-12);
+  RG_CHECK_NEAR(rg_class_process_first(c, twice, 3), 0.12, 1e-12);
+  RG_CHECK_NEAR(rg_class_process_first(c, other, 1), 0, 1e-12);
+  RG_CHECK_NEAR(rg_class_process_first(c, NULL, 0), 0.24, 1e-12);
+  rg_device_class_t z = *c;
+  z.n_first_by_op = 0;
+  RG_CHECK_NEAR(rg_class_process_first(&z, ffn, 4), 0.24, 1e-12);
+  fx_close(f);
+  static const struct {
+    const char *o, *error;
+  } bad[] = {
+      {"overhead: { first_by_op: 3 ms }\n",
+       "overhead.first_by_op: expected a mapping of op kinds to a time"},
+      {"overhead: { first_by_op: { MatMul: 3 ms } }\n",
+       "overhead.first_by_op: 'MatMul' is not an op kind's name"},
+      {"overhead: { first_by_op: { matmul: fast } }\n", "overhead.first_by_op.matmul"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    refuses_calibrated(t, bad[i].o, bad[i].error);
+}
+
 // ----- Per-stage figures ------------------------------------------------------------
 
 static const char *const staged_h100 =

@@ -158,6 +158,10 @@ static void check_figures(rg_test_ctx_t *t, const cJSON *j, const rg_device_clas
     RG_CHECK(num(cal, "overhead_layer_seconds") == 0);
     // What the process paid once (a second engine told it from the stages').
     RG_CHECK(num(cal, "process_first_seconds") >= 0);
+    // The same by the op kind that paid it: every kind the step ran, each
+    // at least 0 (the matmul and the attention's at least).
+    const cJSON *fo = cJSON_GetObjectItem(cal, "process_first_by_op_seconds");
+    RG_CHECK(fo && num(fo, "matmul") >= 0 && num(fo, "attention") >= 0);
     static const char *const skinds[] = {"embed", "attention", "ffn", "lm_head"};
     double meas = 0, fitted = 0;
     for (int k = 0; k < 4; k++) {
@@ -282,6 +286,16 @@ static void check_loaded(rg_test_ctx_t *t, const char *dir, const cJSON *j) {
   }
   RG_CHECK(!stages || strstr(c->stage_source, "measured by ridge profile") != NULL);
   if (stages) RG_CHECK_NEAR(c->process_first, num(cal, "process_first_seconds"), 0.006);
+  // The class reads back the split by op kind the file wrote.
+  const cJSON *fo = cJSON_GetObjectItem(cal, "process_first_by_op_seconds");
+  int matched = 0;
+  for (int k = 0; stages && fo && k < c->n_first_by_op; k++) {
+    const cJSON *v = cJSON_GetObjectItem(fo, c->first_by_op[k].op);
+    RG_CHECK(v != NULL);
+    if (v && fabs(c->first_by_op[k].seconds - v->valuedouble) <= 0.006 * v->valuedouble + 1e-9)
+      matched++;
+  }
+  if (stages && fo) RG_CHECK(matched == cJSON_GetArraySize(fo) && matched > 0);
   const cJSON *cv;
   cJSON_ArrayForEach(cv, cJSON_GetObjectItem(cal, "compute")) {
     rg_dtype_t ct;
