@@ -764,12 +764,14 @@ __attribute__((target(T_AVX512))) static void pk_pack(const job_t *j, int64_t r0
 // PK_NB) (those below n) get the panel's sums, added to what they hold
 // unless first; the last panel of k adds the bias.
 // Rows past mv repeat row i0 and are not stored. pf, when not NULL, is
-// asked into L2 at the rate the panel is read (the next weights this
-// thread streams, for panels packed at load). MR is a constant in each
+// asked into L2 a line at a time, 2 / pf_div lines a pair (from line 2p /
+// pf_div on): the next weights this thread streams, for panels packed at
+// load, spread over the pf_div passes of x that read this block so that
+// memory stays busy through all of them. MR is a constant in each
 // instantiation below, so a decode row costs 2 vdpbf16ps a pair, not 16.
 __attribute__((target(T_AVX512BF16), always_inline)) static inline void pk_micro_mr(
     const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0,
-    int first, int last, const uint32_t *pf, const int MR) {
+    int first, int last, const uint32_t *pf, int pf_div, const int MR) {
   const int64_t cols = j->n - r0 < PK_NB ? j->n - r0 : PK_NB;
   const __mmask16 m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
   const __mmask16 m1 = cols >= 32  ? (__mmask16)0xffff
@@ -786,15 +788,17 @@ __attribute__((target(T_AVX512BF16), always_inline)) static inline void pk_micro
   // in blocks of PK_KC values (x_to_blocks), row i of block b at
   // (b * m + i) * PK_KC, so the rows in play sit 512 bytes apart rather
   // than a row of k apart, which put all eight in one set of L1.
+  int64_t line = 0;
+  int due = 0;
   for (int64_t q0 = 0; q0 < np; q0 += PK_KC / 2) {
     const int64_t q1 = np - q0 < PK_KC / 2 ? np : q0 + PK_KC / 2, blk = (kc + 2 * q0) / PK_KC;
     const uint16_t *xs[PK_MR];
     for (int i = 0; i < MR; i++) xs[i] = j->xb + (blk * j->m + i0 + (i < mv ? i : 0)) * PK_KC;
     for (int64_t p = q0; p < q1; p++) {
-      if (pf) {
-        RG__PREFETCH_L2(pf + p * PK_NB);
-        RG__PREFETCH_L2(pf + p * PK_NB + 16);
-      }
+      // 2 / pf_div lines a pair, counted without a division.
+      if (pf)
+        for (due += 2; due >= pf_div; due -= pf_div, line++)
+          RG__PREFETCH_L2((const char *)pf + line * 64);
       const __m512bh w0 = (__m512bh)_mm512_load_si512(pan + p * PK_NB);
       const __m512bh w1 = (__m512bh)_mm512_load_si512(pan + p * PK_NB + 16);
 #pragma GCC unroll 8
@@ -822,8 +826,8 @@ __attribute__((target(T_AVX512BF16), always_inline)) static inline void pk_micro
 #define PK_MICRO_MR(R)                                                                             \
   __attribute__((target(T_AVX512BF16))) static void pk_micro##R(                                   \
       const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0, \
-      int first, int last, const uint32_t *pf) {                                                   \
-    pk_micro_mr(j, pan, np, kc, i0, mv, r0, first, last, pf, R);                                   \
+      int first, int last, const uint32_t *pf, int pf_div) {                                       \
+    pk_micro_mr(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div, R);                           \
   }
 PK_MICRO_MR(1)
 PK_MICRO_MR(2)
@@ -833,15 +837,15 @@ PK_MICRO_MR(8)
 
 // mv rows of x (1 to PK_MR) on the narrowest instantiation that holds them.
 static void pk_micro(const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0,
-                     int mv, int64_t r0, int first, int last, const uint32_t *pf) {
+                     int mv, int64_t r0, int first, int last, const uint32_t *pf, int pf_div) {
   if (mv == 1)
-    pk_micro1(j, pan, np, kc, i0, mv, r0, first, last, pf);
+    pk_micro1(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
   else if (mv == 2)
-    pk_micro2(j, pan, np, kc, i0, mv, r0, first, last, pf);
+    pk_micro2(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
   else if (mv <= 4)
-    pk_micro4(j, pan, np, kc, i0, mv, r0, first, last, pf);
+    pk_micro4(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
   else
-    pk_micro8(j, pan, np, kc, i0, mv, r0, first, last, pf);
+    pk_micro8(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
 }
 
 // x rounded to bf16 in blocks of PK_KC values: block b of row i at
@@ -897,7 +901,7 @@ static void pk_worker(void *ctx, size_t b, size_t e, int thread) {
           pk_prefetch(j, r0 + PK_NB, 0);
         for (int64_t i0 = c0; i0 < c1; i0 += PK_MR)
           pk_micro(j, pan, np, kc, i0, c1 - i0 < PK_MR ? (int)(c1 - i0) : PK_MR, r0, kc == 0,
-                   kc + PK_KC >= k32, NULL);
+                   kc + PK_KC >= k32, NULL, 1);
       }
     }
   }
@@ -929,12 +933,20 @@ static void pkw_worker(void *ctx, size_t b, size_t e, int thread) {
           // One pass over the rows of x: the whole panel in one call, its
           // sums in registers, the stream asked PKW_AHEAD bytes ahead.
           const int64_t all = k32 / 2;
-          pk_micro(j, panel, all, 0, 0, (int)j->m, r0, 1, 1, panel + PKW_AHEAD / 4);
+          pk_micro(j, panel, all, 0, 0, (int)j->m, r0, 1, 1, panel + PKW_AHEAD / 4, 1);
           break;
         }
-        for (int64_t i0 = c0; i0 < c1; i0 += PK_MR)
+        // The next block asked for a share per pass of x, so that memory
+        // stays busy while the later passes read this one from L1.
+        const int passes = (int)((c1 - c0 + PK_MR - 1) / PK_MR);
+        for (int64_t i0 = c0; i0 < c1; i0 += PK_MR) {
+          const int g = (int)((i0 - c0) / PK_MR);
+          const uint32_t *pf =
+              more ? (const uint32_t *)((const char *)next + (int64_t)g * np * 2 / passes * 64)
+                   : NULL;
           pk_micro(j, pan, np, kc, i0, c1 - i0 < PK_MR ? (int)(c1 - i0) : PK_MR, r0, kc == 0,
-                   kc + PK_KC >= k32, i0 == c0 && more ? next : NULL);
+                   kc + PK_KC >= k32, pf, passes);
+        }
       }
     }
   }
