@@ -1619,6 +1619,48 @@ RG_TEST(transport_write_hash_slices_match_whole_chunks) {
   }
 }
 
+// A region a dead process left under the pid a new process now has does
+// not stop that process's shm endpoint from opening (fi_enable had failed
+// with EBUSY once killed workers' regions piled up): a `ridge worker`
+// execs over a child that first leaves such a region under its own pid,
+// and it gets as far as the coordinator, which no one serves here.
+RG_TEST(transport_shm_opens_over_a_dead_process_region_of_its_pid) {
+  rg_transport_t *probe = NULL;
+  rg_status_t s = open_ep(ON_SHM, "probe", &probe);
+  if (s) {
+    rg_status_free(s);
+    RG_SKIP("the shm provider is not available here");
+  }
+  rg_transport_destroy(probe);
+  char log[1100], region[64];
+  snprintf(log, sizeof log, "%s/worker.log", rg_test_tmpdir(t));
+  fflush(NULL);
+  pid_t pid = fork();
+  RG_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    snprintf(region, sizeof region, "/dev/shm/%d:%u:0", (int)getpid(), (unsigned)getuid());
+    FILE *f = fopen(region, "w");  // what a killed process leaves behind
+    if (!f || fputs("stale", f) < 0 || fclose(f) || !freopen(log, "w", stderr)) _exit(3);
+    setenv("RIDGE_SECRET", "0123456789abcdef0123456789abcdef", 1);
+    execl(rg_test_ridge_bin(), "ridge", "worker", "--coordinator", "127.0.0.1:1", "--provider",
+          "shm", "--connect-timeout", "1", (char *)NULL);
+    _exit(4);
+  }
+  int status = 0;
+  RG_REQUIRE(waitpid(pid, &status, 0) == pid);
+  snprintf(region, sizeof region, "/dev/shm/%d:%u:0", (int)pid, (unsigned)getuid());
+  unlink(region);
+  RG_CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 3 && WEXITSTATUS(status) != 4);
+  FILE *f = fopen(log, "r");
+  RG_REQUIRE(f);
+  char out[4096];
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = 0;
+  fclose(f);
+  RG_CHECK(strstr(out, "fi_enable") == NULL && strstr(out, "busy") == NULL);
+  RG_CHECK_CONTAINS(out, "127.0.0.1:1");
+}
+
 RG_TEST(transport_fabric_unknown_provider_lists_available) {
   rg_transport_options_t o = {.kind = RG_TRANSPORT_FABRIC, .name = "w", .provider = "nonesuch"};
   rg_transport_t *ep = NULL;

@@ -58,6 +58,7 @@
 #include <glob.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -251,6 +252,29 @@ int rg_transport_forget_process(int pid) {
   return n;
 }
 
+// Before this process's first shm endpoint, any region named for its pid
+// was left by a dead process that had the pid (killed before it closed its
+// endpoint): shm would find the name taken and fail fi_enable with EBUSY,
+// as a test run did once 36 such regions had piled up. Unlinked once per
+// pid (a forked child clears its own).
+static void clear_stale_own_regions(void) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static pid_t cleared_for;
+  pthread_mutex_lock(&mu);
+  const pid_t me = getpid();
+  if (cleared_for != me) {
+    cleared_for = me;
+    char pat[64];
+    snprintf(pat, sizeof(pat), "/dev/shm/%d:%u:*", (int)me, (unsigned)getuid());
+    glob_t g;
+    if (glob(pat, 0, NULL, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
+      globfree(&g);
+    }
+  }
+  pthread_mutex_unlock(&mu);
+}
+
 static void describe_mr(uint64_t mode, char *buf, size_t cap) {
   static const struct {
     uint64_t bit;
@@ -348,6 +372,7 @@ rg_status_t rg__fabric_open(rg_transport_t *t, const rg_transport_options_t *opt
     cq_attr.wait_obj = FI_WAIT_NONE;
     RG_FI_CHECK(fi_cq_open(f->domain, &cq_attr, &f->cq, NULL), fail_cq);
   }
+  if (!strcmp(prov, "shm")) clear_stale_own_regions();
   RG_FI_CHECK(fi_endpoint(f->domain, info, &f->ep, NULL), fail_ep);
   RG_FI_CHECK(fi_ep_bind(f->ep, &f->av->fid, 0), fail_enable);
   RG_FI_CHECK(fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV), fail_enable);
