@@ -252,6 +252,20 @@ static double path_peak(const char *kernel, const char **path) {
   return *path = "f32 fma", lim.fma_peak;
 }
 
+// One row of the decode table: the call's weight stream against the read
+// bandwidth, and above m = 1 its FLOP/s against its path's peak.
+static void decode_row(rg_dtype_t t, int64_t n, int64_t k, int64_t m, const char *kn, double dt,
+                       size_t bytes, double bw) {
+  double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
+  printf("%-6s %5lld x %-4lld %4lld %-56s %9.1f %7.1f %6.0f%% %8.1f", rg_dtype_name(t),
+         (long long)n, (long long)k, (long long)m, kn, dt * 1e6, gbs / 1e9, 100 * gbs / bw,
+         gf / 1e9);
+  const char *pp;
+  double pk = path_peak(kn, &pp);
+  if (m > 1 && pk > 0) printf("  (%.0f%% of %s peak)", 100 * gf / pk, pp);
+  printf("\n");
+}
+
 static void decode_table(rg_pool_t *pool, double bw) {
   printf("\ndecode (GEMV): weight GB/s streamed per call, and ratio to read bandwidth %.1f GB/s\n",
          bw / 1e9);
@@ -278,14 +292,7 @@ static void decode_table(rg_pool_t *pool, double bw) {
         if (mi % 2 && !strcmp(rg_matmul_kernel_name(&wm, m), rg_matmul_kernel_name_ex(&wm, m, o)))
           continue;
         double dt = time_matmul(pool, x, m, types[ti], n, k, w, bytes, copies, y, o, 10);
-        double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
-        const char *kn = rg_matmul_kernel_name_ex(&wm, m, o), *pp;
-        printf("%-6s %5lld x %-4lld %4lld %-56s %9.1f %7.1f %6.0f%% %8.1f",
-               rg_dtype_name(types[ti]), (long long)n, (long long)k, (long long)m, kn, dt * 1e6,
-               gbs / 1e9, 100 * gbs / bw, gf / 1e9);
-        double pk = path_peak(kn, &pp);
-        if (m > 1 && pk > 0) printf("  (%.0f%% of %s peak)", 100 * gf / pk, pp);
-        printf("\n");
+        decode_row(types[ti], n, k, m, rg_matmul_kernel_name_ex(&wm, m, o), dt, bytes, bw);
       }
       // Packed at load, as a stage on this CPU holds them (where it packs).
       size_t pbytes;
@@ -295,14 +302,7 @@ static void decode_table(rg_pool_t *pool, double bw) {
         rg_wlayout_t l = rg_matmul_preferred_layout(RG_CPU_ISA_AUTO, types[ti]);
         rg_wmat_t wm = {pw, types[ti], n, k, l};
         double dt = time_layout(pool, x, m, types[ti], n, k, l, pw, pbytes, copies, y, NULL, 10);
-        double gbs = (double)bytes / dt, gf = 2.0 * m * n * k / dt;
-        const char *kn = rg_matmul_kernel_name(&wm, m), *pp;
-        printf("%-6s %5lld x %-4lld %4lld %-56s %9.1f %7.1f %6.0f%% %8.1f",
-               rg_dtype_name(types[ti]), (long long)n, (long long)k, (long long)m, kn, dt * 1e6,
-               gbs / 1e9, 100 * gbs / bw, gf / 1e9);
-        double pk = path_peak(kn, &pp);
-        if (m > 1 && pk > 0) printf("  (%.0f%% of %s peak)", 100 * gf / pk, pp);
-        printf("\n");
+        decode_row(types[ti], n, k, m, rg_matmul_kernel_name(&wm, m), dt, bytes, bw);
       }
       free(pw);
       free(w);

@@ -424,6 +424,18 @@ RG_TEST(matmul_avx512bf16_accuracy_of_bf16_x) {
   free(wd), free(x), free(y), free(ref);
 }
 
+// y (m, n) less bias (when given) against ref; *guards: the G floats after
+// y still hold -12345 (nothing written past it).
+static double unbiased_nmse(float *y, const float *bias, const float *ref, int64_t m, int64_t n,
+                            int g, int *guards) {
+  if (bias)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) y[i * n + j] -= bias[j];
+  *guards = 1;
+  for (int64_t i = m * n; i < m * n + g; i++) *guards &= y[i] == -12345.0f;
+  return nmse(y, ref, (size_t)(m * n));
+}
+
 // bf16 prefill on packed weight panels (the automatic choice at avx512-bf16
 // from 96 rows of x, or 16 where k fits one 256-value block; 17 and 95 rows
 // stay on the GEMV where it does not): the edges of its blocking. Rows of x
@@ -470,12 +482,8 @@ RG_TEST(matmul_bf16_packed_panels_match_reference) {
           rg_pool_t *pool = pools[c == 0 ? 0 : 1];
           for (int64_t i = 0; i < m * n + G; i++) y[i] = -12345.0f;
           RG_REQUIRE_OK(rg_matmul_ex(pool, x, m, &w, with_bias ? bias : NULL, y, &o));
-          if (with_bias)
-            for (int64_t i = 0; i < m; i++)
-              for (int64_t j = 0; j < n; j++) y[i * n + j] -= bias[j];
-          const double e = nmse(y, ref, (size_t)(m * n));
-          int guards = 1;
-          for (int64_t i = m * n; i < m * n + G; i++) guards &= y[i] == -12345.0f;
+          int guards;
+          const double e = unbiased_nmse(y, with_bias ? bias : NULL, ref, m, n, G, &guards);
           if (!(e <= 1e-7) || !all_finite(y, (size_t)(m * n)) || !guards)
             rg_test_fail(t, __FILE__, __LINE__,
                          "m=%lld n=%lld k=%lld %s bias, %d thread(s): nmse %.3g%s", (long long)m,
@@ -550,12 +558,8 @@ RG_TEST(matmul_bf16_weights_packed_at_load) {
           RG_REQUIRE_OK(
               rg_matmul_ex(pool, x + (m - 1) * k, 1, &p, with_bias ? bias : NULL, row, &o));
           int same = memcmp(row, y + (m - 1) * n, (size_t)n * sizeof(float)) == 0;
-          if (with_bias)
-            for (int64_t i = 0; i < m; i++)
-              for (int64_t j = 0; j < n; j++) y[i * n + j] -= bias[j];
-          const double e = nmse(y, ref, (size_t)(m * n));
-          int guards = 1;
-          for (int64_t i = m * n; i < m * n + G; i++) guards &= y[i] == -12345.0f;
+          int guards;
+          const double e = unbiased_nmse(y, with_bias ? bias : NULL, ref, m, n, G, &guards);
           if (!(e <= 1e-7) || !all_finite(y, (size_t)(m * n)) || !guards || !same)
             rg_test_fail(t, __FILE__, __LINE__,
                          "m=%lld n=%lld k=%lld %s bias, %d thread(s): nmse %.3g%s%s", (long long)m,
