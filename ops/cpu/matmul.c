@@ -915,10 +915,9 @@ enum { PKW_AHEAD = 8192 };
 // b's block of k at kc is at w + (b * k32 / 2 + kc / 2) * PK_NB words, and
 // the matrix is one stream in (panel, block) order, so each block asks for
 // the next one into L2 while its first rows of x run.
-static void pkw_worker(void *ctx, size_t b, size_t e, int thread) {
-  (void)thread;
-  const job_t *j = ctx;
+static void pkw_panels(const job_t *j, size_t b, size_t e) {
   const int64_t k32 = (j->k + 31) / 32 * 32;
+  const size_t total = (size_t)((j->n + PK_NB - 1) / PK_NB);
   const uint32_t *w = (const uint32_t *)j->w;
   for (size_t blk = b; blk < e; blk++) {
     const int64_t r0 = (int64_t)blk * PK_NB;
@@ -928,7 +927,9 @@ static void pkw_worker(void *ctx, size_t b, size_t e, int thread) {
       for (int64_t kc = 0; kc < k32; kc += PK_KC) {
         const int64_t np = (k32 - kc < PK_KC ? k32 - kc : PK_KC) / 2;
         const uint32_t *pan = panel + kc / 2 * PK_NB, *next = pan + np * PK_NB;
-        const int more = blk + 1 < e || kc + PK_KC < k32;
+        // The stream goes on past this range: the thread's next claim is
+        // the next panels of its share.
+        const int more = blk + 1 < total || kc + PK_KC < k32;
         if (j->m <= PK_MR) {
           // One pass over the rows of x: the whole panel in one call, its
           // sums in registers, the stream asked PKW_AHEAD bytes ahead.
@@ -1052,6 +1053,17 @@ static void gemv_worker(void *ctx, size_t me, size_t unused_e, int thread) {
     c->fn(j, (int64_t)b * NR, r1);
   }
 }
+
+#if RG_X86
+// Item `me`: the share of panels this thread owns (run_shared), claimed a
+// chunk at a time, then the others' tails.
+static void pkw_worker(void *ctx, size_t me, size_t unused_e, int thread) {
+  (void)unused_e, (void)thread;
+  job_t *j = ctx;
+  size_t b, e;
+  while (rg__mm_claim(j, (int)me, &b, &e)) pkw_panels(j, b, e);
+}
+#endif
 
 // Pool items are rows of x, rounded to bf16 and zero-padded to kp.
 static void x_to_bf16_worker(void *ctx, size_t b, size_t e, int thread) {
@@ -1614,7 +1626,20 @@ static rg_status_t run_packed(rg_pool_t *pool, job_t *j) {
                           (long long)j->m, (long long)j->k);
   j->xb = xb;
   rg_pool_parallel_for(pool, (size_t)j->m, 16, x_to_blocks_worker, j);
-  rg_pool_parallel_for(pool, (size_t)((j->n + PK_NB - 1) / PK_NB), 1, pkw_worker, j);
+  // Panels in shares, claimed a chunk at a time as the row GEMV's groups
+  // are (run_shared): a thread that falls behind (another process took its
+  // core) has its share's tail taken rather than holding up the call, which
+  // with fixed halves held batch-1 decode's matmuls to 0.83 of read
+  // bandwidth where the same kernel alone streams at 0.95-1.0. Work is
+  // counted in weight traffic: a thread is woken for at least ~64 KiB of
+  // it, and claims ~256 KiB at a time, or an eighth of a share if less.
+  const size_t panels = (size_t)((j->n + PK_NB - 1) / PK_NB);
+  const size_t passes = (size_t)((j->m + PK_MR - 1) / PK_MR);
+  const size_t per = (size_t)((j->k + 31) / 32 * 32) * PK_NB * 2 * (passes < 8 ? passes : 8);
+  const size_t grain = (65536 + per - 1) / per;
+  size_t chunk = (262144 + per - 1) / per, eighth = panels / (8 * (size_t)rg_pool_threads(pool));
+  if (chunk > eighth) chunk = eighth > grain ? eighth : grain;
+  run_shared(pool, j, panels, share_count(pool, panels, grain, MAX_SHARES), chunk, pkw_worker, j);
   free(xb);
   return NULL;
 #else
