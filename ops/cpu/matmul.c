@@ -922,24 +922,23 @@ static void pkw_panels(const job_t *j, size_t b, size_t e) {
   for (size_t blk = b; blk < e; blk++) {
     const int64_t r0 = (int64_t)blk * PK_NB;
     const uint32_t *panel = w + (size_t)blk * (size_t)(k32 / 2) * PK_NB;
+    if (j->m <= PK_MR) {
+      // One pass over the rows of x: the whole panel in one call, its sums
+      // in registers, the stream asked PKW_AHEAD bytes ahead.
+      pk_micro(j, panel, k32 / 2, 0, 0, (int)j->m, r0, 1, 1, panel + PKW_AHEAD / 4, 1);
+      continue;
+    }
     for (int64_t c0 = 0; c0 < j->m; c0 += PK_MC) {
       const int64_t c1 = j->m - c0 < PK_MC ? j->m : c0 + PK_MC;
+      // The next block asked for a share per pass of x, so that memory
+      // stays busy while the later passes read this one from L1.
+      const int passes = (int)((c1 - c0 + PK_MR - 1) / PK_MR);
       for (int64_t kc = 0; kc < k32; kc += PK_KC) {
         const int64_t np = (k32 - kc < PK_KC ? k32 - kc : PK_KC) / 2;
         const uint32_t *pan = panel + kc / 2 * PK_NB, *next = pan + np * PK_NB;
         // The stream goes on past this range: the thread's next claim is
         // the next panels of its share.
         const int more = blk + 1 < total || kc + PK_KC < k32;
-        if (j->m <= PK_MR) {
-          // One pass over the rows of x: the whole panel in one call, its
-          // sums in registers, the stream asked PKW_AHEAD bytes ahead.
-          const int64_t all = k32 / 2;
-          pk_micro(j, panel, all, 0, 0, (int)j->m, r0, 1, 1, panel + PKW_AHEAD / 4, 1);
-          break;
-        }
-        // The next block asked for a share per pass of x, so that memory
-        // stays busy while the later passes read this one from L1.
-        const int passes = (int)((c1 - c0 + PK_MR - 1) / PK_MR);
         for (int64_t i0 = c0; i0 < c1; i0 += PK_MR) {
           const int g = (int)((i0 - c0) / PK_MR);
           const uint32_t *pf =
@@ -1123,6 +1122,18 @@ static size_t share_count(rg_pool_t *pool, size_t items, size_t grain, size_t ca
   if (threads > cap) threads = cap;
   if (want < threads) threads = want;
   return threads < 1 ? 1 : threads;
+}
+
+// Shares claimed a chunk at a time (run_shared), work counted in weight
+// traffic, `per` bytes an item: a thread is woken for at least ~64 KiB of
+// it (*grain items, for share_count) and claims chunks of ~256 KiB, or 1/8
+// of a share if less: small enough to rebalance, large enough to claim
+// rarely. Returns the chunk in items.
+static size_t claim_chunk(rg_pool_t *pool, size_t items, size_t per, size_t *grain) {
+  *grain = (65536 + per - 1) / per;
+  size_t chunk = (262144 + per - 1) / per, eighth = items / (8 * (size_t)rg_pool_threads(pool));
+  if (chunk > eighth) chunk = eighth > *grain ? eighth : *grain;
+  return chunk;
 }
 
 // Runs fn on `threads` of the pool's threads, each owning an equal
@@ -1394,6 +1405,27 @@ const char *rg_matmul_kernel_name(const rg_wmat_t *w, int64_t m) {
   return rg_matmul_kernel_name_ex(w, m, NULL);
 }
 
+// x rounded to bf16 into *out (j->xb, freed by the caller): rows padded
+// with zeros to 32 values for the vdpbf16ps GEMV, or (blocks) in blocks of
+// PK_KC values for the packed panels (x_to_blocks).
+static rg_status_t round_x(rg_pool_t *pool, job_t *j, int blocks, uint16_t **out) {
+  rg_pool_fn_t to_bf16 = x_to_bf16_worker;
+  j->kp = (j->k + 31) / 32 * 32;
+#if RG_X86
+  if (blocks) j->kp = (j->k + PK_KC - 1) / PK_KC * PK_KC, to_bf16 = x_to_blocks_worker;
+#else
+  (void)blocks;
+#endif
+  uint16_t *xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
+  if (!xb)
+    return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to round x (%lld x %lld) to bf16",
+                          (long long)j->m, (long long)j->k);
+  j->xb = xb;
+  rg_pool_parallel_for(pool, (size_t)j->m, 16, to_bf16, j);
+  *out = xb;
+  return NULL;
+}
+
 static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   uint16_t *xb = NULL;
   int8_t *x8 = NULL;
@@ -1441,20 +1473,8 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
     x_row_bytes = (size_t)j->k * 4;
   }
   if (p.dp) {
-    // x rounded to bf16, rows padded with zeros to 32 values; the packed
-    // panels take it in blocks of PK_KC values instead (x_to_blocks).
-    rg_pool_fn_t to_bf16 = x_to_bf16_worker;
-    j->kp = (j->k + 31) / 32 * 32;
-#if RG_X86
-    if (p.pk) j->kp = (j->k + PK_KC - 1) / PK_KC * PK_KC, to_bf16 = x_to_blocks_worker;
-#endif
-    xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
-    if (!xb)
-      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to round x (%lld x %lld) to bf16",
-                            (long long)j->m, (long long)j->k);
-    j->xb = xb;
+    RG_RETURN_IF_ERROR(round_x(pool, j, p.pk, &xb));
     x_row_bytes = (size_t)j->kp * sizeof(uint16_t);
-    rg_pool_parallel_for(pool, (size_t)j->m, 16, to_bf16, j);
   }
 #if RG_X86
   if (p.pk) {
@@ -1467,15 +1487,9 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   j->m_chunk = (int64_t)((384u << 10) / x_row_bytes) / 4 * 4;
   if (j->m_chunk < 4) j->m_chunk = 4;
   // Work is counted in weight traffic, one pass over a group of rows per 4
-  // rows of x. A thread is woken for at least ~64 KiB of it; threads claim
-  // chunks of ~256 KiB, or 1/8 of a share if less: small enough to
-  // rebalance, large enough to claim rarely.
-  size_t groups = (size_t)((j->n + NR - 1) / NR);
-  size_t per_group = NR * j->row_bytes * (size_t)((j->m + 3) / 4);
-  size_t grain = (65536 + per_group - 1) / per_group;
-  size_t chunk = (262144 + per_group - 1) / per_group,
-         eighth = groups / (8 * (size_t)rg_pool_threads(pool));
-  if (chunk > eighth) chunk = eighth > grain ? eighth : grain;
+  // rows of x (claim_chunk).
+  size_t groups = (size_t)((j->n + NR - 1) / NR), grain;
+  size_t chunk = claim_chunk(pool, groups, NR * j->row_bytes * (size_t)((j->m + 3) / 4), &grain);
   gemv_ctx_t c = {j, p.q8v  ? rg__gemv_q8_0_vnni
                      : p.x8 ? rg__gemv_kquant_x8
                             : pick_gemv(j->isa, j->type, p.dp)};
@@ -1585,11 +1599,12 @@ rg_status_t rg_matmul_relayout(rg_pool_t *pool, const rg_wmat_t *w, rg_wlayout_t
                           !out ? "the output" : "weight data");
   if (w->layout != RG_WLAYOUT_ROWS)
     return rg_status_make(RG_INVALID_ARGUMENT, "matmul relayout: the weights are not in rows");
-  if (!rg_matmul_layout_bytes(l, w->type, w->rows, w->cols))
+  const size_t bytes = rg_matmul_layout_bytes(l, w->type, w->rows, w->cols);
+  if (!bytes)
     return rg_status_make(RG_INVALID_ARGUMENT, "matmul relayout: %s weights have no layout %d",
                           rg_dtype_name(w->type), (int)l);
   if (l == RG_WLAYOUT_ROWS) {
-    memcpy(out, w->data, rg_matmul_layout_bytes(l, w->type, w->rows, w->cols));
+    memcpy(out, w->data, bytes);
     return NULL;
   }
   if ((uintptr_t)out % 64)
@@ -1619,26 +1634,20 @@ static rg_status_t run_packed(rg_pool_t *pool, job_t *j) {
                           "matmul: bf16 weights packed in panels run at avx512-bf16 and above, "
                           "and the level is %s",
                           rg_cpu_isa_name(j->isa));
-  j->kp = (j->k + PK_KC - 1) / PK_KC * PK_KC;
-  uint16_t *xb = malloc((size_t)j->m * (size_t)j->kp * sizeof(uint16_t));
-  if (!xb)
-    return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to round x (%lld x %lld) to bf16",
-                          (long long)j->m, (long long)j->k);
-  j->xb = xb;
-  rg_pool_parallel_for(pool, (size_t)j->m, 16, x_to_blocks_worker, j);
+  uint16_t *xb;
+  RG_RETURN_IF_ERROR(round_x(pool, j, 1, &xb));
   // Panels in shares, claimed a chunk at a time as the row GEMV's groups
   // are (run_shared): a thread that falls behind (another process took its
   // core) has its share's tail taken rather than holding up the call, which
   // with fixed halves held batch-1 decode's matmuls to 0.83 of read
-  // bandwidth where the same kernel alone streams at 0.95-1.0. Work is
-  // counted in weight traffic: a thread is woken for at least ~64 KiB of
-  // it, and claims ~256 KiB at a time, or an eighth of a share if less.
+  // bandwidth where the same kernel alone streams at 0.95-1.0. Work is a
+  // panel's weights per pass of x, up to 8 passes (claim_chunk).
   const size_t panels = (size_t)((j->n + PK_NB - 1) / PK_NB);
   const size_t passes = (size_t)((j->m + PK_MR - 1) / PK_MR);
-  const size_t per = (size_t)((j->k + 31) / 32 * 32) * PK_NB * 2 * (passes < 8 ? passes : 8);
-  const size_t grain = (65536 + per - 1) / per;
-  size_t chunk = (262144 + per - 1) / per, eighth = panels / (8 * (size_t)rg_pool_threads(pool));
-  if (chunk > eighth) chunk = eighth > grain ? eighth : grain;
+  size_t grain,
+      chunk = claim_chunk(pool, panels,
+                          (size_t)((j->k + 31) / 32 * 32) * PK_NB * 2 * (passes < 8 ? passes : 8),
+                          &grain);
   run_shared(pool, j, panels, share_count(pool, panels, grain, MAX_SHARES), chunk, pkw_worker, j);
   free(xb);
   return NULL;
