@@ -141,6 +141,16 @@ static void anon_release(void *ctx) {
   free(a);
 }
 
+// `bytes` of such memory, with what anon_release needs; NULL when refused.
+static anon_t *anon_new(size_t bytes) {
+  anon_t *a = malloc(sizeof *a);
+  if (a && !(a->p = rg_hugemem_alloc(bytes, &a->mapped))) {
+    free(a);
+    return NULL;
+  }
+  return a;
+}
+
 static void free_release(void *ctx) {
   free(ctx);
 }
@@ -152,17 +162,12 @@ static rg_status_t place(rg_stage_t *s, const void *src, size_t bytes, int owned
                          rg_buffer_t **out) {
   rg_status_t st = NULL;
   if (copy && !owned) {
-    anon_t *a = malloc(sizeof *a);
-    size_t mapped = 0;
-    void *p = a ? rg_hugemem_alloc(bytes, &mapped) : NULL;
-    if (!p) {
-      free(a);
+    anon_t *a = anon_new(bytes);
+    if (!a)
       return rg_status_make(RG_OUT_OF_MEMORY, "%s: out of memory copying %zu bytes of weights",
                             s->name, bytes);
-    }
-    memcpy(p, src, bytes);
-    a->p = p, a->mapped = mapped;
-    st = rg_buffer_wrap(s->dev, p, bytes, anon_release, a, out);
+    memcpy(a->p, src, bytes);
+    st = rg_buffer_wrap(s->dev, a->p, bytes, anon_release, a, out);
     if (!st) return NULL;
     anon_release(a);
     if (rg_status_code(st) != RG_UNIMPLEMENTED) return st;
@@ -193,19 +198,15 @@ static rg_status_t place(rg_stage_t *s, const void *src, size_t bytes, int owned
 // with huge pages as a copy would be.
 static rg_status_t pack_mat(rg_stage_t *s, const rg_tensor_t *t, int64_t rows, int64_t cols,
                             int layout, rg_buffer_t **out) {
-  size_t bytes = rg_matmul_layout_bytes((rg_wlayout_t)layout, t->type, rows, cols), mapped = 0;
-  anon_t *a = malloc(sizeof *a);
-  void *p = a && bytes ? rg_hugemem_alloc(bytes, &mapped) : NULL;
-  if (!p) {
-    free(a);
+  size_t bytes = rg_matmul_layout_bytes((rg_wlayout_t)layout, t->type, rows, cols);
+  anon_t *a = bytes ? anon_new(bytes) : NULL;
+  if (!a)
     return rg_status_make(RG_OUT_OF_MEMORY, "%s: out of memory packing %zu bytes of %s", s->name,
                           bytes, t->name);
-  }
-  a->p = p, a->mapped = mapped;
   // On the loading thread: the device's pool is its queues' to use.
   rg_wmat_t w = {t->data, t->type, rows, cols, RG_WLAYOUT_ROWS};
-  rg_status_t st = rg_matmul_relayout(NULL, &w, (rg_wlayout_t)layout, p);
-  if (!st) st = rg_buffer_wrap(s->dev, p, bytes, anon_release, a, out);
+  rg_status_t st = rg_matmul_relayout(NULL, &w, (rg_wlayout_t)layout, a->p);
+  if (!st) st = rg_buffer_wrap(s->dev, a->p, bytes, anon_release, a, out);
   if (!st) return NULL;
   anon_release(a);
   return rg_status_wrap(st, "%s: packing %s", s->name, t->name);
