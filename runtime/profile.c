@@ -969,6 +969,19 @@ static rg_status_t timed_step(rg_engine_t *e, const rg_engine_entry_t *en, size_
   return timed_step_ex(e, en, n, logits, out, NULL);
 }
 
+// An engine's first step (timed_step) with its ops timed by kind:
+// ops[kind] in seconds, -1 for kinds the step did not run.
+static rg_status_t first_step(rg_engine_t *e, const rg_engine_entry_t *en, float *logits,
+                              double *slots, double ops[RG_OP_COUNT]) {
+  rg_op_profile_t p;
+  rg_engine_set_op_profiling(e, 1);
+  rg_status_t st = timed_step(e, en, 1, logits, slots);
+  rg_engine_op_profile(e, &p);
+  rg_engine_set_op_profiling(e, 0);
+  for (int k = 0; k < RG_OP_COUNT; k++) ops[k] = p.calls[k] ? p.seconds[k] : -1;
+  return st;
+}
+
 // What a serving iteration costs beyond its stages: the runtime's own loop
 // (runtime/serve.h: scheduling, sampling, the engine's uploads and logits)
 // around the same engine, on a few short requests; the median over runs of
@@ -1049,13 +1062,7 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   // priced the CPU's at 3-7 ms against 0.2-0.3 ms in a worker's first
   // 13-token step.
   rg_engine_entry_t first = {0, 16, toks, tables[0], 4, 1};
-  rg_op_profile_t ops;
-  rg_engine_set_op_profiling(e, 1);
-  st = timed_step(e, &first, 1, logits, S->first_step);
-  rg_engine_op_profile(e, &ops);
-  rg_engine_set_op_profiling(e, 0);
-  for (int k = 0; k < RG_OP_COUNT; k++) S->first_ops[k] = ops.calls[k] ? ops.seconds[k] : -1;
-  if (st) goto fail;
+  if ((st = first_step(e, &first, logits, S->first_step, S->first_ops))) goto fail;
   if ((st = timed_step(e, &first, 1, logits, S->second_step))) goto fail;
   // Then the same first step on a second engine over the same device: it
   // pays its own stage instances' first touches again but not what the
@@ -1066,12 +1073,7 @@ static void time_stages(prof_t *P, rg_engine_t **out) {
   {
     rg_engine_t *e2 = NULL;
     rg_status_t s2 = rg_engine_create(P->o->stage_model, &eo, &e2);
-    if (!s2) {
-      rg_engine_set_op_profiling(e2, 1);
-      s2 = timed_step(e2, &first, 1, logits, S->fresh_step);
-      rg_engine_op_profile(e2, &ops);
-      for (int k = 0; k < RG_OP_COUNT; k++) S->fresh_ops[k] = ops.seconds[k];
-    }
+    if (!s2) s2 = first_step(e2, &first, logits, S->fresh_step, S->fresh_ops);
     rg_engine_destroy(e2);
     S->have_fresh = s2 == NULL;
     rg_status_free(s2);
@@ -1347,7 +1349,8 @@ static rg_status_t fit_stages(rg_profile_result_t *r, const rg_arch_t *a) {
     // By op kind: the first op of each kind in the process paid its kernel
     // builds (a program several kinds share lands on the first of them).
     for (int k = 0; k < RG_OP_COUNT; k++)
-      d->first_op[k] = S->first_ops[k] >= 0 ? fmax(0, S->first_ops[k] - S->fresh_ops[k]) : -1;
+      d->first_op[k] =
+          S->first_ops[k] >= 0 ? fmax(0, S->first_ops[k] - fmax(0, S->fresh_ops[k])) : -1;
     d->have_first_op = 1;
   }
   d->have_stages = 1;
@@ -1797,15 +1800,13 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
             rg_fmt_quantity(d->layer, RG_UNIT_TIME, q2, sizeof q2));
     if (d->process_first >= 0)
       fprintf(f, ", first: %s", rg_fmt_quantity(d->process_first, RG_UNIT_TIME, q, sizeof q));
-    for (int k = 0, n = 0; d->have_first_op && k < RG_OP_COUNT; k++)
-      if (d->first_op[k] >= 0)
-        fprintf(f, "%s%s: %s", n++ ? ", " : ",\n    first_by_op: { ", rg_op_name((rg_op_kind_t)k),
-                rg_fmt_quantity(d->first_op[k], RG_UNIT_TIME, q, sizeof q));
+    int n_ops = 0;
     for (int k = 0; d->have_first_op && k < RG_OP_COUNT; k++)
-      if (d->first_op[k] >= 0) {
-        fprintf(f, " }");
-        break;
-      }
+      if (d->first_op[k] >= 0)
+        fprintf(f, "%s%s: %s", n_ops++ ? ", " : ",\n    first_by_op: { ",
+                rg_op_name((rg_op_kind_t)k),
+                rg_fmt_quantity(d->first_op[k], RG_UNIT_TIME, q, sizeof q));
+    if (n_ops) fprintf(f, " }");
     fprintf(f, " }\n");
   }
   if (d->have_stages) {

@@ -156,8 +156,9 @@ typedef struct {
   // what the process paid once (kernel builds).
   double first_step[RG_STAGE_SLOTS], second_step[RG_STAGE_SLOTS], fresh_step[RG_STAGE_SLOTS];
   int have_fresh;
-  // The same two first steps' time by op kind (the queues' op timing), so
-  // the process's once-off cost splits by the kinds that paid it.
+  // The same two first steps' time by op kind (the queues' op timing; -1
+  // for kinds a step did not run), so the process's once-off cost splits by
+  // the kinds that paid it.
   double first_ops[RG_OP_COUNT], fresh_ops[RG_OP_COUNT];
   // The first shape timed again after `gap` seconds idle before each step
   // (gapped_reps of them), per slot: less shape[0], what its calls pay cold.
