@@ -113,6 +113,17 @@ static const char *calibrated_config(rg_test_ctx_t *t, const char *calibration) 
   return dir;
 }
 
+// The calibrated h100-sxm that a calibration file of `text` gives, in a
+// fixture of llama-3.1-8b on the fleet "one" (*f, for fx_close); NULL, and
+// the test failed, where it does not load.
+static const rg_device_class_t *calibrated_h100(rg_test_ctx_t *t, const char *text, fx_t **f) {
+  *f = fx_open(t, calibrated_config(t, text), "llama-3.1-8b", "one", NULL);
+  const rg_device_class_t *c = (*f)->cat ? rg_catalog_find((*f)->cat, "h100-sxm") : NULL;
+  if (c && c->calibrated) return c;
+  rg_test_fail(t, __FILE__, __LINE__, "the calibrated h100-sxm did not load");
+  return NULL;
+}
+
 static const char *const measured_h100 =
     "# written by ridge profile\n"
     "name: h100-sxm\n"
@@ -648,15 +659,14 @@ RG_TEST(planner_pareto_curves_trade_users_for_devices) {
 // reads its (memory-bound) weights in twice the time; batch 1, and a dtype
 // without a curve, keep `memory`.
 RG_TEST(planner_memory_by_m_prices_each_batch_at_its_stream) {
-  const char *dir = calibrated_config(
+  fx_t *f;
+  const rg_device_class_t *c = calibrated_h100(
       t,
       "name: h100-sxm\n"
       "measured: { by: ridge profile, date: 2025-06-01, device: 'cuda:0 NVIDIA H100 80GB HBM3' }\n"
-      "efficiency: { memory: 0.9, memory_by_m: { bf16: { 1: 0.9, 8: 0.45 } } }\n");
-  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
-  RG_REQUIRE(f->cat);
-  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
-  RG_REQUIRE(c && c->calibrated);
+      "efficiency: { memory: 0.9, memory_by_m: { bf16: { 1: 0.9, 8: 0.45 } } }\n",
+      &f);
+  RG_REQUIRE(c);
   RG_CHECK_NEAR(rg_class_eff_memory(c, RG_BF16, 1), 0.9, 1e-12);
   RG_CHECK_NEAR(rg_class_eff_memory(c, RG_BF16, 8), 0.45, 1e-12);
   RG_CHECK_NEAR(rg_class_eff_memory(c, RG_BF16, 64), 0.45, 1e-12);       // flat past the end
@@ -691,16 +701,15 @@ static void refuses_calibrated(rg_test_ctx_t *t, const char *rest, const char *e
 // context's efficiency (log-interpolated, flat past the ends); a class
 // without it keeps `attention` at every context.
 RG_TEST(planner_attention_by_context_prices_each_context) {
-  const char *dir = calibrated_config(
+  fx_t *f;
+  const rg_device_class_t *c = calibrated_h100(
       t,
       "name: h100-sxm\n"
       "measured: { by: ridge profile, date: 2025-06-01, device: 'cuda:0 NVIDIA H100 80GB HBM3' }\n"
       "efficiency: { memory: 0.9, attention: 0.8, attention_by_context: { 128: 0.2, 2048: 0.8 } "
-      "}\n");
-  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
-  RG_REQUIRE(f->cat);
-  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
-  RG_REQUIRE(c && c->calibrated);
+      "}\n",
+      &f);
+  RG_REQUIRE(c);
   RG_CHECK_NEAR(rg_class_eff_attention(c, 128), 0.2, 1e-12);
   RG_CHECK_NEAR(rg_class_eff_attention(c, 512), 0.5, 1e-9);  // log-interpolated
   RG_CHECK_NEAR(rg_class_eff_attention(c, 64), 0.2, 1e-12);
@@ -747,17 +756,16 @@ RG_TEST(planner_attention_by_context_prices_each_context) {
 // once), one listing none of them pays nothing, and a class without the
 // split (or a caller without a list) pays `first` whatever it runs.
 RG_TEST(planner_process_first_by_op_kind) {
-  const char *dir = calibrated_config(
+  fx_t *f;
+  const rg_device_class_t *c = calibrated_h100(
       t,
       "name: h100-sxm\n"
       "measured: { by: ridge profile, date: 2025-06-01, device: 'opencl:0 PoCL' }\n"
       "overhead: { step: 10 us, layer: 0 ns, first: 240 ms,\n"
       "    first_by_op: { matmul: 90 ms, rmsnorm: 40 ms, rope: 30 ms, attention: 50 ms, "
-      "swiglu: 20 ms, add: 0 ns, embed: 10 ms } }\n");
-  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
-  RG_REQUIRE(f->cat);
-  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
-  RG_REQUIRE(c && c->calibrated && c->n_first_by_op == 7);
+      "swiglu: 20 ms, add: 0 ns, embed: 10 ms } }\n",
+      &f);
+  RG_REQUIRE(c && c->n_first_by_op == 7);
   static const char *const ffn[] = {"rmsnorm", "matmul", "swiglu", "add"};
   static const char *const twice[] = {"matmul", "matmul", "rope"};
   static const char *const other[] = {"sample"};
@@ -797,11 +805,9 @@ static const char *const staged_h100 =
 // tokens), the roofline over the efficiency factor; a class without them
 // splits its step time into the slots' shares exactly.
 RG_TEST(planner_stage_figures_add_per_call_and_token_costs) {
-  const char *dir = calibrated_config(t, staged_h100);
-  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
-  RG_REQUIRE(f->cat);
-  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
-  RG_REQUIRE(c && c->calibrated);
+  fx_t *f;
+  const rg_device_class_t *c = calibrated_h100(t, staged_h100, &f);
+  RG_REQUIRE(c);
   RG_CHECK_NEAR(c->stage[RG_SLOT_ATTENTION].call, 10e-6, 1e-12);
   RG_CHECK_NEAR(c->stage[RG_SLOT_ATTENTION].first, 2e-3, 1e-12);
   RG_CHECK_NEAR(c->stage[RG_SLOT_ATTENTION].cold, 20e-6, 1e-12);
@@ -881,17 +887,16 @@ RG_TEST(planner_stage_figures_add_per_call_and_token_costs) {
 // between them, and past the last growing by the last segment's cost per
 // token (a falling one held flat); before the first, the first.
 RG_TEST(planner_stage_figures_by_tokens_price_each_call_size) {
-  const char *dir = calibrated_config(
+  fx_t *f;
+  const rg_device_class_t *c = calibrated_h100(
       t,
       "name: h100-sxm\n"
       "measured: { by: ridge profile, date: 2025-06-01, device: 'cuda:0 NVIDIA H100 80GB HBM3' }\n"
       "stages:\n"
       "  attention: { call: 1 ms, token: 1 ms, by_tokens: { 1: 10 us, 16: 40 us, 256: 100 us } }\n"
-      "  lm_head: { by_tokens: { 2: 10 us, 8: 4 us } }\n");
-  fx_t *f = fx_open(t, dir, "llama-3.1-8b", "one", NULL);
-  RG_REQUIRE(f->cat);
-  const rg_device_class_t *c = rg_catalog_find(f->cat, "h100-sxm");
-  RG_REQUIRE(c && c->calibrated);
+      "  lm_head: { by_tokens: { 2: 10 us, 8: 4 us } }\n",
+      &f);
+  RG_REQUIRE(c);
   const rg_stage_figures_t *a = &c->stage[RG_SLOT_ATTENTION], *h = &c->stage[RG_SLOT_LM_HEAD];
   RG_CHECK(a->n_points == 3 && h->n_points == 2);
   RG_CHECK_NEAR(rg_stage_call_seconds(a, 1), 10e-6, 1e-12);
