@@ -491,26 +491,6 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
   return read_dtype_curves(cn, "efficiency.compute", "all", c->eff_compute, &c->eff_compute_all);
 }
 
-static rg_status_t read_first_by_op(const rg_node_t *o, rg_device_class_t *c);
-
-static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c) {
-  const rg_node_t *o;
-  RG_RETURN_IF_ERROR(rg_want(root, "overhead", "device class", 0, NULL, &o));
-  if (!o) return NULL;
-  static const char *const keys[] = {"step", "layer", "first", "first_by_op", "source", NULL};
-  RG_RETURN_IF_ERROR(rg_node_check_keys(o, keys, "overhead"));
-  RG_RETURN_IF_ERROR(read_first_by_op(o, c));
-  // Zero is meaningful for both: a part with no fixed cost at that level.
-  RG_RETURN_IF_ERROR(
-      rg_read_quantity(o, "overhead", "overhead", "step", RG_UNIT_TIME, 0, 1, &c->step_cost));
-  RG_RETURN_IF_ERROR(
-      rg_read_quantity(o, "overhead", "overhead", "layer", RG_UNIT_TIME, 0, 1, &c->layer_floor));
-  RG_RETURN_IF_ERROR(
-      rg_read_quantity(o, "overhead", "overhead", "first", RG_UNIT_TIME, 0, 1, &c->process_first));
-  return rg_read_text(o, "overhead", "overhead", "source", 0, c->overhead_source,
-                      sizeof(c->overhead_source));
-}
-
 // overhead.first_by_op: an op kind's name to what its first op paid,
 // `{ matmul: 60 ms, rmsnorm: 12 ms }` (rg_device_class_t.first_by_op).
 static rg_status_t read_first_by_op(const rg_node_t *o, rg_device_class_t *c) {
@@ -545,6 +525,24 @@ static rg_status_t read_first_by_op(const rg_node_t *o, rg_device_class_t *c) {
     c->n_first_by_op = (int)i + 1;
   }
   return NULL;
+}
+
+static rg_status_t rg_read_overhead(const rg_node_t *root, rg_device_class_t *c) {
+  const rg_node_t *o;
+  RG_RETURN_IF_ERROR(rg_want(root, "overhead", "device class", 0, NULL, &o));
+  if (!o) return NULL;
+  static const char *const keys[] = {"step", "layer", "first", "first_by_op", "source", NULL};
+  RG_RETURN_IF_ERROR(rg_node_check_keys(o, keys, "overhead"));
+  RG_RETURN_IF_ERROR(read_first_by_op(o, c));
+  // Zero is meaningful for both: a part with no fixed cost at that level.
+  RG_RETURN_IF_ERROR(
+      rg_read_quantity(o, "overhead", "overhead", "step", RG_UNIT_TIME, 0, 1, &c->step_cost));
+  RG_RETURN_IF_ERROR(
+      rg_read_quantity(o, "overhead", "overhead", "layer", RG_UNIT_TIME, 0, 1, &c->layer_floor));
+  RG_RETURN_IF_ERROR(
+      rg_read_quantity(o, "overhead", "overhead", "first", RG_UNIT_TIME, 0, 1, &c->process_first));
+  return rg_read_text(o, "overhead", "overhead", "source", 0, c->overhead_source,
+                      sizeof(c->overhead_source));
 }
 
 // stages.KIND.by_tokens: what a call pays beyond its roofline at a few

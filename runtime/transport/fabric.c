@@ -238,9 +238,9 @@ rg_status_t rg__fabric_providers(char *buf, size_t cap) {
 }
 
 // shm names an endpoint's region "<pid>:<uid>:<index>" (smr_ep_name in
-// libfabric 1.17, from the "fi_shm://<pid>" source address).
-int rg_transport_forget_process(int pid) {
-  if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH) return 0;
+// libfabric 1.17, from the "fi_shm://<pid>" source address). Unlinks
+// pid's regions; returns how many.
+static int unlink_regions(int pid) {
   char pat[64];
   snprintf(pat, sizeof(pat), "/dev/shm/%d:%u:*", pid, (unsigned)getuid());
   glob_t g;
@@ -250,6 +250,11 @@ int rg_transport_forget_process(int pid) {
     globfree(&g);
   }
   return n;
+}
+
+int rg_transport_forget_process(int pid) {
+  if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH) return 0;
+  return unlink_regions(pid);
 }
 
 // Before this process's first shm endpoint, any region named for its pid
@@ -264,13 +269,7 @@ static void clear_stale_own_regions(void) {
   const pid_t me = getpid();
   if (cleared_for != me) {
     cleared_for = me;
-    char pat[64];
-    snprintf(pat, sizeof(pat), "/dev/shm/%d:%u:*", (int)me, (unsigned)getuid());
-    glob_t g;
-    if (glob(pat, 0, NULL, &g) == 0) {
-      for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
-      globfree(&g);
-    }
+    unlink_regions((int)me);
   }
   pthread_mutex_unlock(&mu);
 }
