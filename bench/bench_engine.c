@@ -75,7 +75,7 @@ static void ops_since(const rg_engine_t *e, const rg_op_profile_t *before, rg_op
 }
 
 // One line: each op kind's share of the ops' time, largest first.
-static void ops_print(const char *what, const rg_op_profile_t *p) {
+static void ops_print(const char *what, const rg_op_profile_t *p, double run_s) {
   double total = 0;
   int order[RG_OP_COUNT], n = 0;
   for (int k = 0; k < RG_OP_COUNT; k++)
@@ -85,7 +85,9 @@ static void ops_print(const char *what, const rg_op_profile_t *p) {
       int t = order[j];
       order[j] = order[j - 1], order[j - 1] = t;
     }
-  printf("   %s, time by op:", what);
+  printf("   %s, time by op (ops %.1f ms of the run's %.1f ms; the rest is the step's own: "
+         "sampling, scheduling, the queue):",
+         what, 1e3 * total, 1e3 * run_s);
   for (int i = 0; i < n && total > 0; i++)
     printf("%s %s %.1f%% (%.0f us a call)", i ? "," : "", rg_op_name((rg_op_kind_t)order[i]),
            100 * p->seconds[order[i]] / total,
@@ -203,7 +205,7 @@ int main(int argc, char **argv) {
       "1. decode batch 1:  %.1f tokens/s, weights streamed %.1f GB/s = %.2f of read bandwidth "
       "(goal >= 0.9)\n",
       tps1, w_bps / 1e9, w_bps / lim.read_bandwidth);
-  ops_print("batch 1 (8-token prompt, 33 tokens)", &ops1);
+  ops_print("batch 1 (8-token prompt, 33 tokens)", &ops1, g1.ttft + g1.decode_seconds);
   double pf = gp.prefill.flops / gp.prefill.seconds / 1e9;
   printf(
       "2. prefill 512:     %.0f tokens/s, %.0f GFLOP/s = %.2f of OpenBLAS sgemm (goal >= 0.6); "
@@ -213,7 +215,7 @@ int main(int argc, char **argv) {
          peak_path, mpeak / 1e9, pf * 1e9 / mpeak);
   double tps16 = (double)(g16.new_tokens - 16) / g16.decode_seconds;
   printf("3. decode batch 16: %.1f tokens/s = %.1fx batch 1 (goal >= 10)\n", tps16, tps16 / tps1);
-  ops_print("batch 16 (8-token prompts, 33 tokens each)", &ops16);
+  ops_print("batch 16 (8-token prompts, 33 tokens each)", &ops16, g16.ttft + g16.decode_seconds);
   rg_engine_destroy(e);
   return 0;
 }
