@@ -1123,10 +1123,15 @@ static void gemm_worker(void *ctx, size_t me, size_t unused_e, int thread) {
   }
 }
 
-// How many threads a job of `items` items runs on: one per `grain` items,
-// at most the pool's threads and `cap`.
+// How many threads a job of `items` items runs on: one per whole `grain`
+// of items (a thread is woken only for a full grain of work), at least one,
+// at most the pool's threads and `cap`. Rounding up had given the tiny
+// model's lm_head (75 KB of weights, 1.2 grains) a second thread; in the
+// default job's worker, beside the PoCL worker on the same two cores, that
+// thread's wake-up made the call 1.5-2.4x its prediction, and 0.9-1.1x on
+// one thread (three runs each, alternated).
 static size_t share_count(rg_pool_t *pool, size_t items, size_t grain, size_t cap) {
-  size_t threads = (size_t)rg_pool_threads(pool), want = (items + grain - 1) / grain;
+  size_t threads = (size_t)rg_pool_threads(pool), want = items / grain;
   if (threads > cap) threads = cap;
   if (want < threads) threads = want;
   return threads < 1 ? 1 : threads;
