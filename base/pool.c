@@ -1,5 +1,6 @@
 #include "base/pool.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -64,6 +65,9 @@ struct rg_pool_s {
   atomic_uint *avail;    // (n) per chunk: the generation it is free in; 0 once taken
   atomic_int pending;    // chunks of the current job not finished
   atomic_int stop;
+  // rg_pool_park: the generation after whose job workers sleep at once
+  // rather than spin (UINT_MAX: none yet).
+  atomic_uint parked_gen;
   // The job in flight.
   rg_pool_fn_t fn;
   void *ctx;
@@ -109,10 +113,11 @@ static void *worker(void *arg) {
       if (++spins % 64) continue;
       double now = rg_clock_now();
       if (since == 0) since = now;
-      if (now - since < SPIN_SECONDS / 8) continue;
+      const int park = atomic_load_explicit(&p->parked_gen, memory_order_relaxed) == seen;
+      if (!park && now - since < SPIN_SECONDS / 8) continue;
       // Past the first stretch, spin yielding: a process beside this one
       // (another worker of a split on the same cores) gets the core at once.
-      if (now - since < SPIN_SECONDS) {
+      if (!park && now - since < SPIN_SECONDS) {
         sched_yield();
         continue;
       }
@@ -146,6 +151,7 @@ rg_status_t rg_pool_create(int n_threads, rg_pool_t **out) {
   rg_pool_t *p = calloc(1, sizeof(*p));
   if (!p) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory creating a thread pool");
   p->n = n_threads;
+  atomic_init(&p->parked_gen, UINT_MAX);
   p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
   p->avail = calloc((size_t)n_threads, sizeof(atomic_uint));
   if (!p->threads || !p->avail) {
@@ -222,4 +228,13 @@ void rg_pool_parallel_for(rg_pool_t *p, size_t n, size_t grain, rg_pool_fn_t fn,
       cpu_relax();
     else
       sched_yield();
+}
+
+// Workers waiting after the job of generation g (seen == g) read it; one
+// still finishing that job reads it as soon as it starts waiting, so no
+// park is lost to a worker that had not started waiting yet.
+void rg_pool_park(rg_pool_t *p) {
+  if (p)
+    atomic_store_explicit(&p->parked_gen, atomic_load_explicit(&p->gen, memory_order_relaxed),
+                          memory_order_relaxed);
 }

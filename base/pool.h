@@ -42,4 +42,11 @@ int rg_cpu_count(void);
 // the caller).
 void rg_pool_parallel_for(rg_pool_t *pool, size_t n, size_t grain, rg_pool_fn_t fn, void *ctx);
 
+// Says no call is coming soon (the caller is about to wait for another
+// process): workers still spinning for the next call go to sleep now
+// rather than at the end of their spin, leaving the cores to whoever
+// computes meanwhile. The next call does not wait for them to wake (see
+// above). pool may be NULL.
+void rg_pool_park(rg_pool_t *pool);
+
 #endif  // RG_BASE_POOL_H

@@ -226,3 +226,63 @@ RG_TEST(pool_workers_sleep_once_idle) {
   RG_CHECK(task_state(worker) == 'S');
   rg_pool_destroy(p);
 }
+
+// The nanoseconds thread tid has run on a CPU (/proc's schedstat); -1 if
+// unreadable.
+static long long task_run_ns(pid_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  long long ns = -1;
+  if (fscanf(f, "%lld", &ns) != 1) ns = -1;
+  fclose(f);
+  return ns;
+}
+
+static int cmp_ll(const void *a, const void *b) {
+  long long x = *(const long long *)a, y = *(const long long *)b;
+  return (x > y) - (x < y);
+}
+
+// rg_pool_park: a worker that would spin through the next 0.4 ms waiting
+// for another job sleeps at once instead (a process about to wait for a
+// peer leaves the cores to whoever computes meanwhile), and the next call
+// still runs every item.
+RG_TEST(pool_park_puts_spinning_workers_to_sleep) {
+  rg_pool_t *p;
+  pid_t worker = pool_with_worker(t, &p);
+  if (!worker)
+    RG_SKIP("another thread started beside the pool's worker; cannot tell which to watch");
+  if (task_run_ns(worker) < 0) {
+    rg_pool_destroy(p);
+    RG_SKIP("this kernel has no /proc/self/task/<tid>/schedstat to read a thread's CPU time from");
+  }
+  enum { REPS = 15 };
+  long long used[2][REPS];
+  for (int rep = 0; rep < REPS; rep++)
+    for (int park = 0; park < 2; park++) {
+      int hits[64] = {0};
+      sum_ctx_t c = {.hits = hits};
+      rg_pool_parallel_for(p, 64, 1, add_range, &c);
+      RG_CHECK(atomic_load(&c.sum) == 64 * 63 / 2);
+      for (int i = 0; i < 64; i++) RG_CHECK(hits[i] == 1);
+      long long t0 = task_run_ns(worker);
+      if (park) rg_pool_park(p);
+      usleep(2000);  // past the 0.4 ms spin either way
+      used[park][rep] = task_run_ns(worker) - t0;
+    }
+  qsort(used[0], REPS, sizeof used[0][0], cmp_ll);
+  qsort(used[1], REPS, sizeof used[1][0], cmp_ll);
+  long long spun = used[0][REPS / 2], parked = used[1][REPS / 2];
+  if (spun < 100000) {
+    rg_pool_destroy(p);
+    RG_SKIP("the worker spun too little to compare (the machine is busy)");
+  }
+  if (parked * 4 > spun)
+    rg_test_fail(t, __FILE__, __LINE__,
+                 "a parked worker ran %lld us after its job (median), against %lld us unparked",
+                 parked / 1000, spun / 1000);
+  rg_pool_park(NULL);  // no pool: nothing to do
+  rg_pool_destroy(p);
+}

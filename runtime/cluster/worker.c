@@ -530,6 +530,17 @@ static int stage_index(const worker_t *w, int hop) {
   return w->hops[hop].stage;
 }
 
+// The worker starts to wait (for a peer's data, or the next step): the CPU
+// pool's threads sleep now instead of spinning 0.4 ms into every wait (the
+// 1B model's attention worker waits 16 times a token for the FFN's, which
+// was ~6 ms of a core spun per 75 ms token). Throughput was the same either
+// way in alternated runs (12.7-13.5 tokens/s): the next call's first chunks
+// run on the caller while a worker wakes.
+static void waiting(worker_t *w) {
+  w->idle_since = rg_clock_now();
+  rg_pool_park(rg_device_cpu_pool(w->dev));
+}
+
 static rg_status_t run_hop(worker_t *w, int mb, int hop) {
   const rg_cluster_hop_t *h = &w->hops[hop];
   int si = stage_index(w, hop);
@@ -1281,7 +1292,7 @@ static rg_status_t run_step(worker_t *w, const uint8_t *msg, size_t len, uint32_
     if (!s) s = rg_control_client_lost(w->ctl);
     if (!s && w->o.stop && *w->o.stop) s = rg_status_make(RG_CANCELLED, "stopped by a signal");
     if (!progress) {
-      if (w->idle_since == 0) w->idle_since = rg_clock_now();
+      if (w->idle_since == 0) waiting(w);
       // Waiting on peers: spin briefly, then back off (a decode step waits
       // microseconds on shm; an idle wait should cost no CPU).
       idle = idle < 1e-3 ? idle + 5e-6 : idle;
@@ -1366,7 +1377,7 @@ static rg_status_t serve_steps(worker_t *w) {
       continue;
     }
     rg_status_free(rs);
-    if (w->idle_since == 0) w->idle_since = rg_clock_now();  // waiting for the next step
+    if (w->idle_since == 0) waiting(w);  // for the next step
     if (w->o.stop && *w->o.stop) {
       st = rg_status_make(RG_CANCELLED, "stopped by a signal");
       break;
