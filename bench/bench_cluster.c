@@ -7,8 +7,12 @@
 //   2. prefill-decode against colocated on a mix of long (8K-token, as the
 //      issue's workload) and 128-token prompts arriving over time: TBT p99
 //      ratio (goal <= 0.5) and throughput ratio.
-// Each side of a split gets one thread (two cores in all); the single
-// process gets two. The per-link table shows what moved and how fast.
+// Every process gets a thread per core, as `ridge run` gives it: a worker
+// waiting for its peer parks its threads, so the one computing has both
+// cores. (One thread a side had held ping-pong to 0.51 of the single
+// process on a 2-core VM: the FFN side has four fifths of the weights and
+// ran on one core; 0.67-0.72 with two each, three alternated runs.) The
+// per-link table shows what moved and how fast.
 // Run as `env -u OPENBLAS_CORETYPE build/bench_cluster [--afd | --pd] [MODEL] [LONG_PROMPT]`
 // (--afd or --pd: only that part; LONG_PROMPT default 8192; on a 2-core VM the AFD part
 // takes about a minute and the prefill-decode part 15-20 minutes, most of it the
@@ -165,14 +169,14 @@ int main(int argc, char **argv) {
       figures_t f;
       if ((s = run(dir, NULL, 2, r, SEQS, &so, &f))) return fail(s);
       if (f.tps > one.tps) one = f;
-      if ((s = run(dir, &l, 1, r, SEQS, &so, &f))) return fail(s);
+      if ((s = run(dir, &l, 2, r, SEQS, &so, &f))) return fail(s);
       if (f.tps > afd.tps) afd = f;
       if ((s = run(dir, &l1, 2, r, SEQS, &so, &f))) return fail(s);
       if (f.tps > turns.tps) turns = f;
     }
     printf("  best of %d interleaved rounds:\n", ROUNDS);
     show("single process, 2 threads", &one);
-    show("attention | ffn ping-pong, 1 thread each", &afd);
+    show("attention | ffn ping-pong, 2 threads each", &afd);
     show("attention | ffn, 1 micro-batch, 2 threads", &turns);
     printf(
         "  throughput ratio, ping-pong %.2f (goal >= 0.9; one memory bus for both sides); "
