@@ -446,8 +446,8 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
   }
   // As `ridge run` does (rg_limits_run_bandwidth): the read bandwidth
   // measured beside the run, in place of the one from when the class was
-  // profiled (this machine's moves between runs), or with it where the
-  // profile ran just now; the class's efficiencies kept.
+  // profiled (this machine's moves between runs, also within the minute
+  // between a profile and the run after it); the class's efficiencies kept.
   rg_limits_t lim = {0};
   rg_status_t ls = rg_limits_measure(rg_engine_pool(e), 0.3, &lim);
   if (ls)
@@ -463,11 +463,11 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
                  moved = b0 > 0 ? fabs(b1 - b0) / bw : 0;
     for (int k = 0; k < n_cls; k++) {
       const double was = classes[k].mem[0].bandwidth,
-                   use = rg_limits_run_bandwidth(bw, was, fresh[k]);
+                   use = rg_limits_run_bandwidth(bw, was);
       printf(
-          "  class %c: read bandwidth %.3g GB/s, the best of %.3g before the run, %.3g after%s "
-          "%.3g when profiled%s\n",
-          'A' + k, use / 1e9, b0 / 1e9, b1 / 1e9, fresh[k] ? " and" : "; not", was / 1e9,
+          "  class %c: read bandwidth %.3g GB/s, the best of %.3g before the run and %.3g after "
+          "(%.3g when profiled)%s\n",
+          'A' + k, use / 1e9, b0 / 1e9, b1 / 1e9, was / 1e9,
           moved > 0.15 ? ": the machine's bandwidth moved across the run, so the errors below "
                          "are less sure"
                        : "");

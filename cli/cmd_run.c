@@ -1153,24 +1153,22 @@ static void run_bandwidth(rg_pool_t *pool, rg_limits_t *lim) {
 // The host's read bandwidth measured in this run replaces the one a CPU
 // class was profiled with: a calibration cached while the machine was busy
 // (or quiet) would otherwise predict this run at that machine's speed. The
-// efficiencies and fixed costs keep their profiled values. A class profiled
-// by this run, seconds before it, read the bandwidth around the run too, and
-// by the profile's own rule the best reading stands for the machine: a
-// shared machine's reading falls short of a best by 10-20 % one time in
-// three, and taking the lower one had predicted every stage slow by as much.
+// efficiencies and fixed costs keep their profiled values. The best of the
+// readings before and after the run stands for it (a shared machine's one
+// reading falls short of a best by 10-20 % one time in three), also where
+// this run profiled the class seconds before: that reading was of another
+// moment (rg_limits_run_bandwidth).
 static void use_run_bandwidth(predict_t *P, double read_bandwidth) {
   for (int k = 0; k < P->n_cal; k++) {
     rg_cli_calibration_t *c = &P->cal[k];
     if (!c->calibrated || strncmp(c->device, "cpu:", 4) || c->cls.mem[0].bandwidth <= 0) continue;
     double was = c->cls.mem[0].bandwidth,
-           bw = rg_limits_run_bandwidth(read_bandwidth, was, c->fresh);
+           bw = rg_limits_run_bandwidth(read_bandwidth, was);
     c->cls.mem[0].bandwidth = bw;
     size_t at = strlen(c->note);
     snprintf(c->note + at, sizeof c->note - at,
-             c->fresh ? "; read bandwidth %.3g GB/s, the best of the readings before and after "
-                        "this run and the profile's own (%.3g GB/s)"
-                      : "; read bandwidth %.3g GB/s as measured in this run, best of before and "
-                        "after it (%.3g GB/s when profiled)",
+             "; read bandwidth %.3g GB/s as measured in this run, best of before and after it "
+             "(%.3g GB/s when profiled)",
              bw / 1e9, was / 1e9);
   }
 }

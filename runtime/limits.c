@@ -289,6 +289,6 @@ double rg_limits_keep_best(rg_limits_t *best, const rg_limits_t *other) {
   return moved;
 }
 
-double rg_limits_run_bandwidth(double run, double profiled, int profiled_now) {
-  return profiled_now && profiled > run ? profiled : run;
+double rg_limits_run_bandwidth(double run, double profiled) {
+  return run > 0 ? run : profiled;
 }

@@ -499,9 +499,8 @@ RG_TEST(cli_run_calibration_cache_is_refreshed_replaced_and_falls_back) {
   RG_CHECK(num(d, "calibrated") == 1 && num(d, "profiled_now") == 1);
   RG_CHECK_CONTAINS(str(d, "note"), "calibrated now by a");
   RG_CHECK_CONTAINS(str(d, "note"), "old; profiled again");
-  // Profiled just before the run: its own reading counts with the run's.
-  RG_CHECK_CONTAINS(str(d, "note"),
-                    "the best of the readings before and after this run and the profile's own");
+  // Profiled just before the run: still priced at the run's own reading.
+  RG_CHECK_CONTAINS(str(d, "note"), "as measured in this run, best of before and after it");
   RG_CHECK_CONTAINS(str(d, "source"), "measured by ridge profile on");
   cJSON_Delete(j);
   FILE *fp = fopen(path, "r");
