@@ -18,6 +18,7 @@
 #include "graphs/weights.h"
 #include "ops/convert.h"
 #include "runtime/cluster.h"
+#include "runtime/cluster/cluster_impl.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
 #include "runtime/serve.h"
@@ -1242,4 +1243,79 @@ RG_TEST(cluster_prefill_decode_reports_a_transfer_order_that_fails_on_the_prefil
   RG_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "failed")) == 0);
   cJSON_Delete(j);
   free(out);
+}
+
+// Writes segs into dst as the transport does: count runs (0 counts as 1) of
+// len bytes, src_stride and dst_stride apart.
+static void apply_segments(uint8_t *dst, const rg_transport_segment_t *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    for (uint32_t r = 0; r < (s[i].count ? s[i].count : 1); r++)
+      memcpy(dst + s[i].dst_offset + (uint64_t)r * s[i].dst_stride,
+             (const uint8_t *)s[i].src + (int64_t)r * s[i].src_stride, s[i].len);
+}
+
+// A transfer between different block sizes gathers its positions into the
+// destination's order first: the receiver's region gets the same bytes as
+// from the per-head runs, in one piece per (destination block, layer, K|V),
+// for merges, splits, sizes that divide neither way, and ranges starting and
+// ending inside blocks on both sides.
+RG_TEST(cluster_kv_gather_writes_what_the_per_head_runs_write) {
+  enum { HEADS = 3, HEAD = 8, SRC_LAYERS = 3, SRC_BLOCKS = 40, DST_BLOCKS = 48 };
+  const int64_t cases[][4] = {
+      {16, 64, 0, 150}, {16, 64, 5, 130}, {64, 16, 0, 200}, {16, 24, 7, 100}, {16, 8, 0, 64},
+      {16, 16, 3, 90}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const int64_t bp = cases[c][0], bd = cases[c][1], p0 = cases[c][2], p1 = cases[c][3];
+    const size_t kv_bytes = (size_t)bp * HEADS * HEAD, per = SRC_LAYERS * 2 * kv_bytes;
+    uint8_t *src = malloc(per * SRC_BLOCKS);
+    RG_REQUIRE(src);
+    for (size_t i = 0; i < per * SRC_BLOCKS; i++) src[i] = (uint8_t)(i * 2654435761u >> 13);
+    int32_t sb[SRC_BLOCKS], db[DST_BLOCKS];
+    for (int i = 0; i < SRC_BLOCKS; i++) sb[i] = (int32_t)((i * 7 + 3) % SRC_BLOCKS);
+    for (int i = 0; i < DST_BLOCKS; i++) db[i] = (int32_t)((i * 5 + 11) % DST_BLOCKS);
+    rg__xfer_t x = {.dst_layer_begin = 1,
+                    .dst_n_blocks = DST_BLOCKS,
+                    .dst_block_size = bd,
+                    .layer_begin = 1,
+                    .layer_end = 3,
+                    .pos_begin = p0,
+                    .pos_end = p1,
+                    .src_block_size = bp,
+                    .src = sb,
+                    .dst = db};
+    const rg__kv_geom_t g = {.src = src,
+                             .src_per = per,
+                             .src_kv_bytes = kv_bytes,
+                             .head = HEAD,
+                             .src_block = bp,
+                             .src_layer_begin = 0,
+                             .heads = HEADS};
+    const size_t bytes = rg__kv_bytes(&g, &x);
+    RG_CHECK(bytes == (size_t)(p1 - p0) * HEADS * HEAD * 2 * 2);
+    const size_t region = 2 * 2 * DST_BLOCKS * (size_t)bd * HEADS * HEAD;
+    uint8_t *want = calloc(1, region), *got = calloc(1, region), *staging = malloc(bytes);
+    RG_REQUIRE(want && got && staging);
+    rg_transport_segment_t *direct, *gathered;
+    size_t nd, ng;
+    RG_REQUIRE_OK(rg__kv_segments(&g, &x, NULL, &direct, &nd));
+    RG_REQUIRE_OK(rg__kv_segments(&g, &x, staging, &gathered, &ng));
+    apply_segments(want, direct, nd);
+    apply_segments(got, gathered, ng);
+    RG_CHECK(!memcmp(want, got, region));
+    size_t moved = 0;
+    for (size_t i = 0; i < ng; i++) {
+      moved += gathered[i].len * gathered[i].count;
+      // Contiguous in the staging buffer, and inside it.
+      RG_CHECK(gathered[i].src_stride == (int64_t)gathered[i].len);
+      RG_CHECK((const uint8_t *)gathered[i].src >= staging &&
+               (const uint8_t *)gathered[i].src + gathered[i].len * gathered[i].count <=
+                   staging + bytes);
+    }
+    RG_CHECK(moved == bytes);
+    // One segment per (destination block touched, layer, K|V).
+    const int64_t touched = (p1 - 1) / bd - p0 / bd + 1;
+    RG_CHECK(ng == (size_t)(touched * 2 * 2));
+    if (bp != bd) RG_CHECK(ng < nd || bp > bd);
+    free(direct), free(gathered), free(want), free(got), free(staging), free(src);
+  }
 }

@@ -100,6 +100,25 @@ typedef struct {
   uint32_t n_src, n_dst;
 } rg__xfer_t;
 #define RG__XFER_MAX_BLOCKS (1u << 20)
+
+// The source side of an XFER (runtime/cluster/kvmove.c): blocks of
+// src_block positions, src_per bytes apart from `src`, each holding (layers
+// from src_layer_begin) x K|V of src_kv_bytes, as (heads, src_block, head)
+// with `head` bytes a head's row.
+typedef struct {
+  const uint8_t *src;
+  size_t src_per, src_kv_bytes, head;
+  int64_t src_block, src_layer_begin, heads;
+} rg__kv_geom_t;
+// The bytes x moves: positions x layers x K|V x the heads' rows.
+size_t rg__kv_bytes(const rg__kv_geom_t *g, const rg__xfer_t *x);
+// x's segments (*out, malloc'd): with staging NULL, each head's run of a
+// (source block, destination block) pair read where it lies; with staging
+// (rg__kv_bytes of room), the positions gathered there first in the
+// destination's order, one segment per (destination block, layer, K|V),
+// which the transport writes as one piece where the block is whole.
+RG_MUST_USE rg_status_t rg__kv_segments(const rg__kv_geom_t *g, const rg__xfer_t *x,
+                                        uint8_t *staging, rg_transport_segment_t **out, size_t *n);
 RG_MUST_USE rg_status_t rg__xfer_encode(const rg__xfer_t *x, uint8_t **buf, size_t *cap,
                                         size_t *len);
 // EXPECT (to a capacity tier): "RGXE", u32 n, n x {u32 sending worker, u64

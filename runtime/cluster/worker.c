@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/hugemem.h"
 #include "runtime/cluster/cluster_impl.h"
 #include "runtime/step.h"
 
@@ -30,7 +31,18 @@ typedef struct {
   uint32_t to;
   int64_t layer_begin, layer_end, pos_begin, pos_end;
   double t0;
+  int staging;  // the staging buffer it writes from (-1: none)
 } write_info_t;
+
+// A registered buffer a transfer between different block sizes gathers its
+// positions into (see kvmove.c), kept for the next one once its write is done.
+enum { MAX_STAGING = 8 };
+typedef struct {
+  uint8_t *buf;
+  size_t bytes, mapped;
+  rg_transport_region_t *region;
+  int busy;
+} staging_t;
 
 typedef struct {
   rg_worker_options_t o;
@@ -94,6 +106,7 @@ typedef struct {
   rg_transport_req_t *writes[256];
   size_t n_writes;
   write_info_t write_info[256];  // what each write in flight moves, to report its failure
+  staging_t staging[MAX_STAGING];
   // A prefill worker's transfer thread: it takes the XFER orders and pushes
   // the pages while the main thread computes, so a decode step never waits
   // for the prefill's next hop. It owns everything above from xfer_seq on;
@@ -751,18 +764,54 @@ static void reap_writes(worker_t *w) {
     }
     rg_status_free(s);
     rg_transport_req_free(w->writes[i]);
+    if (w->write_info[i].staging >= 0) w->staging[w->write_info[i].staging].busy = 0;
     w->writes[i] = w->writes[--w->n_writes];
     w->write_info[i] = w->write_info[w->n_writes];
   }
 }
 
+// A free staging buffer of at least `bytes`, registered as a write source:
+// its index, or -1 where none can be had (all busy, or the memory or the
+// registration refused), and the transfer then writes from its blocks.
+static int staging_take(worker_t *w, size_t bytes) {
+  int spare = -1;
+  for (int i = 0; i < MAX_STAGING; i++) {
+    staging_t *b = &w->staging[i];
+    if (b->busy) continue;
+    if (b->buf && b->bytes >= bytes) {
+      b->busy = 1;
+      return i;
+    }
+    if (spare < 0 || !b->buf) spare = i;
+  }
+  if (spare < 0) return -1;
+  staging_t *b = &w->staging[spare];
+  if (b->buf) {  // too small: replaced by a larger one
+    rg_transport_region_deregister(b->region);
+    rg_hugemem_free(b->buf, b->mapped);
+    *b = (staging_t){0};
+  }
+  size_t want = (bytes + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20);
+  b->buf = rg_hugemem_alloc(want, &b->mapped);
+  if (!b->buf) return -1;
+  rg_status_t s =
+      rg_transport_region_register(w->tp, b->buf, want, RG_TRANSPORT_WRITE_SOURCE, &b->region);
+  if (s) {
+    rg_status_free(s);
+    rg_hugemem_free(b->buf, b->mapped);
+    *b = (staging_t){0};
+    return -1;
+  }
+  b->bytes = want;
+  b->busy = 1;
+  return spare;
+}
+
 // One XFER order: positions [pos_begin, pos_end) of layers [layer_begin,
-// layer_end) from the outbox into the receiver's pool. A block holds
-// (n_kv_heads, block_size, head_dim) elements (ops/ops.h), so a run of
-// positions inside one source and one destination block is one piece per
-// head: a segment strides over the heads, one per (layer, K|V, run). Where
-// the block sizes agree and a run fills its block, the heads' pieces are
-// adjacent on both sides and the transport merges them into one.
+// layer_end) from the outbox (or a tier's region) into the receiver's pool,
+// in the pieces kvmove.c plans: where the block sizes differ, gathered into
+// a staging buffer first, so that each destination block's (layer, K|V)
+// goes as one piece rather than one per head and source block.
 static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x, uint64_t *out_bytes) {
   *out_bytes = 0;
   if (x->to >= (uint32_t)w->layout.n_workers || (int)x->to == w->me)
@@ -817,44 +866,22 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x, uint64_t *out_bytes
   }
   rg_transport_region_desc_t desc;
   RG_RETURN_IF_ERROR(rg_transport_desc_decode(x->desc, sizeof x->desc, &desc));
-  size_t row = block_bytes / (size_t)bp;
-  *out_bytes =
-      (uint64_t)(x->pos_end - x->pos_begin) * row * 2 * (uint64_t)(x->layer_end - x->layer_begin);
-  int64_t bd = x->dst_block_size;
-  size_t dst_blk = (size_t)bd * row, dst_layer = (size_t)x->dst_n_blocks * dst_blk;
-  size_t cap = 64, n = 0;
-  rg_transport_segment_t *seg = malloc(cap * sizeof *seg);
-  if (!seg) return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a KV transfer");
-  int64_t d0 = x->pos_begin / bd;
-  int64_t heads = w->a->n_kv_heads;
-  size_t head = row / (size_t)heads;  // one head's row: head_dim elements
-  for (int64_t p = x->pos_begin; p < x->pos_end;) {
-    int64_t run = bp - p % bp;
-    if (bd - p % bd < run) run = bd - p % bd;
-    if (x->pos_end - p < run) run = x->pos_end - p;
-    int32_t sb = x->src[p / bp], db = x->dst[p / bd - d0];
-    for (int64_t l = x->layer_begin; l < x->layer_end; l++)
-      for (int kv = 0; kv < 2; kv++) {
-        if (n == cap) {
-          rg_transport_segment_t *ns = realloc(seg, 2 * cap * sizeof *seg);
-          if (!ns) {
-            free(seg);
-            return rg_status_make(RG_OUT_OF_MEMORY, "out of memory for a KV transfer");
-          }
-          seg = ns, cap *= 2;
-        }
-        seg[n++] = (rg_transport_segment_t){
-            .src = ob + (size_t)sb * per +
-                   ((size_t)(l - src_layer_begin) * 2 + (size_t)kv) * block_bytes +
-                   (size_t)(p % bp) * head,
-            .dst_offset = ((uint64_t)(l - x->dst_layer_begin) * 2 + (uint64_t)kv) * dst_layer +
-                          (uint64_t)db * dst_blk + (uint64_t)(p % bd) * head,
-            .len = (uint64_t)run * head,
-            .count = (uint32_t)heads,
-            .src_stride = (int64_t)((size_t)bp * head),
-            .dst_stride = (uint64_t)bd * head};
-      }
-    p += run;
+  const rg__kv_geom_t g = {.src = ob,
+                           .src_per = per,
+                           .src_kv_bytes = block_bytes,
+                           .head = block_bytes / (size_t)bp / (size_t)w->a->n_kv_heads,
+                           .src_block = bp,
+                           .src_layer_begin = src_layer_begin,
+                           .heads = w->a->n_kv_heads};
+  *out_bytes = rg__kv_bytes(&g, x);
+  int stg = x->dst_block_size != bp ? staging_take(w, (size_t)*out_bytes) : -1;
+  if (stg >= 0) region = w->staging[stg].region;
+  rg_transport_segment_t *seg;
+  size_t n;
+  rg_status_t gs = rg__kv_segments(&g, x, stg >= 0 ? w->staging[stg].buf : NULL, &seg, &n);
+  if (gs) {
+    if (stg >= 0) w->staging[stg].busy = 0;
+    return gs;
   }
   reap_writes(w);
   rg_status_t st = NULL;
@@ -872,6 +899,7 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x, uint64_t *out_bytes
   if (!st && w->fail_at && nth == w->fail_at) desc.len = 0;
   if (!st && w->drop_at && nth == w->drop_at) {
     free(seg);
+    if (stg >= 0) w->staging[stg].busy = 0;
     return NULL;
   }
   if (!st)
@@ -893,11 +921,15 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x, uint64_t *out_bytes
     w->write_info[w->n_writes].pos_begin = x->pos_begin;
     w->write_info[w->n_writes].pos_end = x->pos_end;
     w->write_info[w->n_writes].t0 = rg_clock_now();
+    w->write_info[w->n_writes].staging = stg;
     w->n_writes++;
-  } else if (!st) {
-    st = rg_transport_wait(w->writes[w->n_writes], w->step_floor);
-    rg_transport_req_free(w->writes[w->n_writes]);
-    w->writes[w->n_writes] = NULL;
+  } else {
+    if (!st) {
+      st = rg_transport_wait(w->writes[w->n_writes], w->step_floor);
+      rg_transport_req_free(w->writes[w->n_writes]);
+      w->writes[w->n_writes] = NULL;
+    }
+    if (stg >= 0) w->staging[stg].busy = 0;
   }
   free(seg);
   return st;
@@ -1521,6 +1553,7 @@ done:
   }
   rg_transport_req_free(w->xfer_recv);
   for (size_t i = 0; i < w->n_writes; i++) rg_transport_req_free(w->writes[i]);
+  for (int i = 0; i < MAX_STAGING; i++) rg_transport_region_deregister(w->staging[i].region);
   rg_transport_region_deregister(w->tier_region);
   rg_buffer_release(w->tier);
   for (int i = 0; i < RG_CLUSTER_MAX_STAGES; i++) {
@@ -1538,6 +1571,8 @@ done:
   rg_model_close(w->model);
   rg_control_client_destroy(w->ctl);
   rg_transport_destroy(w->tp);
+  // After the endpoint: a write still in flight at the stop read from them.
+  for (int i = 0; i < MAX_STAGING; i++) rg_hugemem_free(w->staging[i].buf, w->staging[i].mapped);
   rg_device_close(w->dev);
   free(w->events);
   free(w);
