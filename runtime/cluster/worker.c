@@ -874,7 +874,11 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x, uint64_t *out_bytes
                            .src_layer_begin = src_layer_begin,
                            .heads = w->a->n_kv_heads};
   *out_bytes = rg__kv_bytes(&g, x);
-  int stg = x->dst_block_size != bp ? staging_take(w, (size_t)*out_bytes) : -1;
+  // Staged only up to what its source holds: an order naming the same
+  // blocks again and again must not make this worker map more memory.
+  const size_t src_cap = x->src_kind == 1 ? w->tier_bytes : (size_t)w->outbox_blocks * per;
+  int stg =
+      x->dst_block_size != bp && *out_bytes <= src_cap ? staging_take(w, (size_t)*out_bytes) : -1;
   if (stg >= 0) region = w->staging[stg].region;
   rg_transport_segment_t *seg;
   size_t n;
