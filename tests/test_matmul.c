@@ -242,7 +242,10 @@ static void check_paths(rg_test_ctx_t *t, rg_dtype_t type, rg_cpu_isa_t isa) {
   // tiles for bf16 weights, and the tiles round the other types' weights
   // too. Each reference is computed only where some kernel needs it.
   const int need_r = isa >= RG_CPU_ISA_AVX512_BF16 && type == RG_BF16;
-  const int need_rw = isa >= RG_CPU_ISA_AMX && type != RG_BF16 && type != RG_F32;
+  // ... and at avx512-bf16 the quantized types' GEMM on bf16 panels rounds them.
+  const int need_rw =
+      (isa >= RG_CPU_ISA_AMX && type != RG_BF16 && type != RG_F32) ||
+      (isa >= RG_CPU_ISA_AVX512_BF16 && (type == RG_Q4_K || type == RG_Q6_K || type == RG_Q8_0));
   const int rounds_x = need_r || need_rw;
   const int need_q =
       isa >= RG_CPU_ISA_AVX512_BF16 && (type == RG_Q4_K || type == RG_Q6_K || type == RG_Q8_0);
