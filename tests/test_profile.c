@@ -113,18 +113,21 @@ static void check_figures(rg_test_ctx_t *t, const cJSON *j, const rg_device_clas
     const cJSON *p0 = cJSON_GetArrayItem(pts, 0), *p1 = cJSON_GetArrayItem(pts, 1);
     RG_CHECK(num(p0, "m") == 1 && num(p1, "m") > 1);
     if (num(p0, "weight_bytes_per_s") > best_m1) best_m1 = num(p0, "weight_bytes_per_s");
+    // Each point streams its weights once for M rows of x: 2 M FLOPs per
+    // weight, so the byte rate follows from the FLOP rate and the type's
+    // size. (Which M runs fastest is the kernels' business, and timing;
+    // under the sanitizers the packed bf16 kernel read 8.0 GFLOP/s at M = 1
+    // and 4.7-6.4 at M = 4, instrumented loads bounding both.)
+    double per = strcmp(dt, "f32") == 0 ? 4 : strcmp(dt, "q8_0") == 0 ? 34.0 / 32 : 2;
     const cJSON *p;
+    double last_m = 0;
     cJSON_ArrayForEach(p, pts) {
       if (!positive(num(p, "flops")) || !positive(num(p, "weight_bytes_per_s")))
         rg_test_fail(t, __FILE__, __LINE__, "%s M %g: %g FLOP/s", dt, num(p, "m"), num(p, "flops"));
+      RG_CHECK(num(p, "m") > last_m);  // points in rising M
+      last_m = num(p, "m");
+      RG_CHECK_NEAR(num(p, "weight_bytes_per_s"), num(p, "flops") / (2 * num(p, "m")) * per, 1e-6);
     }
-    if (!(num(p1, "flops") > num(p0, "flops")))
-      rg_test_fail(t, __FILE__, __LINE__, "%s: %g FLOP/s at M %g, not above %g at M 1", dt,
-                   num(p1, "flops"), num(p1, "m"), num(p0, "flops"));
-    // The m = 1 matmul streams its weights: 2 FLOPs per weight, so the byte
-    // rate follows from the FLOP rate and the type's size.
-    double per = strcmp(dt, "f32") == 0 ? 4 : strcmp(dt, "q8_0") == 0 ? 34.0 / 32 : 2;
-    RG_CHECK_NEAR(num(p0, "weight_bytes_per_s"), num(p0, "flops") / 2 * per, 1e-6);
   }
   RG_CHECK(n_types == RG_PROFILE_DTYPES);
   const cJSON *at;
