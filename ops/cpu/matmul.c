@@ -1255,7 +1255,8 @@ enum {
   Q8V_MAX_M = 2,
   PK_MIN_M = 96,
   PK_MIN_M_SHORT_K = 16,
-  PKQ_MIN_M = 32,
+  PKQ_MIN_M = 64,
+  PKQ_MIN_M_Q6 = 96,
   PKQ_MIN_M_Q8 = 64
 };
 #define NEVER INT64_MAX
@@ -1280,11 +1281,14 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
   if (isa >= RG_CPU_ISA_AVX512_BF16 && t == RG_BF16) return NEVER;
   // The quantized types' GEMM at avx512-bf16 is ridge's own (bf16 panels,
   // plan_for), whatever OpenBLAS's kernels. At n = k = 2048 (Zen 4 VM, 2
-  // threads, median of 9), against the GEMV: q4_K 0.98x at m = 16, 1.6x at
-  // 32, 2.6x at 96; q6_K 0.71x, 1.14x, 2.0x; q8_0 0.84x at 32, 1.2x at 64,
-  // 1.45x at 96. Against the sgemm tiles 1.6-1.7x from m = 96 to 512 (q4_K
-  // 573 against 333 GFLOP/s at 512, q8_0 500 against 300).
-  if (isa == RG_CPU_ISA_AVX512_BF16 && (t == RG_Q4_K || t == RG_Q6_K)) return PKQ_MIN_M;
+  // threads, median of 9), against the vpdpwssd GEMV with its x in L1
+  // (gemv_kquant.c; 300-330 GFLOP/s from m = 8): q4_K 0.8x at m = 32, 1.2x
+  // at 64, 1.5x at 96; q6_K 0.9x at 64, 1.2x at 96; q8_0 (against its FMA
+  // GEMV) 0.84x at 32, 1.2x at 64, 1.45x at 96. Against the sgemm tiles
+  // 1.6-1.7x from m = 96 to 512 (q4_K 573 against 333 GFLOP/s at 512, q8_0
+  // 500 against 300).
+  if (isa == RG_CPU_ISA_AVX512_BF16 && t == RG_Q4_K) return PKQ_MIN_M;
+  if (isa == RG_CPU_ISA_AVX512_BF16 && t == RG_Q6_K) return PKQ_MIN_M_Q6;
   if (isa == RG_CPU_ISA_AVX512_BF16 && t == RG_Q8_0) return PKQ_MIN_M_Q8;
   if (isa >= RG_CPU_ISA_AVX512) {
     static _Atomic int fast = -1;  // computed once; racing threads store the same
