@@ -318,8 +318,6 @@ void rg__gemv_kquant_vnni(const job_t *j, int64_t r0, int64_t r1) {
       j->type == RG_Q4_K ? q4_K_rows : q6_K_rows;
   int64_t chunk = (int64_t)KQ_X_L1 / (j->k * 2) / MAX_MR * MAX_MR;
   if (chunk < MAX_MR) chunk = MAX_MR;
-  if (chunk > j->m_chunk / MAX_MR * MAX_MR && j->m_chunk >= MAX_MR)
-    chunk = j->m_chunk / MAX_MR * MAX_MR;
   for (int64_t g0 = r0; g0 < r1; g0 += KQ_GROUP) {
     const int64_t g1 = r1 - g0 < KQ_GROUP ? r1 : g0 + KQ_GROUP;
     for (int64_t c0 = 0; c0 < j->m; c0 += chunk) {

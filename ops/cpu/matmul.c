@@ -134,6 +134,11 @@ static void gemv_scalar(const job_t *j, int64_t r0, int64_t r1) {
   }
 }
 
+// The quantized types the panels take, dequantized per call (pk_dequant).
+static int panel_quant(rg_dtype_t t) {
+  return t == RG_Q8_0 || t == RG_Q4_K || t == RG_Q6_K;
+}
+
 #if RG_X86
 // ---- AVX2 GEMV ----------------------------------------------------------------
 
@@ -762,17 +767,16 @@ __attribute__((target(T_AVX512))) static void pk_pack(const job_t *j, int64_t r0
   // dequantized and rounded to bf16 here first; the loads below then count
   // from kc in these rows.
   uint16_t dq[PK_NB][PK_KC] __attribute__((aligned(64)));
-  const int quant = j->type == RG_Q4_K || j->type == RG_Q6_K || j->type == RG_Q8_0;
+  const int quant = panel_quant(j->type);
   for (int q = 0; q < PK_NB; q++) {
     int64_t r = r0 + q < j->n ? r0 + q : j->n - 1;
     rows[q] = j->w + (size_t)r * j->row_bytes;
     if (quant) {
       rows[q] = (const unsigned char *)dq[q];
-      if (q > 0 && r == (r0 + q - 1 < j->n ? r0 + q - 1 : j->n - 1)) {
-        memcpy(dq[q], dq[q - 1], sizeof dq[q]);  // a row past n repeats the last
-        continue;
-      }
-      pk_dequant(j, j->w + (size_t)r * j->row_bytes, kc, dq[q]);
+      if (r < r0 + q)  // past n: the last row again
+        memcpy(dq[q], dq[q - 1], sizeof dq[q]);
+      else
+        pk_dequant(j, j->w + (size_t)r * j->row_bytes, kc, dq[q]);
     }
   }
   for (int64_t p0 = 0; p0 < np; p0 += 16) {
@@ -928,8 +932,8 @@ static void pk_worker(void *ctx, size_t b, size_t e, int thread) {
       for (int64_t kc = 0; kc < k32; kc += PK_KC) {
         const int64_t np = (k32 - kc < PK_KC ? k32 - kc : PK_KC) / 2;
         pk_pack(j, r0, kc, np, pan);
-        if (j->type != RG_BF16) {
-          // k-quant blocks: the hardware prefetchers follow the rows.
+        if (panel_quant(j->type)) {
+          // Quantized rows: the hardware prefetchers follow them.
         } else if (kc + PK_KC < k32) {
           pk_prefetch(j, r0, kc + PK_KC);
         } else if (c1 == j->m && blk + 1 < e) {
@@ -1250,15 +1254,7 @@ static void run_shared(rg_pool_t *pool, job_t *j, size_t items, size_t threads, 
 //   16 (0.37-0.81). Panels from PK_MIN_M = 96 on, or PK_MIN_M_SHORT_K where
 //   k <= PK_KC: at 256 alone a serving run's 234-token chunk took 1.6x the
 //   time of its 256-token one.
-enum {
-  DP_MIN_M = 8,
-  Q8V_MAX_M = 2,
-  PK_MIN_M = 96,
-  PK_MIN_M_SHORT_K = 16,
-  PKQ_MIN_M = 64,
-  PKQ_MIN_M_Q6 = 96,
-  PKQ_MIN_M_Q8 = 64
-};
+enum { DP_MIN_M = 8, Q8V_MAX_M = 2, PK_MIN_M = 96, PK_MIN_M_SHORT_K = 16 };
 #define NEVER INT64_MAX
 
 // Whether OpenBLAS picked AVX-512 sgemm kernels (its core names as of 0.3.21).
@@ -1287,9 +1283,9 @@ static int64_t gemm_min_m(rg_cpu_isa_t isa, rg_dtype_t t) {
   // GEMV) 0.84x at 32, 1.2x at 64, 1.45x at 96. Against the sgemm tiles
   // 1.6-1.7x from m = 96 to 512 (q4_K 573 against 333 GFLOP/s at 512, q8_0
   // 500 against 300).
-  if (isa == RG_CPU_ISA_AVX512_BF16 && t == RG_Q4_K) return PKQ_MIN_M;
-  if (isa == RG_CPU_ISA_AVX512_BF16 && t == RG_Q6_K) return PKQ_MIN_M_Q6;
-  if (isa == RG_CPU_ISA_AVX512_BF16 && t == RG_Q8_0) return PKQ_MIN_M_Q8;
+  static const int64_t avx512bf16_panels[RG_DTYPE_COUNT] = {
+      [RG_Q8_0] = 64, [RG_Q4_K] = 64, [RG_Q6_K] = 96};
+  if (isa == RG_CPU_ISA_AVX512_BF16 && panel_quant(t)) return avx512bf16_panels[t];
   if (isa >= RG_CPU_ISA_AVX512) {
     static _Atomic int fast = -1;  // computed once; racing threads store the same
     int f = atomic_load_explicit(&fast, memory_order_relaxed);
@@ -1378,8 +1374,7 @@ static plan_t plan_for(rg_cpu_isa_t isa, rg_dtype_t t, int64_t m, int64_t k,
   // The quantized types' GEMM at exactly avx512-bf16 (the amx level has its
   // tiles): 256 values of each weight row at a time dequantized into the
   // panels, so the weights are rounded to bf16 as the tiles round them.
-  p.pkq = p.path == RG_MATMUL_GEMM && isa == RG_CPU_ISA_AVX512_BF16 &&
-          (t == RG_Q4_K || t == RG_Q6_K || t == RG_Q8_0);
+  p.pkq = p.path == RG_MATMUL_GEMM && isa == RG_CPU_ISA_AVX512_BF16 && panel_quant(t);
   return p;
 }
 
@@ -1504,7 +1499,23 @@ static rg_status_t round_x(rg_pool_t *pool, job_t *j, int blocks, uint16_t **out
   return NULL;
 }
 
+#if RG_X86
+// The GEMM on weight panels packed per call (pk_worker): bf16 rows from
+// PK_MIN_M on (p.pk), and the quantized types dequantized into them at the
+// avx512-bf16 level (p.pkq), x rounded to bf16 in 256-value blocks.
+static rg_status_t run_pk(rg_pool_t *pool, job_t *j) {
+  uint16_t *xb = NULL;
+  RG_RETURN_IF_ERROR(round_x(pool, j, 1, &xb));
+  rg_pool_parallel_for(pool, (size_t)((j->n + PK_NB - 1) / PK_NB), 1, pk_worker, j);
+  free(xb);
+  return NULL;
+}
+#endif
+
 static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
+#if RG_X86
+  if (p.pk) return run_pk(pool, j);
+#endif
   uint16_t *xb = NULL;
   int8_t *x8 = NULL;
   size_t x_row_bytes = (size_t)j->k * sizeof(float);
@@ -1551,16 +1562,9 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
     x_row_bytes = (size_t)j->k * 4;
   }
   if (p.dp) {
-    RG_RETURN_IF_ERROR(round_x(pool, j, p.pk, &xb));
+    RG_RETURN_IF_ERROR(round_x(pool, j, 0, &xb));
     x_row_bytes = (size_t)j->kp * sizeof(uint16_t);
   }
-#if RG_X86
-  if (p.pk) {
-    rg_pool_parallel_for(pool, (size_t)((j->n + PK_NB - 1) / PK_NB), 1, pk_worker, j);
-    free(xb);
-    return NULL;
-  }
-#endif
   // About 384 KiB of x per pass: in L2 next to the weight rows being reused.
   j->m_chunk = (int64_t)((384u << 10) / x_row_bytes) / 4 * 4;
   if (j->m_chunk < 4) j->m_chunk = 4;
@@ -1576,19 +1580,6 @@ static rg_status_t run_gemv(rg_pool_t *pool, job_t *j, plan_t p) {
   free(xb);
   return NULL;
 }
-
-#if RG_X86
-// q8_0, q4_K, q6_K from m = gemm_min_m on at the avx512-bf16 level: x rounded to
-// bf16 in 256-value blocks, the weights dequantized into bf16 panels a
-// block at a time, and the packed GEMM's micro-kernel.
-static rg_status_t run_pkq(rg_pool_t *pool, job_t *j) {
-  uint16_t *xb;
-  RG_RETURN_IF_ERROR(round_x(pool, j, 1, &xb));
-  rg_pool_parallel_for(pool, (size_t)((j->n + PK_NB - 1) / PK_NB), 1, pk_worker, j);
-  free(xb);
-  return NULL;
-}
-#endif
 
 static rg_status_t run_gemm(rg_pool_t *pool, job_t *j) {
   // Every sgemm call packs all of x (m × k) again, so tiles must be tall
@@ -1775,7 +1766,7 @@ rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wm
   if (m == 0) return NULL;
   plan_t p = plan_for(j.isa, j.type, m, w->cols, opts);
 #if RG_X86
-  if (p.pkq) return run_pkq(pool, &j);
+  if (p.pkq) return run_pk(pool, &j);
 #endif
   switch (p.path) {
     case RG_MATMUL_GEMM:
