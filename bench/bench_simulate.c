@@ -426,6 +426,9 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
   rg_limits_t lim0 = {0};
   rg_status_t ls0 = rg_limits_measure(rg_engine_pool(e), 0.3, &lim0);
   rg_status_free(ls0);
+  // And, as `ridge run` prices a model past the caches, the engine's own
+  // weights read as a decode streams them, before and after.
+  double stream_bytes = 0, stream0 = rg_engine_stream_bandwidth(e, 3, &stream_bytes);
   reset(e);
   TRY(rg_serve(e, sr, N, &so, res, &ss));
   rg_serve_results_free(res, N);
@@ -461,9 +464,21 @@ static int bench_fidelity(const char *dir, const char *model_dir, int refresh, i
     // the comparison is less sure than its figures look.
     const double b0 = lim0.read_bandwidth, b1 = lim.read_bandwidth, bw = b0 > b1 ? b0 : b1,
                  moved = b0 > 0 ? fabs(b1 - b0) / bw : 0;
+    const double stream1 = stream0 > 0 ? rg_engine_stream_bandwidth(e, 3, NULL) : 0;
     for (int k = 0; k < n_cls; k++) {
-      const double was = classes[k].mem[0].bandwidth,
-                   use = rg_limits_run_bandwidth(bw, was);
+      const double was = classes[k].mem[0].bandwidth;
+      if (stream0 > 0 && stream1 > 0) {
+        const double use = 0.5 * (stream0 + stream1);
+        printf(
+            "  class %c: read bandwidth %.3g GB/s, the engine's own %.3g GB of weights read as a "
+            "decode streams them, %.3g before the run and %.3g after (the best pass over 256 MiB "
+            "%.3g; %.3g when profiled)\n",
+            'A' + k, use / 1e9, stream_bytes / 1e9, stream0 / 1e9, stream1 / 1e9, bw / 1e9,
+            was / 1e9);
+        classes[k].mem[0].bandwidth = use;
+        continue;
+      }
+      const double use = rg_limits_run_bandwidth(bw, was);
       printf(
           "  class %c: read bandwidth %.3g GB/s, the best of %.3g before the run and %.3g after "
           "(%.3g when profiled)%s\n",

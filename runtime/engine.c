@@ -309,6 +309,29 @@ struct rg_pool_s *rg_engine_pool(const rg_engine_t *e) {
     if (rg_device_cpu_pool(e->devs[i].dev)) return rg_device_cpu_pool(e->devs[i].dev);
   return NULL;
 }
+double rg_engine_stream_bandwidth(rg_engine_t *e, int passes, double *bytes) {
+  if (bytes) *bytes = 0;
+  rg_pool_t *pool = rg_engine_pool(e);
+  if (!pool) return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < e->n_stages; i++) n += rg_stage_weight_spans(e->stages[i], NULL, 0);
+  if (!n) return 0;
+  rg_limits_span_t *sp = malloc(n * sizeof *sp);
+  if (!sp) return 0;
+  size_t k = 0;
+  double total = 0;
+  for (size_t i = 0; i < e->n_stages; i++) k += rg_stage_weight_spans(e->stages[i], sp + k, n - k);
+  for (size_t i = 0; i < k; i++) total += (double)sp[i].bytes;
+  if (bytes) *bytes = total;
+  // Twice the largest cache, and never under 256 MiB: some machines list
+  // no caches (this project's VMs), and no host cache holds that much.
+  double cache = 2.0 * (double)rg_limits_host_cache_bytes();
+  double bw =
+      total >= fmax(cache, 256.0 * (1 << 20)) ? rg_limits_read_spans(pool, sp, k, passes) : 0;
+  free(sp);
+  return bw;
+}
+
 int64_t rg_engine_kv_blocks(const rg_engine_t *e) {
   return e->n_blocks;
 }

@@ -101,6 +101,15 @@ const char *rg_engine_device_name(const rg_engine_t *e);   // the main device's 
 const char *rg_engine_device_label(const rg_engine_t *e);  // "cpu:0"
 struct rg_pool_s *rg_engine_pool(const rg_engine_t *e);    // the CPU device's pool, or NULL
 
+// The rate, bytes/s, at which the CPU's threads read the weights the
+// stages stream, where a decode step really streams them: the median of
+// `passes` passes over their own memory (rg_limits_read_spans). 0 where
+// there is no such reading to be had: no stage on the CPU, or weights that
+// a cache of the host would hold (under twice its largest; they come from
+// there, not memory; under 256 MiB too, for machines that list no caches). *bytes, when not NULL,
+// gets the bytes read (or that would have been).
+double rg_engine_stream_bandwidth(rg_engine_t *e, int passes, double *bytes);
+
 // The KV pool: blocks, tokens per block, the context limit, the sequence
 // cap, and the swap tier's blocks (0: none). A scheduler is sized from these.
 int64_t rg_engine_kv_blocks(const rg_engine_t *e);

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -291,4 +292,126 @@ double rg_limits_keep_best(rg_limits_t *best, const rg_limits_t *other) {
 
 double rg_limits_run_bandwidth(double run, double profiled) {
   return run > 0 ? run : profiled;
+}
+
+// ----- Reading given memory -------------------------------------------------------
+
+// The spans cut into pieces of up to 1 MiB, so that the pool's threads
+// share them evenly whatever their sizes.
+typedef struct {
+  const unsigned char *p;
+  size_t bytes;
+} piece_t;
+
+typedef struct {
+  const piece_t *pieces;
+  uint64_t sums[1024];
+} pieces_ctx_t;
+
+// Integer adds: weights read as floats could be denormals, which some CPUs
+// add slowly.
+__attribute__((target("avx512f"))) static uint64_t isum_avx512(const unsigned char *p, size_t n) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 256 <= n; i += 256) {
+    a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
+    a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 64));
+    a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 128));
+    a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + i + 192));
+  }
+  uint64_t s = (uint64_t)_mm512_reduce_add_epi64(
+      _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  for (; i < n; i++) s += p[i];
+  return s;
+}
+
+__attribute__((target("avx2"))) static uint64_t isum_avx2(const unsigned char *p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
+  }
+  uint64_t t[4];
+  _mm256_storeu_si256((__m256i *)t,
+                      _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+  uint64_t s = t[0] + t[1] + t[2] + t[3];
+  for (; i < n; i++) s += p[i];
+  return s;
+}
+
+static void read_pieces(void *ctx, size_t b, size_t e, int thread) {
+  pieces_ctx_t *c = ctx;
+  uint64_t s = 0;
+  for (size_t i = b; i < e; i++) {
+    const piece_t *pc = &c->pieces[i];
+    if (__builtin_cpu_supports("avx512f"))
+      s += isum_avx512(pc->p, pc->bytes);
+    else if (__builtin_cpu_supports("avx2"))
+      s += isum_avx2(pc->p, pc->bytes);
+    else
+      for (size_t k = 0; k < pc->bytes; k += 8) s += pc->p[k];  // a line's worth each
+  }
+  c->sums[thread & 1023] += s;
+}
+
+static int cmp_rate(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double rg_limits_read_spans(rg_pool_t *pool, const rg_limits_span_t *spans, size_t n, int passes) {
+  enum { PIECE = 1 << 20, MAX_PASSES = 15 };
+  size_t n_pieces = 0, total = 0;
+  for (size_t i = 0; i < n; i++) {
+    n_pieces += (spans[i].bytes + PIECE - 1) / PIECE;
+    total += spans[i].bytes;
+  }
+  if (!n_pieces || !total) return 0;
+  piece_t *pieces = malloc(n_pieces * sizeof *pieces);
+  pieces_ctx_t *c = calloc(1, sizeof *c);
+  if (!pieces || !c) {
+    free(pieces);
+    free(c);
+    return 0;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t off = 0; off < spans[i].bytes; off += PIECE)
+      pieces[k++] = (piece_t){(const unsigned char *)spans[i].p + off,
+                              spans[i].bytes - off < PIECE ? spans[i].bytes - off : PIECE};
+  c->pieces = pieces;
+  if (passes < 1) passes = 1;
+  if (passes > MAX_PASSES) passes = MAX_PASSES;
+  double rate[MAX_PASSES];
+  for (int r = 0; r < passes; r++) {
+    double t0 = rg_clock_now();
+    rg_pool_parallel_for(pool, n_pieces, 1, read_pieces, c);
+    double dt = rg_clock_now() - t0;
+    rate[r] = dt > 0 ? (double)total / dt : 0;
+  }
+  qsort(rate, (size_t)passes, sizeof rate[0], cmp_rate);
+  free(pieces);
+  free(c);
+  return rate[passes / 2];
+}
+
+size_t rg_limits_host_cache_bytes(void) {
+  size_t best = 0;
+  for (int i = 0; i < 8; i++) {
+    char path[96], text[32] = "";
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(text, sizeof text, f)) {
+      char *end;
+      unsigned long long v = strtoull(text, &end, 10);
+      v *= *end == 'K' ? 1024ull : *end == 'M' ? 1ull << 20 : *end == 'G' ? 1ull << 30 : 1;
+      if (v > best) best = (size_t)v;
+    }
+    fclose(f);
+  }
+  return best;
 }

@@ -61,4 +61,23 @@ double rg_limits_keep_best(rg_limits_t *best, const rg_limits_t *other);
 // followed each 58-62, and the simulator priced the run 22-25 % fast.
 double rg_limits_run_bandwidth(double run, double profiled);
 
+// A piece of memory to read (rg_limits_read_spans).
+typedef struct {
+  const void *p;
+  size_t bytes;
+} rg_limits_span_t;
+
+// The rate, bytes/s, at which the pool's threads read all of the spans, the
+// median of `passes` passes (at least 1); 0 when there is nothing to read or
+// no memory for the work list. A typical pass over memory a run really
+// streams, not the best pass over a fresh buffer: on this project's VMs one
+// 3 ms pass over 256 MiB read anywhere from 54 to 84 GB/s and the best of
+// eight 75-80, where passes over 2 GiB read 58-66, and the 1B model's
+// decode streamed its 2.1 GB of weights at 56-61. A prediction priced at
+// the best short pass ran 15-30 % fast.
+double rg_limits_read_spans(rg_pool_t *pool, const rg_limits_span_t *spans, size_t n, int passes);
+
+// The largest CPU cache sysfs lists for cpu0, in bytes (0 when unknown).
+size_t rg_limits_host_cache_bytes(void);
+
 #endif  // RG_RUNTIME_LIMITS_H

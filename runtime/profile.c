@@ -872,25 +872,6 @@ static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
 
 // ----- Running a profile -------------------------------------------------------------
 
-// The largest CPU cache sysfs lists for cpu0, in bytes (0 when unknown).
-static size_t host_cache_bytes(void) {
-  size_t best = 0;
-  for (int i = 0; i < 8; i++) {
-    char path[96], text[32] = "";
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    if (fgets(text, sizeof text, f)) {
-      char *end;
-      unsigned long long v = strtoull(text, &end, 10);
-      v *= *end == 'K' ? 1024ull : *end == 'M' ? 1ull << 20 : *end == 'G' ? 1ull << 30 : 1;
-      if (v > best) best = (size_t)v;
-    }
-    fclose(f);
-  }
-  return best;
-}
-
 // ----- Stages ---------------------------------------------------------------------------
 //
 // The runtime's own stage instances on the device: what each stage kind
@@ -1428,8 +1409,8 @@ static int host_memory_device(const rg_device_info_t *info) {
 // that is more, within an eighth of the device's memory.
 static size_t weights_span(const rg_device_info_t *info, size_t base, int past_cache) {
   size_t span = base;
-  if (past_cache && host_memory_device(info) && 2 * host_cache_bytes() > span)
-    span = 2 * host_cache_bytes();
+  if (past_cache && host_memory_device(info) && 2 * rg_limits_host_cache_bytes() > span)
+    span = 2 * rg_limits_host_cache_bytes();
   if (info->memory && span > info->memory / 8) span = (size_t)(info->memory / 8);
   return span;
 }
@@ -1509,7 +1490,7 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
   // A device of its own memory streams past its caches from the plan's
   // footprint on (a GPU's L2 is tens of MiB); one in the host's, from twice
   // the host's largest cache.
-  r->decode_past_cache = !P.host_memory || P.mem_footprint >= 2 * host_cache_bytes();
+  r->decode_past_cache = !P.host_memory || P.mem_footprint >= 2 * rg_limits_host_cache_bytes();
   P.total = 1 + 1 + 3 + 1 + 1 + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m) +
             (opts->stage_model != NULL);
   for (int i = 0; i < RG_PROFILE_DTYPES; i++) {

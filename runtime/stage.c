@@ -528,6 +528,32 @@ rg_status_t rg_stage_create(const rg_model_t *m, const rg_stage_spec_t *spec, rg
   return NULL;
 }
 
+static void add_span(const mat_t *m, rg_limits_span_t *out, size_t max, size_t *n) {
+  void *p = m->buf ? rg_buffer_host_ptr(m->buf) : NULL;
+  if (!p) return;
+  if (*n < max) out[*n] = (rg_limits_span_t){p, rg_buffer_size(m->buf)};
+  (*n)++;
+}
+
+size_t rg_stage_weight_spans(rg_stage_t *s, rg_limits_span_t *out, size_t max) {
+  size_t n = 0;
+  if (!rg_device_cpu_pool(s->dev)) return 0;
+  int64_t n_layers = s->spec.layer_end - s->spec.layer_begin;
+  for (int64_t i = 0; s->layers && i < n_layers; i++) {
+    const layer_t *L = &s->layers[i];
+    const mat_t *mats[] = {&L->wq,     &L->wk,   &L->wv,     &L->wo,
+                           &L->w_gate, &L->w_up, &L->w_down, &L->router};
+    for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) add_span(mats[k], out, max, &n);
+    for (int64_t x = 0; L->e_gate && x < s->a->n_experts; x++) {
+      add_span(&L->e_gate[x], out, max, &n);
+      add_span(&L->e_up[x], out, max, &n);
+      add_span(&L->e_down[x], out, max, &n);
+    }
+  }
+  add_span(&s->lm_head, out, max, &n);
+  return n;
+}
+
 static void release_mat(mat_t *m) {
   rg_buffer_release(m->buf);
   m->buf = NULL;

@@ -43,6 +43,7 @@
 #include "base/status.h"
 #include "devices/devices.h"
 #include "graphs/graphs.h"
+#include "runtime/limits.h"
 #include "runtime/model.h"
 
 typedef struct rg_stage_s rg_stage_t;
@@ -129,6 +130,11 @@ rg_queue_t *rg_stage_queue(const rg_stage_t *s);
 // Bytes of weights this instance holds, and of its KV pool.
 double rg_stage_weight_bytes(const rg_stage_t *s);
 double rg_stage_kv_bytes(const rg_stage_t *s);
+// The host memory of the matrices this instance streams (every weight
+// matrix but embed's table, whose rows it gathers), on a device that
+// computes in host memory (the CPU): up to max spans into out, and how many
+// there are (0 on other devices).
+size_t rg_stage_weight_spans(rg_stage_t *s, rg_limits_span_t *out, size_t max);
 // 1 when the instance runs this layer (attention, ffn, moe).
 int rg_stage_has_layer(const rg_stage_t *s, int64_t layer);
 

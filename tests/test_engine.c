@@ -490,3 +490,21 @@ RG_TEST(engine_weight_policy_is_one_rule) {
   RG_CHECK(rg_engine_copies_weights(RG_LOAD_AUTO, m) == 1);  // a few MB
   rg_model_close(m);
 }
+
+// The weights the stages stream, for `ridge run`'s bandwidth reading: every
+// matrix but embed's table, and no reading for a model a cache would hold.
+RG_TEST(engine_stream_bandwidth_reads_the_streamed_weights) {
+  const char *dir = make_model(t, RG_TESTMODEL_LLAMA, "stream");
+  RG_REQUIRE(dir);
+  rg_engine_t *e;
+  RG_REQUIRE_OK(rg_engine_create(dir, NULL, &e));
+  const rg_arch_t *a = rg_engine_arch(e);
+  int ok = 0;
+  double embed = (double)rg_dtype_nbytes(a->weight_dtype, a->vocab * a->d_model, &ok);
+  RG_REQUIRE(ok);
+  double bytes = -1, all = rg_engine_weight_bytes(e);
+  RG_CHECK(rg_engine_stream_bandwidth(e, 1, &bytes) == 0);  // a few MiB: cached, not read
+  printf("    streamed %.0f of %.0f bytes of weights (embed's table %.0f)\n", bytes, all, embed);
+  RG_CHECK(bytes > 0.5 * (all - embed) && bytes <= 1.01 * (all - embed));
+  rg_engine_destroy(e);
+}

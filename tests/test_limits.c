@@ -1,3 +1,6 @@
+#include <stdlib.h>
+#include <string.h>
+
 #include "runtime/limits.h"
 #include "tests/test.h"
 
@@ -83,4 +86,28 @@ RG_TEST(limits_run_bandwidth_is_the_runs_own_reading) {
   RG_CHECK(rg_limits_run_bandwidth(40e9, 50e9) == 40e9);
   RG_CHECK(rg_limits_run_bandwidth(55e9, 50e9) == 55e9);
   RG_CHECK(rg_limits_run_bandwidth(0, 50e9) == 50e9);
+}
+
+// A reading of given memory reads spans of any size, and only them: odd
+// sizes and one-byte spans on the heap, where AddressSanitizer catches a
+// read past an end. Nothing to read reads as 0, as does no pool work.
+RG_TEST(limits_read_spans_reads_only_the_spans) {
+  rg_pool_t *p;
+  RG_REQUIRE_OK(rg_pool_create(0, &p));
+  static const size_t sizes[] = {1, 63, 255, 257, (1u << 20) + 13, (3u << 20) + 1};
+  enum { N = sizeof sizes / sizeof sizes[0] };
+  rg_limits_span_t sp[N];
+  for (int i = 0; i < N; i++) {
+    unsigned char *b = malloc(sizes[i]);
+    RG_REQUIRE(b != NULL);
+    memset(b, i + 1, sizes[i]);
+    sp[i] = (rg_limits_span_t){b, sizes[i]};
+  }
+  double bw = rg_limits_read_spans(p, sp, N, 0);  // 0 passes: one
+  RG_CHECK(bw > 1e6 && bw < 1e13);
+  RG_CHECK(rg_limits_read_spans(p, sp, 0, 3) == 0);
+  rg_limits_span_t empty = {sp[0].p, 0};
+  RG_CHECK(rg_limits_read_spans(p, &empty, 1, 3) == 0);
+  for (int i = 0; i < N; i++) free((void *)sp[i].p);
+  rg_pool_destroy(p);
 }
