@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,55 +14,16 @@
 
 typedef struct {
   const float *buf;
-  double sums[1024];
+  uint64_t sums[1024];
 } read_ctx_t;
 
-__attribute__((target("avx512f"))) static float sum_avx512(const float *p, size_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
-  }
-  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  for (; i < n; i++) s += p[i];
-  return s;
-}
-
-__attribute__((target("avx2"))) static float sum_avx2(const float *p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-  }
-  float t[8];
-  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  float s = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-  for (; i < n; i++) s += p[i];
-  return s;
-}
-
-static float sum_scalar(const float *p, size_t n) {
-  float s = 0;
-  for (size_t i = 0; i < n; i++) s += p[i];
-  return s;
-}
+// Sums of bytes in integer adds (a reading of weights as floats could meet
+// denormals, which some CPUs add slowly), defined with the span reader below.
+static uint64_t isum(const unsigned char *p, size_t n);
 
 static void read_range(void *ctx, size_t b, size_t e, int thread) {
   read_ctx_t *c = ctx;
-  float s;
-  if (__builtin_cpu_supports("avx512f"))
-    s = sum_avx512(c->buf + b, e - b);
-  else if (__builtin_cpu_supports("avx2"))
-    s = sum_avx2(c->buf + b, e - b);
-  else
-    s = sum_scalar(c->buf + b, e - b);
-  c->sums[thread & 1023] += s;
+  c->sums[thread & 1023] += isum((const unsigned char *)(c->buf + b), (e - b) * sizeof(float));
 }
 
 // Independent FMA chains, enough of them to cover the FMA latency on two
@@ -308,8 +270,6 @@ typedef struct {
   uint64_t sums[1024];
 } pieces_ctx_t;
 
-// Integer adds: weights read as floats could be denormals, which some CPUs
-// add slowly.
 __attribute__((target("avx512f"))) static uint64_t isum_avx512(const unsigned char *p, size_t n) {
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   size_t i = 0;
@@ -342,18 +302,18 @@ __attribute__((target("avx2"))) static uint64_t isum_avx2(const unsigned char *p
   return s;
 }
 
+static uint64_t isum(const unsigned char *p, size_t n) {
+  if (__builtin_cpu_supports("avx512f")) return isum_avx512(p, n);
+  if (__builtin_cpu_supports("avx2")) return isum_avx2(p, n);
+  uint64_t s = 0;
+  for (size_t k = 0; k < n; k += 8) s += p[k];  // every line, a few bytes of each
+  return s;
+}
+
 static void read_pieces(void *ctx, size_t b, size_t e, int thread) {
   pieces_ctx_t *c = ctx;
   uint64_t s = 0;
-  for (size_t i = b; i < e; i++) {
-    const piece_t *pc = &c->pieces[i];
-    if (__builtin_cpu_supports("avx512f"))
-      s += isum_avx512(pc->p, pc->bytes);
-    else if (__builtin_cpu_supports("avx2"))
-      s += isum_avx2(pc->p, pc->bytes);
-    else
-      for (size_t k = 0; k < pc->bytes; k += 8) s += pc->p[k];  // a line's worth each
-  }
+  for (size_t i = b; i < e; i++) s += isum(c->pieces[i].p, c->pieces[i].bytes);
   c->sums[thread & 1023] += s;
 }
 
