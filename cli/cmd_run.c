@@ -1158,7 +1158,15 @@ static void run_bandwidth(rg_pool_t *pool, rg_limits_t *lim) {
 // reading falls short of a best by 10-20 % one time in three), also where
 // this run profiled the class seconds before: that reading was of another
 // moment (rg_limits_run_bandwidth).
-static void use_run_bandwidth(predict_t *P, double read_bandwidth) {
+//
+// A model past the caches is priced at its stages' weights read as a decode
+// streams them, before and after the run (the mean of the two readings, each
+// the median of its passes; rg_engine_stream_bandwidth): that rate, not the
+// best pass over a fresh 256 MiB, is what the run's memory-bound steps see.
+// Priced at the best pass, the 1B model's serving run read 15-30 % faster in
+// the simulator and in this table than it ran.
+// `how` says which reading it is, between the figure and the profile's.
+static void use_run_bandwidth(predict_t *P, double read_bandwidth, const char *how) {
   for (int k = 0; k < P->n_cal; k++) {
     rg_cli_calibration_t *c = &P->cal[k];
     if (!c->calibrated || strncmp(c->device, "cpu:", 4) || c->cls.mem[0].bandwidth <= 0) continue;
@@ -1166,37 +1174,12 @@ static void use_run_bandwidth(predict_t *P, double read_bandwidth) {
     c->cls.mem[0].bandwidth = bw;
     size_t at = strlen(c->note);
     snprintf(c->note + at, sizeof c->note - at,
-             "; read bandwidth %.3g GB/s as measured in this run, best of before and after it "
-             "(%.3g GB/s when profiled)",
-             bw / 1e9, was / 1e9);
+             "; read bandwidth %.3g GB/s%s%.3g GB/s when profiled)", bw / 1e9, how, was / 1e9);
   }
 }
 
 // Passes of each reading of the stages' weights (their median counts).
 #define STREAM_PASSES 3
-
-// As use_run_bandwidth, where the stages' weights were read as a decode
-// streams them, before and after the run (the mean of the two readings,
-// each the median of its passes): that rate, not the best pass over a
-// fresh 256 MiB, is what the run's memory-bound steps see. Priced at the
-// best pass, the 1B model's serving run read 15-30 % faster in the
-// simulator and in this table than it ran.
-static void use_stream_bandwidth(predict_t *P, double stream, double bytes, double best) {
-  for (int k = 0; k < P->n_cal; k++) {
-    rg_cli_calibration_t *c = &P->cal[k];
-    if (!c->calibrated || strncmp(c->device, "cpu:", 4) || c->cls.mem[0].bandwidth <= 0) continue;
-    double was = c->cls.mem[0].bandwidth;
-    c->cls.mem[0].bandwidth = stream;
-    char b[32];
-    size_t at = strlen(c->note);
-    snprintf(c->note + at, sizeof c->note - at,
-             "; read bandwidth %.3g GB/s: the stages' own %s of weights read before and after "
-             "this run, as a decode streams them (the best pass over 256 MiB read %.3g GB/s; "
-             "%.3g GB/s when profiled)",
-             stream / 1e9, rg_fmt_quantity(bytes, RG_UNIT_BYTES, b, sizeof b), best / 1e9,
-             was / 1e9);
-  }
-}
 
 static rg_status_t predict_stages(const backend_t *b, const recorder_t *rec, rg_dtype_t kv,
                                   predict_t *P) {
@@ -1854,10 +1837,17 @@ static rg_status_t run(const run_args_t *a, const rg_cli_common_t *common, int *
   if (measured) run_bandwidth(be.e ? rg_engine_pool(be.e) : be.pool, &lim);
   if (pr.on && measured) {
     const double stream1 = stream0 > 0 ? rg_engine_stream_bandwidth(be.e, STREAM_PASSES, NULL) : 0;
-    if (stream0 > 0 && stream1 > 0)
-      use_stream_bandwidth(&pr, 0.5 * (stream0 + stream1), stream_bytes, lim.read_bandwidth);
-    else
-      use_run_bandwidth(&pr, lim.read_bandwidth);
+    if (stream0 > 0 && stream1 > 0) {
+      char b[32], how[200];
+      snprintf(how, sizeof how,
+               ": the stages' own %s of weights read before and after this run, as a decode "
+               "streams them (the best pass over 256 MiB read %.3g GB/s; ",
+               rg_fmt_quantity(stream_bytes, RG_UNIT_BYTES, b, sizeof b), lim.read_bandwidth / 1e9);
+      use_run_bandwidth(&pr, 0.5 * (stream0 + stream1), how);
+    } else {
+      use_run_bandwidth(&pr, lim.read_bandwidth,
+                        " as measured in this run, best of before and after it (");
+    }
   }
   if (pr.on && (st = predict_stages(&be, &rec, eo.kv_dtype_set ? eo.kv_dtype : RG_BF16, &pr)))
     goto done;

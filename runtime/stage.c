@@ -528,33 +528,44 @@ rg_status_t rg_stage_create(const rg_model_t *m, const rg_stage_spec_t *spec, rg
   return NULL;
 }
 
-static void add_span(const mat_t *m, rg_limits_span_t *out, size_t max, size_t *n) {
+// Every weight matrix of layer L, in turn: its projections, router and
+// experts (those loaded).
+static void each_layer_mat(const rg_stage_t *s, layer_t *L, void (*fn)(mat_t *, void *),
+                           void *ctx) {
+  mat_t *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
+  for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) fn(mats[k], ctx);
+  for (int64_t x = 0; L->e_gate && x < s->a->n_experts; x++) {
+    fn(&L->e_gate[x], ctx);
+    fn(&L->e_up[x], ctx);
+    fn(&L->e_down[x], ctx);
+  }
+}
+
+typedef struct {
+  rg_limits_span_t *out;
+  size_t max, n;
+} spans_t;
+
+static void add_span(mat_t *m, void *ctx) {
+  spans_t *sp = ctx;
   void *p = m->buf ? rg_buffer_host_ptr(m->buf) : NULL;
   if (!p) return;
-  if (*n < max) out[*n] = (rg_limits_span_t){p, rg_buffer_size(m->buf)};
-  (*n)++;
+  if (sp->n < sp->max) sp->out[sp->n] = (rg_limits_span_t){p, rg_buffer_size(m->buf)};
+  sp->n++;
 }
 
 size_t rg_stage_weight_spans(rg_stage_t *s, rg_limits_span_t *out, size_t max) {
-  size_t n = 0;
+  spans_t sp = {out, max, 0};
   if (!rg_device_cpu_pool(s->dev)) return 0;
   int64_t n_layers = s->spec.layer_end - s->spec.layer_begin;
-  for (int64_t i = 0; s->layers && i < n_layers; i++) {
-    const layer_t *L = &s->layers[i];
-    const mat_t *mats[] = {&L->wq,     &L->wk,   &L->wv,     &L->wo,
-                           &L->w_gate, &L->w_up, &L->w_down, &L->router};
-    for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) add_span(mats[k], out, max, &n);
-    for (int64_t x = 0; L->e_gate && x < s->a->n_experts; x++) {
-      add_span(&L->e_gate[x], out, max, &n);
-      add_span(&L->e_up[x], out, max, &n);
-      add_span(&L->e_down[x], out, max, &n);
-    }
-  }
-  add_span(&s->lm_head, out, max, &n);
-  return n;
+  for (int64_t i = 0; s->layers && i < n_layers; i++)
+    each_layer_mat(s, &s->layers[i], add_span, &sp);
+  add_span(&s->lm_head, &sp);
+  return sp.n;
 }
 
-static void release_mat(mat_t *m) {
+static void release_mat(mat_t *m, void *unused) {
+  (void)unused;
   rg_buffer_release(m->buf);
   m->buf = NULL;
 }
@@ -566,18 +577,12 @@ void rg_stage_destroy(rg_stage_t *s) {
     layer_t *L = &s->layers[i];
     rg_buffer_t *v[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
     for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) rg_buffer_release(v[k]);
-    mat_t *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
-    for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) release_mat(mats[k]);
-    for (int64_t x = 0; L->e_gate && x < s->a->n_experts; x++) {
-      release_mat(&L->e_gate[x]);
-      release_mat(&L->e_up[x]);
-      release_mat(&L->e_down[x]);
-    }
+    each_layer_mat(s, L, release_mat, NULL);
     free(L->e_gate), free(L->e_up), free(L->e_down);
   }
   free(s->layers);
-  release_mat(&s->embed);
-  release_mat(&s->lm_head);
+  release_mat(&s->embed, NULL);
+  release_mat(&s->lm_head, NULL);
   rg_buffer_release(s->final_norm);
   rg_buffer_release(s->inv_freq);
   rg_buffer_release(s->kv);

@@ -493,9 +493,10 @@ RG_T512 static inline __m512 scores_bf16(const float *q, const rows512_t *R, siz
 }
 
 // Into and out of the perm32 order, 32 columns a step: a decode item's
-// query setup and output had been scalar loops through col(), which at
+// query setup and output had been scalar loops over the column order, which at
 // short contexts cost more than the item's tiles (1B shapes, 16 sequences
 // of 1-32 positions: ~0.7 us of an item's 1 us on one thread).
+// perm32: per 32 columns, the 16 even ones first, then the 16 odd ones.
 // dst[0, hdp) = src[0, hd) * s in perm32 order, zeros past hd.
 RG_T512 static void perm32_in(const float *src, float *dst, size_t hd, size_t hdp, float s) {
   const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30),
@@ -849,14 +850,6 @@ static size_t part_floats(const attn_ctx_t *c) {
   return c->G * (2 + c->hdp);
 }
 
-// Where column i of a head lives in qs and acc: in place, or under perm32
-// (per 32 columns, the even ones first, then the odd ones).
-static inline size_t col(const attn_ctx_t *c, size_t i) {
-  if (!c->perm32) return i;
-  size_t r = i & 31;
-  return (i & ~(size_t)31) + (r & 1) * 16 + (r >> 1);
-}
-
 // First position token t sees.
 static size_t attn_start(const attn_ctx_t *c, size_t t) {
   size_t p = (size_t)c->b->pos[t];
@@ -865,7 +858,7 @@ static size_t attn_start(const attn_ctx_t *c, size_t t) {
 
 // Writes o for query head qh from a final (m, l, acc), folding in the head's
 // sink logit if any: it joins the denominator only. perm: acc's columns are
-// in perm32 order (see col()).
+// in perm32 order (see perm32_in).
 static void attn_finish_cols(const attn_ctx_t *c, size_t t, size_t qh, float m, float l,
                              const float *acc, int perm) {
   size_t hd = c->kv->head_dim;
@@ -885,7 +878,7 @@ static void attn_finish_cols(const attn_ctx_t *c, size_t t, size_t qh, float m, 
     return;
   }
 #endif
-  for (size_t i = 0; i < hd; i++) o[i] = acc[perm ? col(c, i) : i] * scale;
+  for (size_t i = 0; i < hd; i++) o[i] = acc[i] * scale;
 }
 
 static void attn_finish(const attn_ctx_t *c, size_t t, size_t qh, float m, float l,
