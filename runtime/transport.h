@@ -248,6 +248,22 @@ RG_MUST_USE rg_status_t rg_transport_write(rg_transport_t *t, rg_transport_peer_
                                            uint64_t notice_tag, const void *payload,
                                            size_t payload_len, const char *stage,
                                            rg_transport_req_t **out);
+// As rg_transport_write, but the segments' sources are anywhere in this
+// process's memory (registered or not): the transport copies their runs, in
+// order and end to end, into `staging` (registered WRITE_SOURCE, at least
+// as long as the write) and writes from there. Each chunk is copied just
+// before it is hashed and sent, so the gather overlaps the transfer instead
+// of preceding it, and runs that land next to each other in the target go
+// as one piece however scattered their sources (KV pages between block
+// sizes: per-head runs of 16 positions into 64-token blocks). `staging` and
+// the sources belong to the transport until the write is done.
+RG_MUST_USE rg_status_t rg_transport_write_gather(rg_transport_t *t, rg_transport_peer_t peer,
+                                                  const rg_transport_region_t *staging,
+                                                  const rg_transport_region_desc_t *dst,
+                                                  const rg_transport_segment_t *segs, size_t n_segs,
+                                                  uint64_t notice_tag, const void *payload,
+                                                  size_t payload_len, const char *stage,
+                                                  rg_transport_req_t **out);
 // Receives the notice tagged `tag` from `peer` and, before reporting success,
 // checks it names a region of this endpoint registered WRITE_TARGET, that
 // every segment lies inside it, and that the destination bytes hash to the

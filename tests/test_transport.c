@@ -632,17 +632,22 @@ static void kv_src_deinit(kv_src_t *k) {
 }
 
 // mode: 'c' B checks the cache, 'z' B clears it first and checks, 'r' B
-// reports the outcome.
-static void kv_write_mode(rg_test_ctx_t *t, pair_t *p, kv_src_t *k, uint64_t tag, char mode,
-                          char *reply, size_t cap) {
+// reports the outcome. With staging, a gathering write of segs (whose
+// sources need no region) through it; else a plain write of k's segments.
+static void kv_write_via(rg_test_ctx_t *t, pair_t *p, kv_src_t *k, uint64_t tag, char mode,
+                         const rg_transport_region_t *staging, const rg_transport_segment_t *segs,
+                         char *reply, size_t cap) {
   char cmd[32];
   snprintf(cmd, sizeof(cmd), "%c%" PRIu64, mode, tag);
   RG_CHECK(ctl_say(p->ctl, cmd));
   if (mode == 'z') RG_CHECK(ctl_expect(p->ctl, "cleared"));
   static const char payload[] = "request 42, layers 0-1";
   rg_transport_req_t *r;
-  rg_status_t s = rg_transport_write(p->ep, p->peer, k->g, &k->dst, k->segs, k->n_segs, tag,
-                                     payload, sizeof(payload), "kv prefill → decode", &r);
+  rg_status_t s =
+      staging ? rg_transport_write_gather(p->ep, p->peer, staging, &k->dst, segs, k->n_segs, tag,
+                                          payload, sizeof(payload), "kv prefill → decode", &r)
+              : rg_transport_write(p->ep, p->peer, k->g, &k->dst, k->segs, k->n_segs, tag, payload,
+                                   sizeof(payload), "kv prefill → decode", &r);
   RG_CHECK_OK(s);
   if (!s) {
     RG_CHECK_OK(rg_transport_wait(r, 5));
@@ -652,6 +657,11 @@ static void kv_write_mode(rg_test_ctx_t *t, pair_t *p, kv_src_t *k, uint64_t tag
   }
   long n = ctl_recv(p->ctl, reply, cap - 1, 10000);
   reply[n < 0 ? 0 : n] = 0;
+}
+
+static void kv_write_mode(rg_test_ctx_t *t, pair_t *p, kv_src_t *k, uint64_t tag, char mode,
+                          char *reply, size_t cap) {
+  kv_write_via(t, p, k, tag, mode, NULL, NULL, reply, cap);
 }
 
 static void kv_write(rg_test_ctx_t *t, pair_t *p, kv_src_t *k, uint64_t tag, bool report,
@@ -749,6 +759,69 @@ TRANSPORT_CASE(rma_corrupted_middle_chunk_detected) {
     kv_src_deinit(&k);
   }
   pair_close(t, &p);
+}
+
+// A gathering write of the same per-head runs, read from a plain heap copy
+// of the pages (no region), with the default chunks and with 8 KiB ones
+// (the staging region filled chunk by chunk as the write goes): B clears its
+// cache and finds every element where the plain write puts it. A bit
+// flipped in transit is caught as in a plain write, and the next write is
+// clean; a staging region too small for the write, or not registered as a
+// write source, is refused before anything moves.
+TRANSPORT_CASE(rma_gathered_write_arrives_whole) {
+  static const uint64_t sizes[] = {0, 8192};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    g_chunk_bytes = sizes[i];
+    pair_t p;
+    bool open = pair_open(t, &p, w, b_rma);
+    g_chunk_bytes = 0;
+    if (!open) return;
+    if (p.ep) {
+      kv_src_t k;
+      kv_src_init(t, &p, &k);
+      const size_t src_bytes = src_region_bytes(), total = (size_t)KV_LAYERS * 2 * SRC_BLOCKS *
+                                                           SRC_BS * KV_HEADS * KV_DIM *
+                                                           sizeof(float);
+      uint8_t *copy = malloc(src_bytes), *stage = malloc(total), *small = malloc(total / 2);
+      RG_REQUIRE(copy && stage && small);
+      memcpy(copy, k.src, src_bytes);
+      static rg_transport_segment_t segs[KV_LAYERS * 2 * SRC_BLOCKS];
+      for (size_t j = 0; j < k.n_segs; j++) {
+        segs[j] = k.segs[j];
+        segs[j].src = copy + ((const uint8_t *)k.segs[j].src - (const uint8_t *)k.src);
+      }
+      rg_transport_region_t *sg = NULL, *sg_small = NULL, *sg_target = NULL;
+      RG_CHECK_OK(rg_transport_region_register(p.ep, stage, total, RG_TRANSPORT_WRITE_SOURCE, &sg));
+      RG_CHECK_OK(rg_transport_region_register(p.ep, small, total / 2, RG_TRANSPORT_WRITE_SOURCE,
+                                               &sg_small));
+      RG_CHECK_OK(rg_transport_region_register(p.ep, small, total / 2, RG_TRANSPORT_WRITE_TARGET,
+                                               &sg_target));
+      rg_transport_req_t *r = NULL;
+      RG_CHECK_ERR(rg_transport_write_gather(p.ep, p.peer, sg_small, &k.dst, segs, k.n_segs, 1,
+                                             NULL, 0, "kv", &r),
+                   "does not fit its");
+      RG_CHECK_ERR(rg_transport_write_gather(p.ep, p.peer, sg_target, &k.dst, segs, k.n_segs, 1,
+                                             NULL, 0, "kv", &r),
+                   "registered with this endpoint as a write source");
+      RG_CHECK(r == NULL);
+      char reply[1200];
+      kv_write_via(t, &p, &k, 120 + 4 * i, 'z', sg, segs, reply, sizeof(reply));
+      RG_CHECK_CONTAINS(reply, "checked");
+      rg_transport_corrupt_next_write(p.ep);
+      kv_write_via(t, &p, &k, 121 + 4 * i, 'r', sg, segs, reply, sizeof(reply));
+      RG_CHECK_CONTAINS(reply, "data corrupted:");
+      RG_CHECK_CONTAINS(reply, "must not be used");
+      kv_write_via(t, &p, &k, 122 + 4 * i, 'z', sg, segs, reply, sizeof(reply));
+      RG_CHECK_CONTAINS(reply, "checked");
+      RG_CHECK(ctl_say(p.ctl, "end"));
+      rg_transport_region_deregister(sg);
+      rg_transport_region_deregister(sg_small);
+      rg_transport_region_deregister(sg_target);
+      kv_src_deinit(&k);
+      free(copy), free(stage), free(small);
+    }
+    pair_close(t, &p);
+  }
 }
 
 // ---------------------------------------------------------------------------

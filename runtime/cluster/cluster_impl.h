@@ -112,13 +112,15 @@ typedef struct {
 } rg__kv_geom_t;
 // The bytes x moves: positions x layers x K|V x the heads' rows.
 size_t rg__kv_bytes(const rg__kv_geom_t *g, const rg__xfer_t *x);
-// x's segments (*out, malloc'd): with staging NULL, each head's run of a
-// (source block, destination block) pair read where it lies; with staging
-// (rg__kv_bytes of room), the positions gathered there first in the
-// destination's order, one segment per (destination block, layer, K|V),
-// which the transport writes as one piece where the block is whole.
-RG_MUST_USE rg_status_t rg__kv_segments(const rg__kv_geom_t *g, const rg__xfer_t *x,
-                                        uint8_t *staging, rg_transport_segment_t **out, size_t *n);
+// x's segments (*out, malloc'd), each head's run of a (source block,
+// destination block) pair read where it lies: without `gather`, one strided
+// segment per (run of positions, layer, K|V) over the heads; with it, one
+// segment per head's run, in the destination's order (per destination
+// block, layer and K|V, head by head), for rg_transport_write_gather, which
+// lays them end to end in a staging region and writes each whole
+// destination block as one piece.
+RG_MUST_USE rg_status_t rg__kv_segments(const rg__kv_geom_t *g, const rg__xfer_t *x, bool gather,
+                                        rg_transport_segment_t **out, size_t *n);
 RG_MUST_USE rg_status_t rg__xfer_encode(const rg__xfer_t *x, uint8_t **buf, size_t *cap,
                                         size_t *len);
 // EXPECT (to a capacity tier): "RGXE", u32 n, n x {u32 sending worker, u64

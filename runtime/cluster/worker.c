@@ -882,7 +882,7 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x, uint64_t *out_bytes
   if (stg >= 0) region = w->staging[stg].region;
   rg_transport_segment_t *seg;
   size_t n;
-  rg_status_t gs = rg__kv_segments(&g, x, stg >= 0 ? w->staging[stg].buf : NULL, &seg, &n);
+  rg_status_t gs = rg__kv_segments(&g, x, stg >= 0, &seg, &n);
   if (gs) {
     if (stg >= 0) w->staging[stg].busy = 0;
     return gs;
@@ -906,7 +906,11 @@ static rg_status_t do_xfer(worker_t *w, const rg__xfer_t *x, uint64_t *out_bytes
     if (stg >= 0) w->staging[stg].busy = 0;
     return NULL;
   }
-  if (!st)
+  if (!st && stg >= 0)
+    st = rg_transport_write_gather(w->tp, w->peer[x->to], region, &desc, seg, n,
+                                   rg__tag(RG__K_KVN, x->xfer, 0, 0), payload, sizeof payload, what,
+                                   &w->writes[w->n_writes]);
+  else if (!st)
     st = rg_transport_write(w->tp, w->peer[x->to], region, &desc, seg, n,
                             rg__tag(RG__K_KVN, x->xfer, 0, 0), payload, sizeof payload, what,
                             &w->writes[w->n_writes]);

@@ -206,6 +206,7 @@ static rg_status_t copy_write(ep_t *dst, rg_transport_req_t *r) {
   // while the run is still in cache: one pass over memory rather than two.
   rg__runs_init(&c, w);
   while (rg__runs_next(&c, 0, &src, &off, &len)) {
+    if (w->gruns) rg__write_gather(w, src, len);
     memcpy(g->base + off, src, len);
     rg__write_hash_bytes(w, src, len);
     if (rg__runs_chunk(&c) != w->n_hashed) rg__write_seal_chunk(w);

@@ -117,6 +117,7 @@ static void free_write(rg__write_t *w) {
   free(w->chunks);
   free(w->notices);
   if (w->hash_state) XXH3_freeState(w->hash_state);
+  free(w->gruns);
   free(w);
 }
 
@@ -581,6 +582,17 @@ bool rg__runs_next(rg__runs_t *c, uint64_t max, const uint8_t **src, uint64_t *d
   return true;
 }
 
+void rg__write_gather(rg__write_t *w, const uint8_t *at, uint64_t len) {
+  uint8_t *to = (uint8_t *)at;  // inside the caller's staging region
+  while (len && w->gather_i < w->n_gruns) {
+    const rg__gather_run_t *g = &w->gruns[w->gather_i];
+    uint64_t n = g->len - w->gather_off < len ? g->len - w->gather_off : len;
+    memcpy(to, g->src + w->gather_off, n);
+    to += n, len -= n;
+    if ((w->gather_off += n) == g->len) w->gather_i++, w->gather_off = 0;
+  }
+}
+
 void rg__write_hash_bytes(rg__write_t *w, const void *p, size_t n) {
   XXH3_64bits_update(w->hash_state, p, n);
 }
@@ -603,6 +615,7 @@ bool rg__write_hash_step(rg__write_t *w, uint64_t budget) {
     if (w->n_hashed >= w->n_chunks || done >= budget ||
         !rg__runs_next(&w->hash_cur, budget - done, &src, &dst, &len))
       break;
+    if (w->gruns) rg__write_gather(w, src, len);
     XXH3_64bits_update(w->hash_state, src, len);
     done += len;
   }
@@ -682,12 +695,71 @@ void rg__cut_chunks(const rg_transport_segment_t *segs, size_t n_segs, uint64_t 
   *out_chunks = nc;
 }
 
+// A gathering write's segments as the plain write's machinery takes them:
+// every run of the caller's segments laid end to end in `stage` (from its
+// start, in order), runs adjacent in the target merged into one segment, and
+// the runs themselves kept for rg__write_gather. The caller's sources are
+// its own memory (no region); only their lengths and sizes are checked here.
+#define RG__MAX_GATHER_RUNS ((size_t)1 << 22)
+static rg_status_t stage_segments(const rg_transport_t *t, const char *who,
+                                  const rg_transport_region_t *stage,
+                                  const rg_transport_segment_t *segs, size_t n_segs,
+                                  rg_transport_segment_t **out, size_t *n_out,
+                                  rg__gather_run_t **runs, size_t *n_runs) {
+  *out = NULL, *runs = NULL, *n_out = *n_runs = 0;
+  size_t total_runs = 0;
+  u128 total = 0;
+  for (size_t i = 0; i < n_segs; i++) {
+    uint32_t count = segs[i].count ? segs[i].count : 1;
+    if (segs[i].len == 0 || !segs[i].src)
+      return rg_status_make(RG_INVALID_ARGUMENT, "transport '%s': write segment %zu to %s is empty",
+                            t->name, i, who);
+    total_runs += count;
+    total += (u128)segs[i].len * count;
+  }
+  if (total_runs > RG__MAX_GATHER_RUNS)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': a gathering write to %s of %zu runs; at most %zu "
+                          "(split it)",
+                          t->name, who, total_runs, RG__MAX_GATHER_RUNS);
+  if (total > stage->len)
+    return rg_status_make(RG_INVALID_ARGUMENT,
+                          "transport '%s': a gathering write to %s of %" PRIu64
+                          " bytes does not fit its %zu-byte staging region %" PRIu64,
+                          t->name, who, (uint64_t)total, stage->len, stage->id);
+  rg_transport_segment_t *m = malloc(total_runs * sizeof *m);
+  rg__gather_run_t *g = malloc(total_runs * sizeof *g);
+  if (!m || !g) {
+    free(m), free(g);
+    return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+  }
+  size_t nm = 0, ng = 0;
+  uint8_t *at = stage->base;
+  for (size_t i = 0; i < n_segs; i++) {
+    const rg_transport_segment_t *sg = &segs[i];
+    for (uint32_t k = 0; k < (sg->count ? sg->count : 1); k++) {
+      const uint64_t dst = sg->dst_offset + (uint64_t)k * sg->dst_stride;
+      g[ng++] = (rg__gather_run_t){(const uint8_t *)sg->src + (int64_t)k * sg->src_stride, sg->len};
+      if (nm && m[nm - 1].dst_offset + m[nm - 1].len == dst) {
+        m[nm - 1].len += sg->len;
+      } else {
+        m[nm++] =
+            (rg_transport_segment_t){.src = at, .dst_offset = dst, .len = sg->len, .count = 1};
+      }
+      at += sg->len;
+    }
+  }
+  *out = m, *n_out = nm, *runs = g, *n_runs = ng;
+  return NULL;
+}
+
 static rg_status_t write_locked(rg_transport_t *t, rg_transport_peer_t peer,
                                 const rg_transport_region_t *src,
                                 const rg_transport_region_desc_t *dst,
                                 const rg_transport_segment_t *segs, size_t n_segs,
                                 uint64_t notice_tag, const void *payload, size_t payload_len,
-                                const char *stage, rg_transport_req_t **out) {
+                                const char *stage, rg__gather_run_t **gruns, size_t n_gruns,
+                                rg_transport_req_t **out) {
   *out = NULL;
   RG_RETURN_IF_ERROR(check_peer(t, peer, "a write"));
   const char *who = t->peers[peer].name;
@@ -755,6 +827,10 @@ static rg_status_t write_locked(rg_transport_t *t, rg_transport_peer_t peer,
                           t->name, who, (uint64_t)total, n_chunks, t->chunk_bytes, RG__MAX_CHUNKS);
   rg__write_t *w = calloc(1, sizeof(*w));
   if (!w) return rg_status_make(RG_OUT_OF_MEMORY, "transport '%s': out of memory", t->name);
+  if (gruns) {  // the write owns them from here
+    w->gruns = *gruns, w->n_gruns = n_gruns;
+    *gruns = NULL;
+  }
   w->ents = malloc(n_ents * sizeof(*w->ents));
   w->ent_chunk = malloc(n_ents * sizeof(*w->ent_chunk));
   w->chunks = calloc(n_chunks + 1, sizeof(*w->chunks));
@@ -1279,8 +1355,46 @@ rg_status_t rg_transport_write(rg_transport_t *t, rg_transport_peer_t peer,
                                uint64_t notice_tag, const void *payload, size_t payload_len,
                                const char *stage, rg_transport_req_t **out) {
   ep_lock(t);
-  rg_status_t s =
-      write_locked(t, peer, src, dst, segs, n_segs, notice_tag, payload, payload_len, stage, out);
+  rg_status_t s = write_locked(t, peer, src, dst, segs, n_segs, notice_tag, payload, payload_len,
+                               stage, NULL, 0, out);
+  ep_unlock(t);
+  return s;
+}
+
+rg_status_t rg_transport_write_gather(rg_transport_t *t, rg_transport_peer_t peer,
+                                      const rg_transport_region_t *staging,
+                                      const rg_transport_region_desc_t *dst,
+                                      const rg_transport_segment_t *segs, size_t n_segs,
+                                      uint64_t notice_tag, const void *payload, size_t payload_len,
+                                      const char *stage, rg_transport_req_t **out) {
+  *out = NULL;
+  ep_lock(t);
+  rg_status_t s = check_peer(t, peer, "a write");
+  const char *who = s ? "" : t->peers[peer].name;
+  if (!s && (!staging || staging->t != t || !(staging->access & RG_TRANSPORT_WRITE_SOURCE)))
+    s = rg_status_make(RG_INVALID_ARGUMENT,
+                       "transport '%s': a gathering write to %s needs a staging region "
+                       "registered with this endpoint as a write source",
+                       t->name, who);
+  if (!s && (!segs || n_segs == 0 || n_segs > RG_TRANSPORT_MAX_SEGMENTS))
+    s = rg_status_make(RG_INVALID_ARGUMENT,
+                       "transport '%s': a write to %s has %zu segments; it needs 1 to %d "
+                       "(split longer transfers into several writes)",
+                       t->name, who, segs ? n_segs : 0, RG_TRANSPORT_MAX_SEGMENTS);
+  rg_transport_segment_t *staged = NULL;
+  rg__gather_run_t *gruns = NULL;
+  size_t n_staged = 0, n_gruns = 0;
+  if (!s) s = stage_segments(t, who, staging, segs, n_segs, &staged, &n_staged, &gruns, &n_gruns);
+  if (!s && n_staged > RG_TRANSPORT_MAX_SEGMENTS)
+    s = rg_status_make(RG_INVALID_ARGUMENT,
+                       "transport '%s': a gathering write to %s lands in %zu separate places; at "
+                       "most %d (split it)",
+                       t->name, who, n_staged, RG_TRANSPORT_MAX_SEGMENTS);
+  if (!s)
+    s = write_locked(t, peer, staging, dst, staged, n_staged, notice_tag, payload, payload_len,
+                     stage, &gruns, n_gruns, out);
+  free(staged);
+  free(gruns);  // NULL once a write took them
   ep_unlock(t);
   return s;
 }

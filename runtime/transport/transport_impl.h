@@ -120,7 +120,19 @@ typedef struct rg__write_s {
   rg__runs_t hash_cur;   // rg__write_hash_step's place (rg__runs_init'd with the write)
   size_t corrupt_chunk;  // with corrupt: the chunk whose first bytes are flipped
   bool corrupt;          // flip one bit of the data in transit
+  // A gathering write (rg_transport_write_gather): its entries read the
+  // staging region, end to end in entry order, and these runs of the
+  // caller's memory fill it, in the same order, as hashing reaches them.
+  // NULL otherwise.
+  struct rg__gather_run_s *gruns;
+  size_t n_gruns, gather_i;  // the next run to copy from
+  uint64_t gather_off;       // bytes of it already copied
 } rg__write_t;
+
+typedef struct rg__gather_run_s {
+  const uint8_t *src;
+  uint64_t len;
+} rg__gather_run_t;
 
 // What a notice receive has gathered so far (owner thread only).
 typedef struct {
@@ -281,6 +293,10 @@ void rg__cut_chunks(const rg_transport_segment_t *segs, size_t n_segs, uint64_t 
 // Or the backend feeds every run of the next chunk itself, in order, then
 // seals it (inproc does, while the run is in cache from its copy).
 void rg__write_hash_bytes(rg__write_t *w, const void *p, size_t n);
+// A gathering write: fills the next `len` bytes of its staging region, at
+// `at`, from the caller's runs (in order; hashing and inproc call it as they
+// reach each staged run). A plain write: nothing.
+void rg__write_gather(rg__write_t *w, const uint8_t *at, uint64_t len);
 void rg__write_seal_chunk(rg__write_t *w);
 void rg__runs_init(rg__runs_t *c, const rg__write_t *w);
 // Next piece, within one entry: src, dst offset, bytes; at most `max` bytes
