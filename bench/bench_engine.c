@@ -1,5 +1,6 @@
 // End-to-end engine benchmark on the ~1 B-parameter random-weight test model
-// (bf16), against this machine's limits measured in the same run:
+// (bf16; `--f16` for the same model in f16, or a model directory), against this machine's limits
+// measured in the same run:
 //   1. decode at batch 1: bytes of weights streamed per second / STREAM-style
 //      read bandwidth (goal >= 0.9, issue #8);
 //   2. prefill of 512 tokens: GFLOP/s / OpenBLAS sgemm GFLOP/s at a similar
@@ -85,9 +86,10 @@ static void ops_print(const char *what, const rg_op_profile_t *p, double run_s) 
       int t = order[j];
       order[j] = order[j - 1], order[j - 1] = t;
     }
-  printf("   %s, time by op (ops %.1f ms of the run's %.1f ms; the rest is the step's own: "
-         "sampling, scheduling, the queue):",
-         what, 1e3 * total, 1e3 * run_s);
+  printf(
+      "   %s, time by op (ops %.1f ms of the run's %.1f ms; the rest is the step's own: "
+      "sampling, scheduling, the queue):",
+      what, 1e3 * total, 1e3 * run_s);
   for (int i = 0; i < n && total > 0; i++)
     printf("%s %s %.1f%% (%.0f us a call)", i ? "," : "", rg_op_name((rg_op_kind_t)order[i]),
            100 * p->seconds[order[i]] / total,
@@ -116,7 +118,9 @@ static rg_status_t run(rg_engine_t *e, int batch, int prompt_len, int n_new, rg_
 
 int main(int argc, char **argv) {
   char dir[2048];
-  if (argc > 1) {
+  // --f16: the same test model with f16 weights (its own cache directory).
+  const int f16 = argc > 1 && !strcmp(argv[1], "--f16");
+  if (argc > 1 && !f16) {
     snprintf(dir, sizeof dir, "%s", argv[1]);
   } else {
     fprintf(stderr,
@@ -125,7 +129,7 @@ int main(int argc, char **argv) {
     rg_testmodel_opts_t o = {0};
     o.arch = RG_TESTMODEL_LLAMA;
     o.size = RG_TESTMODEL_1B;
-    o.dtype = RG_BF16;
+    o.dtype = f16 ? RG_F16 : RG_BF16;
     o.gguf_type = RG_DTYPE_COUNT;
     o.progress = progress;
     rg_status_t s = rg_testmodel_cached(&o, dir, sizeof dir, NULL);
@@ -198,7 +202,7 @@ int main(int argc, char **argv) {
     printf("  note: a limit moved by %.0f%% between the readings; the ratios below are less sure\n",
            100 * moved);
   const char *peak_path;
-  double mpeak = rg_limits_matrix_peak(&lim, RG_BF16, RG_CPU_ISA_AUTO, &peak_path);
+  double mpeak = rg_limits_matrix_peak(&lim, f16 ? RG_F16 : RG_BF16, RG_CPU_ISA_AUTO, &peak_path);
   double w_bps = g1.decode.weight_bytes / g1.decode.seconds;
   double tps1 = (double)(g1.new_tokens - 1) / g1.decode_seconds;
   printf(

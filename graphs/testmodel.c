@@ -101,8 +101,7 @@ static rg_status_t fill(void *ctx, const rg_tensor_t *t, void *dst) {
         ((uint16_t *)dst)[i] = rg_f32_to_bf16(v);
         break;
       default:
-        return rg_status_make(RG_INTERNAL, "testmodel: cannot fill %s",
-                              rg_dtype_name(t->type));
+        return rg_status_make(RG_INTERNAL, "testmodel: cannot fill %s", rg_dtype_name(t->type));
     }
   }
   return NULL;
@@ -440,14 +439,26 @@ done:
   return st;
 }
 
-rg_status_t rg_testmodel_cached(const rg_testmodel_opts_t *o, char *out_dir, size_t len, int *out_written) {
+rg_status_t rg_testmodel_cached(const rg_testmodel_opts_t *o, char *out_dir, size_t len,
+                                int *out_written) {
   const char *cache = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   char base[2048];
-  if (cache && *cache) snprintf(base, sizeof base, "%s/ridge", cache);
-  else if (home && *home) snprintf(base, sizeof base, "%s/.cache/ridge", home);
-  else snprintf(base, sizeof base, "/tmp/ridge-cache");
-  snprintf(out_dir, len, "%s/testmodel-%s-%s-%s", base, o->arch == RG_TESTMODEL_MOE ? "moe" : "llama",
-           o->size == RG_TESTMODEL_1B ? "1b" : "tiny", RIDGE_VERSION);
+  if (cache && *cache)
+    snprintf(base, sizeof base, "%s/ridge", cache);
+  else if (home && *home)
+    snprintf(base, sizeof base, "%s/.cache/ridge", home);
+  else
+    snprintf(base, sizeof base, "/tmp/ridge-cache");
+  // The default weights (bf16, the GGUF the same) keep the plain name;
+  // others name their types, so that two kinds never share a directory.
+  char kind[64] = "";
+  if (o->dtype != RG_BF16 || o->gguf_type != RG_DTYPE_COUNT)
+    snprintf(kind, sizeof kind, "-%s%s%s", rg_dtype_name(o->dtype),
+             o->gguf_type != RG_DTYPE_COUNT ? "-gguf-" : "",
+             o->gguf_type != RG_DTYPE_COUNT ? rg_dtype_name(o->gguf_type) : "");
+  snprintf(out_dir, len, "%s/testmodel-%s-%s%s-%s", base,
+           o->arch == RG_TESTMODEL_MOE ? "moe" : "llama",
+           o->size == RG_TESTMODEL_1B ? "1b" : "tiny", kind, RIDGE_VERSION);
   if (out_written) *out_written = 0;
   char probe[4200];
   snprintf(probe, sizeof probe, "%s/model.gguf", out_dir);  // written last

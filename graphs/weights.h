@@ -299,7 +299,9 @@ void rg_testmodel_arch(const rg_testmodel_opts_t *o, rg_arch_t *out);
 
 // The test model o describes (seed 0, o->force ignored) in the user's cache,
 // $XDG_CACHE_HOME/ridge or ~/.cache/ridge (else /tmp/ridge-cache), as
-// testmodel-<arch>-<size>-<ridge version>: written there the first time,
+// testmodel-<arch>-<size>-<ridge version> (bf16 weights, the GGUF the
+// same; other types add theirs after the size, testmodel-llama-1b-f16-...,
+// testmodel-llama-tiny-bf16-gguf-q8_0-...): written there the first time,
 // reused after. *out_dir receives the directory; *out_written is set when
 // this call wrote it.
 RG_MUST_USE rg_status_t rg_testmodel_cached(const rg_testmodel_opts_t *o, char *out_dir, size_t len,
