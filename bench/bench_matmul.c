@@ -206,8 +206,8 @@ static unsigned char *make_copies(rg_dtype_t t, int64_t n, int64_t k, int copies
 }
 
 // The copies packed as the CPU device asks a stage to (bf16 panels at the
-// avx512-bf16 level: rg_matmul_preferred_layout), or NULL where it keeps
-// rows. Copy c starts at c * *out_bytes.
+// avx512-bf16 level, f16 ones at avx512 and avx512-bf16:
+// rg_matmul_preferred_layout), or NULL where it keeps rows. Copy c starts at c * *out_bytes.
 static unsigned char *packed_copies(rg_pool_t *pool, rg_dtype_t t, int64_t n, int64_t k,
                                     const unsigned char *w, size_t bytes, int copies,
                                     size_t *out_bytes) {
@@ -419,9 +419,11 @@ static void prefill_table(rg_pool_t *pool, double sgemm) {
       const char *kn = rg_matmul_kernel_name(&pm, m), *pp;
       double dt = time_layout(pool, x, m, types[ti], n, k, l, pw, pbytes, 1, y, NULL, 6);
       double gf = 2.0 * m * n * k / dt, pk = path_peak(kn, &pp);
+      char label[64];
+      snprintf(label, sizeof label, "%s on panels packed at load", rg_dtype_name(types[ti]));
       printf("%-6s %-50s %9.2f %9.1f %8.2f %.2f of %s  (what a stage runs)\n",
-             rg_dtype_name(types[ti]), "bf16 on panels packed at load", dt * 1e3, gf / 1e9,
-             gf / sgemm, pk > 0 ? gf / pk : 0.0, pp);
+             rg_dtype_name(types[ti]), label, dt * 1e3, gf / 1e9, gf / sgemm,
+             pk > 0 ? gf / pk : 0.0, pp);
       free(pw);
     }
     free(w);

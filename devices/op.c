@@ -142,7 +142,8 @@ rg_status_t rg_op_operands(const rg_op_t *op, rg_op_operand_t *out, size_t *out_
       add(&b, "x", &o->x, mul(&b, m, k) * 4, 0, 0);
       if (o->wlayout == 0)
         add(&b, "w", &o->w, typed(&b, "w", o->wtype, mul(&b, n, k)), 0, 0);
-      else if (o->wlayout == 1 && o->wtype == RG_BF16)  // 32-row panels of k rounded to 32
+      else if ((o->wlayout == 1 && o->wtype == RG_BF16) ||
+               (o->wlayout == 2 && o->wtype == RG_F16))  // 32-row panels of k rounded to 32
         add(&b, "w", &o->w, mul(&b, (n + 31) / 32 * 32, (k + 31) / 32 * 32) * 2, 0, 0);
       else
         fail(&b, "w: %s weights have no layout %d", rg_dtype_name(o->wtype), o->wlayout);

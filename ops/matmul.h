@@ -37,8 +37,9 @@
 //         its share of the output columns; bf16/f16/q8_0/k-quant weights
 //         are first widened tile by tile into a per-thread f32 buffer (a
 //         small cost next to the m-fold reuse).
-//   PANELS bf16 weights a caller packed once (RG_WLAYOUT_BF16_PANELS, what
-//         the CPU device asks a stage for at avx512-bf16): one vdpbf16ps
+//   PANELS bf16 or f16 weights a caller packed once (RG_WLAYOUT_BF16_PANELS
+//         and F16_PANELS, what the CPU device asks a stage for at
+//         avx512-bf16, and for f16 at avx512 too): for bf16 one vdpbf16ps
 //         micro-kernel for every m, decode included, with no per-call
 //         packing. Against the row kernels on a Zen 4 VM (1B model's
 //         shapes, 16 layers' weights from DRAM, median call): m = 1
@@ -79,7 +80,17 @@
 //                (which took a quarter of a prefill GEMM's time), the same
 //                sums in the same order: batch-invariant by construction.
 //                x is rounded to bf16 at every m (NMSE ~1e-6).
-typedef enum { RG_WLAYOUT_ROWS = 0, RG_WLAYOUT_BF16_PANELS = 1 } rg_wlayout_t;
+//   F16_PANELS   f16 only, the same panels holding f16 values (at the
+//                avx512 and avx512-bf16 levels): the micro-kernel widens
+//                them (vcvtph2ps) and multiplies x in f32, so the sums are
+//                the row kernels' up to f32 order. Decode streams them
+//                as bf16 panels are streamed; the row kernels' f16 GEMV
+//                reduced each row's sums across lanes.
+typedef enum {
+  RG_WLAYOUT_ROWS = 0,
+  RG_WLAYOUT_BF16_PANELS = 1,
+  RG_WLAYOUT_F16_PANELS = 2
+} rg_wlayout_t;
 
 typedef struct {
   const void *data;  // (rows, cols) in `type`, laid out as `layout` says
@@ -91,14 +102,15 @@ typedef struct {
 
 // The layout this level's kernels run weights of type t fastest from:
 // BF16_PANELS for bf16 at exactly avx512-bf16 (the amx level's tiles read
-// bf16 rows in place), otherwise ROWS. AUTO resolves to the best level.
+// bf16 rows in place), F16_PANELS for f16 at avx512 and avx512-bf16,
+// otherwise ROWS. AUTO resolves to the best level.
 rg_wlayout_t rg_matmul_preferred_layout(rg_cpu_isa_t isa, rg_dtype_t t);
 // Bytes a (rows, cols) matrix of type t takes in layout l; 0 when the type
 // has no such layout or the size overflows.
 size_t rg_matmul_layout_bytes(rg_wlayout_t l, rg_dtype_t t, int64_t rows, int64_t cols);
 // Writes w (layout ROWS) into out in layout l: rg_matmul_layout_bytes of
-// it, 64-byte aligned. BF16_PANELS needs the avx512-bf16 level (the pack
-// is AVX-512 code); pool may be NULL.
+// it, 64-byte aligned. The panels need the avx512 level (the pack is
+// AVX-512 code; bf16 panels run at avx512-bf16); pool may be NULL.
 RG_MUST_USE rg_status_t rg_matmul_relayout(rg_pool_t *pool, const rg_wmat_t *w, rg_wlayout_t l,
                                            void *out);
 

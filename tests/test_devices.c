@@ -136,9 +136,11 @@ RG_TEST(devices_cpu_weight_layout_and_packed_matmul) {
   }
   const int want = rg_matmul_preferred_layout(RG_CPU_ISA_AUTO, RG_BF16);
   RG_CHECK(rg_device_weight_layout(cpu, RG_BF16) == want);
-  RG_CHECK(rg_device_weight_layout(cpu, RG_F16) == 0);
+  RG_CHECK(rg_device_weight_layout(cpu, RG_F16) ==
+           (int)rg_matmul_preferred_layout(RG_CPU_ISA_AUTO, RG_F16));
   RG_CHECK(rg_device_weight_layout(NULL, RG_BF16) == 0);
   if (low) RG_CHECK(rg_device_weight_layout(low, RG_BF16) == 0);
+  if (low) RG_CHECK(rg_device_weight_layout(low, RG_F16) == RG_WLAYOUT_F16_PANELS);
   enum { N = 40, K = 64 };
   const size_t pbytes = rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_BF16, N, K);
   uint16_t w[N * K];

@@ -505,22 +505,19 @@ RG_TEST(matmul_bf16_packed_panels_match_reference) {
 }
 
 // bf16 weights packed once into panels (RG_WLAYOUT_BF16_PANELS, what the
-// CPU device asks a stage for at avx512-bf16): the reference reads the
+// CPU device asks a stage for at avx512-bf16), and f16 ones
+// (RG_WLAYOUT_F16_PANELS, at avx512 and avx512-bf16): the reference reads the
 // packed words itself (it shares no code with the pack) and gives the same
-// sums as from the rows, bit for bit; the kernel matches it on x rounded to
-// bf16 at every m from 1 (decode) to past a 512-row chunk, on weight rows
-// past a 32-row panel and k past 32- and 256-value steps, with and without
-// bias, on 1 and 2 threads, writing nothing past y; and each row of y comes
-// out bit for bit the same whatever m it ran in (one kernel for every m).
-RG_TEST(matmul_bf16_weights_packed_at_load) {
-  rg_matmul_opts_t o = {.isa = RG_CPU_ISA_AVX512_BF16};
+// sums as from the rows, bit for bit; the kernel matches it (bf16: on x
+// rounded to bf16; f16: on x as it is, to f32 rounding) at every m from 1
+// (decode) to past a 512-row chunk, on weight rows past a 32-row panel and k
+// past 32- and 256-value steps, with and without bias, on 1 and 2 threads,
+// writing nothing past y; and each row of y comes out bit for bit the same
+// whatever m it ran in (one kernel for every m).
+static void packed_at_load_case(rg_test_ctx_t *t, rg_dtype_t type, rg_wlayout_t layout,
+                                rg_cpu_isa_t isa, double tol) {
+  rg_matmul_opts_t o = {.isa = isa};
   if (!level_runs(t, o.isa)) return;
-  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512_BF16, RG_BF16) == RG_WLAYOUT_BF16_PANELS);
-  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512_BF16, RG_F16) == RG_WLAYOUT_ROWS);
-  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512, RG_BF16) == RG_WLAYOUT_ROWS);
-  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_BF16, 33, 7) == 64 * 32 * 2);
-  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_F32, 32, 32) == 0);
-  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_ROWS, RG_BF16, 3, 5) == 30);
   static const int64_t ms[] = {1, 2, 3, 7, 8, 9, 17, 300, 520}, ns[] = {5, 33, 64},
                        ks[] = {7, 64, 300, 777};
   enum { MM = 520, MN = 64, MK = 777, G = 8 };
@@ -532,18 +529,19 @@ RG_TEST(matmul_bf16_weights_packed_at_load) {
         *bias = malloc(MN * sizeof(float)), *row = malloc(MN * sizeof(float));
   RG_REQUIRE(x && y && ref && ref2 && bias && row);
   uint64_t seed = 0x51ab;
-  for (int64_t i = 0; i < MM * MK; i++) x[i] = rg_bf16_to_f32(rg_f32_to_bf16(rng_uniform(&seed)));
+  for (int64_t i = 0; i < MM * MK; i++)
+    x[i] =
+        type == RG_BF16 ? rg_bf16_to_f32(rg_f32_to_bf16(rng_uniform(&seed))) : rng_uniform(&seed);
   int cases = 0;
   for (size_t ki = 0; ki < COUNT(ks); ki++)
     for (size_t ni = 0; ni < COUNT(ns); ni++) {
       const int64_t k = ks[ki], n = ns[ni];
-      void *wd = make_weight(RG_BF16, n, k, &seed);
-      size_t bytes = rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_BF16, n, k);
+      void *wd = make_weight(type, n, k, &seed);
+      size_t bytes = rg_matmul_layout_bytes(layout, type, n, k);
       void *pd = aligned_alloc(64, (bytes + 63) / 64 * 64);
       RG_REQUIRE(wd && pd);
-      rg_wmat_t w = {wd, RG_BF16, n, k, RG_WLAYOUT_ROWS},
-                p = {pd, RG_BF16, n, k, RG_WLAYOUT_BF16_PANELS};
-      RG_REQUIRE_OK(rg_matmul_relayout(pools[1], &w, RG_WLAYOUT_BF16_PANELS, pd));
+      rg_wmat_t w = {wd, type, n, k, RG_WLAYOUT_ROWS}, p = {pd, type, n, k, layout};
+      RG_REQUIRE_OK(rg_matmul_relayout(pools[1], &w, layout, pd));
       RG_CHECK(strstr(rg_matmul_kernel_name_ex(&p, 1, &o), "packed at load") != NULL);
       for (int64_t j = 0; j < n; j++) bias[j] = rng_uniform(&seed);
       RG_REQUIRE_OK(rg_matmul_ref(x, MM, &w, NULL, ref));
@@ -563,11 +561,12 @@ RG_TEST(matmul_bf16_weights_packed_at_load) {
           int same = memcmp(row, y + (m - 1) * n, (size_t)n * sizeof(float)) == 0;
           int guards;
           const double e = unbiased_nmse(y, with_bias ? bias : NULL, ref, m, n, G, &guards);
-          if (!(e <= 1e-7) || !all_finite(y, (size_t)(m * n)) || !guards || !same)
+          if (!(e <= tol) || !all_finite(y, (size_t)(m * n)) || !guards || !same)
             rg_test_fail(t, __FILE__, __LINE__,
-                         "m=%lld n=%lld k=%lld %s bias, %d thread(s): nmse %.3g%s%s", (long long)m,
-                         (long long)n, (long long)k, with_bias ? "with" : "without", c == 0 ? 1 : 2,
-                         e, guards ? "" : ", wrote past y",
+                         "%s m=%lld n=%lld k=%lld %s bias, %d thread(s): nmse %.3g%s%s",
+                         rg_dtype_name(type), (long long)m, (long long)n, (long long)k,
+                         with_bias ? "with" : "without", c == 0 ? 1 : 2, e,
+                         guards ? "" : ", wrote past y",
                          same ? "" : ", its last row alone differs");
           cases++;
         }
@@ -580,6 +579,32 @@ RG_TEST(matmul_bf16_weights_packed_at_load) {
   rg_pool_destroy(pools[1]);
 }
 
+RG_TEST(matmul_bf16_weights_packed_at_load) {
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512_BF16, RG_BF16) == RG_WLAYOUT_BF16_PANELS);
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512, RG_BF16) == RG_WLAYOUT_ROWS);
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AMX, RG_BF16) == RG_WLAYOUT_ROWS);
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AMX, RG_F16) == RG_WLAYOUT_ROWS);
+  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_BF16, 33, 7) == 64 * 32 * 2);
+  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_F32, 32, 32) == 0);
+  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_BF16_PANELS, RG_F16, 32, 32) == 0);
+  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_ROWS, RG_BF16, 3, 5) == 30);
+  packed_at_load_case(t, RG_BF16, RG_WLAYOUT_BF16_PANELS, RG_CPU_ISA_AVX512_BF16, 1e-7);
+}
+
+// f16 panels: the same checks; x is not rounded, so the kernel is held to
+// f32 summation order (the row kernels' NMSE is ~1e-13).
+RG_TEST(matmul_f16_weights_packed_at_load) {
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512_BF16, RG_F16) == RG_WLAYOUT_F16_PANELS ||
+           rg_cpu_isa_best() < RG_CPU_ISA_AVX512_BF16);
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX512, RG_F16) == RG_WLAYOUT_F16_PANELS ||
+           rg_cpu_isa_best() < RG_CPU_ISA_AVX512);
+  RG_CHECK(rg_matmul_preferred_layout(RG_CPU_ISA_AVX2, RG_F16) == RG_WLAYOUT_ROWS);
+  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_F16_PANELS, RG_F16, 33, 7) == 64 * 32 * 2);
+  RG_CHECK(rg_matmul_layout_bytes(RG_WLAYOUT_F16_PANELS, RG_BF16, 32, 32) == 0);
+  packed_at_load_case(t, RG_F16, RG_WLAYOUT_F16_PANELS, RG_CPU_ISA_AVX512, 1e-10);
+  packed_at_load_case(t, RG_F16, RG_WLAYOUT_F16_PANELS, RG_CPU_ISA_AVX512_BF16, 1e-10);
+}
+
 // What packed weights refuse: another type, a level without vdpbf16ps, a
 // forced path, an unaligned or missing output; and the HAL's matmul op
 // refuses a layout its device did not ask for.
@@ -588,7 +613,7 @@ RG_TEST(matmul_bf16_packed_refusals) {
   float x[64] = {0}, y[64];
   rg_wmat_t w = {wb, RG_BF16, 2, 32, RG_WLAYOUT_ROWS};
   rg_wmat_t f = {wb, RG_F32, 2, 8, RG_WLAYOUT_BF16_PANELS};
-  RG_CHECK_ERR(rg_matmul_ref(x, 1, &f, NULL, y), "no packed-panel layout");
+  RG_CHECK_ERR(rg_matmul_ref(x, 1, &f, NULL, y), "no bf16 packed-panel layout");
   rg_wmat_t bad = {wb, RG_BF16, 2, 32, (rg_wlayout_t)7};
   RG_CHECK_ERR(rg_matmul(NULL, x, 1, &bad, NULL, y), "unknown weight layout");
   RG_CHECK_ERR(rg_matmul_relayout(NULL, &w, RG_WLAYOUT_BF16_PANELS, NULL), "the output is NULL");
@@ -604,6 +629,16 @@ RG_TEST(matmul_bf16_packed_refusals) {
   RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &p, NULL, y, &low), "avx512-bf16");
   RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &p, NULL, y, &gemv), "only the auto path");
   RG_CHECK_ERR(rg_matmul_relayout(NULL, &p, RG_WLAYOUT_BF16_PANELS, y), "not in rows");
+  // f16 panels: bf16 weights cannot claim them, and below avx512 they do not run.
+  rg_wmat_t hb = {pd, RG_BF16, 2, 32, RG_WLAYOUT_F16_PANELS};
+  RG_CHECK_ERR(rg_matmul(NULL, x, 1, &hb, NULL, y), "no f16 packed-panel layout");
+  rg_wmat_t hr = {wb, RG_F16, 2, 32, RG_WLAYOUT_ROWS};
+  RG_REQUIRE_OK(rg_matmul_relayout(NULL, &hr, RG_WLAYOUT_F16_PANELS, pd));
+  rg_wmat_t hp = {pd, RG_F16, 2, 32, RG_WLAYOUT_F16_PANELS};
+  rg_matmul_opts_t avx2 = {.isa = RG_CPU_ISA_AVX2};
+  RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &hp, NULL, y, &avx2),
+               "f16 weights packed in panels run at avx512");
+  RG_CHECK_ERR(rg_matmul_ex(NULL, x, 1, &hp, NULL, y, &gemv), "only the auto path");
 }
 
 // The k-quant kernel that quantizes x to int16 (vpdpwssd) where the CPU has

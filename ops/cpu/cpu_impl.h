@@ -84,6 +84,8 @@ typedef struct rg__mm_job_s {
   // GEMV with vdpbf16ps: x rounded to bf16, rows padded with zeros to kp.
   const uint16_t *xb;  // (m, kp)
   int64_t kp;
+  // f16 weights packed in panels: x in f32, rows padded with zeros to kp.
+  const float *xf;  // (m, kp)
   // k-quant GEMV at avx512-bf16 and up: x split into bf16 hi + lo, pairs
   // interleaved (m, 2 * kp), and x summed per 32 values (m, kp / 32).
   const uint16_t *xhl;

@@ -885,6 +885,100 @@ static void pk_micro(const job_t *j, const uint32_t *pan, int64_t np, int64_t kc
     pk_micro8(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
 }
 
+// The same panels holding f16 (RG_WLAYOUT_F16_PANELS), widened by
+// vcvtph2ps and multiplied with x in f32: a 64-byte load of a pair for 16
+// rows becomes two vectors of (row, even k), (row, odd k) lanes, each
+// multiplied by x's pair broadcast as one 64-bit (even, odd) value, so a
+// row's even and odd products collect in neighbouring lanes, added together
+// once at the end. x is not rounded: the sums are the row kernels' up to f32
+// order. Per pair and row of x: 4 FMAs (32 weight rows), against 4 widenings
+// shared by up to PKH_MR rows; at m = 1 that is 11 instructions per 128
+// bytes of weights, far below what streaming them from DRAM leaves.
+enum { PKH_MR = 4 };
+
+__attribute__((target(T_AVX512), always_inline)) static inline void pkh_micro_mr(
+    const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0,
+    int first, int last, const uint32_t *pf, int pf_div, const int MR) {
+  const int64_t cols = j->n - r0 < PK_NB ? j->n - r0 : PK_NB;
+  const __mmask16 m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32  ? (__mmask16)0xffff
+                       : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1)
+                                   : 0;
+  __m512 acc[PKH_MR][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; i++)
+    for (int q = 0; q < 4; q++) acc[i][q] = _mm512_setzero_ps();
+  const float *xs[PKH_MR];
+  for (int i = 0; i < MR; i++) xs[i] = j->xf + (i0 + (i < mv ? i : 0)) * j->kp + kc;
+  int64_t line = 0;
+  int due = 0;
+  for (int64_t p = 0; p < np; p++) {
+    if (pf)
+      for (due += 2; due >= pf_div; due -= pf_div, line++)
+        RG__PREFETCH_L2((const char *)pf + line * 64);
+    // 32-byte loads straight into vcvtph2ps (its memory form), rather
+    // than 64-byte ones split by vextracti64x4.
+    const uint32_t *wp = pan + p * PK_NB;
+    const __m512 f0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)wp));
+    const __m512 f1 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wp + 8)));
+    const __m512 f2 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wp + 16)));
+    const __m512 f3 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wp + 24)));
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++) {
+      double xv;
+      memcpy(&xv, xs[i] + 2 * p, 8);
+      const __m512 b = _mm512_castpd_ps(_mm512_set1_pd(xv));
+      acc[i][0] = _mm512_fmadd_ps(f0, b, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(f1, b, acc[i][1]);
+      acc[i][2] = _mm512_fmadd_ps(f2, b, acc[i][2]);
+      acc[i][3] = _mm512_fmadd_ps(f3, b, acc[i][3]);
+    }
+  }
+  // Lane 2r + e of acc[i][q] is row 8q + r's sum over k = e (mod 2).
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  __m512 b0 = _mm512_setzero_ps(), b1 = _mm512_setzero_ps();
+  if (last && j->bias) {
+    b0 = _mm512_maskz_loadu_ps(m0, j->bias + r0);
+    b1 = _mm512_maskz_loadu_ps(m1, j->bias + r0 + 16);
+  }
+  for (int i = 0; i < mv; i++) {
+    float *yr = j->y + (i0 + i) * j->n + r0;
+    __m512 s0 = _mm512_add_ps(_mm512_permutex2var_ps(acc[i][0], even, acc[i][1]),
+                              _mm512_permutex2var_ps(acc[i][0], odd, acc[i][1]));
+    __m512 s1 = _mm512_add_ps(_mm512_permutex2var_ps(acc[i][2], even, acc[i][3]),
+                              _mm512_permutex2var_ps(acc[i][2], odd, acc[i][3]));
+    if (!first) {
+      s0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, yr), s0);
+      s1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, yr + 16), s1);
+    }
+    _mm512_mask_storeu_ps(yr, m0, _mm512_add_ps(s0, b0));
+    _mm512_mask_storeu_ps(yr + 16, m1, _mm512_add_ps(s1, b1));
+  }
+}
+
+#define PKH_MICRO_MR(R)                                                                            \
+  __attribute__((target(T_AVX512))) static void pkh_micro##R(                                      \
+      const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0, \
+      int first, int last, const uint32_t *pf, int pf_div) {                                       \
+    pkh_micro_mr(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div, R);                          \
+  }
+PKH_MICRO_MR(1)
+PKH_MICRO_MR(2)
+PKH_MICRO_MR(4)
+#undef PKH_MICRO_MR
+
+// mv rows of x (1 to PKH_MR) on the narrowest instantiation that holds them.
+static void pkh_micro(const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0,
+                      int mv, int64_t r0, int first, int last, const uint32_t *pf, int pf_div) {
+  if (mv == 1)
+    pkh_micro1(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
+  else if (mv == 2)
+    pkh_micro2(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
+  else
+    pkh_micro4(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
+}
+
 // x rounded to bf16 in blocks of PK_KC values: block b of row i at
 // (b * m + i) * PK_KC, zeros past k.
 static void x_to_blocks_worker(void *ctx, size_t b, size_t e, int thread) {
@@ -957,43 +1051,78 @@ static void pk_worker(void *ctx, size_t b, size_t e, int thread) {
 // threads); m = 2, 3, 4 ran 6-8 % faster without. From 5 rows (the 8-row
 // instance) they pay: 11-13 % faster with them at m = 5-7, 16 % at m = 8.
 enum { PKW_AHEAD = 8192, PKW_PREFETCH_FROM_M = 5 };
+// f16 panels ask from 2 rows of x: a pair of f16 costs 4 widenings on the
+// FMA pipes before its FMAs, so from 2 rows a pass no longer keeps ahead of
+// the stream on the hardware prefetchers alone. Zen 4 VM, 2 threads, 8192 x
+// 2048 (alternated runs): m = 4 streamed 0.51-0.55 of read bandwidth without
+// and 0.85-0.94 with; m = 1 0.88-0.92 without, 0.72-0.94 with.
+enum { PKH_PREFETCH_FROM_M = 2 };
 
 // The same GEMM on weights packed at load (RG_WLAYOUT_BF16_PANELS): panel
 // b's block of k at kc is at w + (b * k32 / 2 + kc / 2) * PK_NB words, and
 // the matrix is one stream in (panel, block) order, so each block asks for
 // the next one into L2 while its first rows of x run.
+// f16 panels take pkh_micro, PKH_MR rows of x at a time.
+typedef void (*pk_micro_fn)(const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0,
+                            int mv, int64_t r0, int first, int last, const uint32_t *pf,
+                            int pf_div);
 static void pkw_panels(const job_t *j, size_t b, size_t e) {
   const int64_t k32 = (j->k + 31) / 32 * 32;
   const size_t total = (size_t)((j->n + PK_NB - 1) / PK_NB);
   const uint32_t *w = (const uint32_t *)j->w;
+  const bool f16 = j->type == RG_F16;
+  const pk_micro_fn micro = f16 ? pkh_micro : pk_micro;
+  const int64_t MR = f16 ? PKH_MR : PK_MR;
   for (size_t blk = b; blk < e; blk++) {
     const int64_t r0 = (int64_t)blk * PK_NB;
     const uint32_t *panel = w + (size_t)blk * (size_t)(k32 / 2) * PK_NB;
-    if (j->m <= PK_MR) {
+    if (f16) {
+      // Every pass over the whole of k, its sums in registers: a row's
+      // even and odd partial sums cannot resume from y, so k is not cut
+      // into blocks, and each row of y comes out the same whatever m it ran
+      // in. The panel (32 rows x k) stays in L2 for the later passes, each
+      // of which asks its share of the next panel in; one pass asks for its
+      // own stream PKW_AHEAD ahead, from 2 rows of x on (PKH_PREFETCH_FROM_M).
+      const int64_t np = k32 / 2;
+      const int passes = (int)((j->m + MR - 1) / MR);
+      const uint32_t *next = blk + 1 < total ? panel + np * PK_NB : NULL;
+      for (int64_t i0 = 0; i0 < j->m; i0 += MR) {
+        const int64_t g = i0 / MR;
+        const uint32_t *pf = j->m < PKH_PREFETCH_FROM_M ? NULL
+                             : passes == 1              ? panel + PKW_AHEAD / 4
+                             : next
+                                 ? (const uint32_t *)((const char *)next + g * np * 2 / passes * 64)
+                                 : NULL;
+        micro(j, panel, np, 0, i0, j->m - i0 < MR ? (int)(j->m - i0) : (int)MR, r0, 1, 1, pf,
+              passes);
+      }
+      continue;
+    }
+    if (j->m <= MR) {
       // One pass over the rows of x: the whole panel in one call, its sums
       // in registers, the stream asked PKW_AHEAD bytes ahead from 5 rows.
       const uint32_t *pf = j->m >= PKW_PREFETCH_FROM_M ? panel + PKW_AHEAD / 4 : NULL;
-      pk_micro(j, panel, k32 / 2, 0, 0, (int)j->m, r0, 1, 1, pf, 1);
+      micro(j, panel, k32 / 2, 0, 0, (int)j->m, r0, 1, 1, pf, 1);
       continue;
     }
     for (int64_t c0 = 0; c0 < j->m; c0 += PK_MC) {
       const int64_t c1 = j->m - c0 < PK_MC ? j->m : c0 + PK_MC;
       // The next block asked for a share per pass of x, so that memory
       // stays busy while the later passes read this one from L1.
-      const int passes = (int)((c1 - c0 + PK_MR - 1) / PK_MR);
+      const int passes = (int)((c1 - c0 + MR - 1) / MR);
       for (int64_t kc = 0; kc < k32; kc += PK_KC) {
         const int64_t np = (k32 - kc < PK_KC ? k32 - kc : PK_KC) / 2;
         const uint32_t *pan = panel + kc / 2 * PK_NB, *next = pan + np * PK_NB;
         // The stream goes on past this range: the thread's next claim is
         // the next panels of its share.
         const int more = blk + 1 < total || kc + PK_KC < k32;
-        for (int64_t i0 = c0; i0 < c1; i0 += PK_MR) {
-          const int g = (int)((i0 - c0) / PK_MR);
+        for (int64_t i0 = c0; i0 < c1; i0 += MR) {
+          const int g = (int)((i0 - c0) / MR);
           const uint32_t *pf =
               more ? (const uint32_t *)((const char *)next + (int64_t)g * np * 2 / passes * 64)
                    : NULL;
-          pk_micro(j, pan, np, kc, i0, c1 - i0 < PK_MR ? (int)(c1 - i0) : PK_MR, r0, kc == 0,
-                   kc + PK_KC >= k32, pf, passes);
+          micro(j, pan, np, kc, i0, c1 - i0 < MR ? (int)(c1 - i0) : (int)MR, r0, kc == 0,
+                kc + PK_KC >= k32, pf, passes);
         }
       }
     }
@@ -1471,6 +1600,7 @@ const char *rg_matmul_kernel_name_ex(const rg_wmat_t *w, int64_t m, const rg_mat
   }
   if (w->layout == RG_WLAYOUT_BF16_PANELS)
     return "avx512-bf16 bf16 packed at load (vdpbf16ps, x in bf16)";
+  if (w->layout == RG_WLAYOUT_F16_PANELS) return "avx512 f16 packed at load (vcvtph2ps, x in f32)";
   return name_of(isa, w->type, plan_for(isa, w->type, m, w->cols, opts));
 }
 
@@ -1651,6 +1781,8 @@ rg_wlayout_t rg_matmul_preferred_layout(rg_cpu_isa_t isa, rg_dtype_t t) {
     return RG_WLAYOUT_ROWS;
   }
   if (t == RG_BF16 && got == RG_CPU_ISA_AVX512_BF16) return RG_WLAYOUT_BF16_PANELS;
+  if (t == RG_F16 && (got == RG_CPU_ISA_AVX512 || got == RG_CPU_ISA_AVX512_BF16))
+    return RG_WLAYOUT_F16_PANELS;
 #else
   (void)isa, (void)t;
 #endif
@@ -1668,7 +1800,9 @@ size_t rg_matmul_layout_bytes(rg_wlayout_t l, rg_dtype_t t, int64_t rows, int64_
     }
     return rb * (size_t)rows;
   }
-  if (l != RG_WLAYOUT_BF16_PANELS || t != RG_BF16) return 0;
+  if (!(l == RG_WLAYOUT_BF16_PANELS && t == RG_BF16) &&
+      !(l == RG_WLAYOUT_F16_PANELS && t == RG_F16))
+    return 0;
   // 32-row panels of k rounded up to 32, 2 bytes a value: at most
   // 2^26 panels of 2^32 bytes, which size_t holds.
   return (size_t)((rows + 31) / 32) * 32 * (size_t)((cols + 31) / 32 * 32) * 2;
@@ -1695,15 +1829,15 @@ rg_status_t rg_matmul_relayout(rg_pool_t *pool, const rg_wmat_t *w, rg_wlayout_t
 #if RG_X86
   rg_cpu_isa_t isa;
   RG_RETURN_IF_ERROR(rg_cpu_isa_resolve(RG_CPU_ISA_AUTO, &isa));
-  if (isa < RG_CPU_ISA_AVX512_BF16)
-    return rg_status_make(RG_UNAVAILABLE, "matmul relayout: packed bf16 panels need %s",
-                          rg_cpu_isa_missing(RG_CPU_ISA_AVX512_BF16));
+  if (isa < RG_CPU_ISA_AVX512)
+    return rg_status_make(RG_UNAVAILABLE, "matmul relayout: packed panels need %s",
+                          rg_cpu_isa_missing(RG_CPU_ISA_AVX512));
   job_t j = {.n = w->rows, .k = w->cols, .w = w->data, .type = w->type, .y = out};
   RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, w->cols, &j.row_bytes));
   rg_pool_parallel_for(pool, (size_t)((w->rows + PK_NB - 1) / PK_NB), 1, relayout_worker, &j);
   return NULL;
 #else
-  return rg_status_make(RG_UNAVAILABLE, "matmul relayout: packed bf16 panels are x86-64 code");
+  return rg_status_make(RG_UNAVAILABLE, "matmul relayout: packed panels are x86-64 code");
 #endif
 }
 
@@ -1711,13 +1845,30 @@ rg_status_t rg_matmul_relayout(rg_pool_t *pool, const rg_wmat_t *w, rg_wlayout_t
 // panel through the micro-kernels (pkw_worker).
 static rg_status_t run_packed(rg_pool_t *pool, job_t *j) {
 #if RG_X86
-  if (j->isa < RG_CPU_ISA_AVX512_BF16)
+  const rg_cpu_isa_t need = j->type == RG_F16 ? RG_CPU_ISA_AVX512 : RG_CPU_ISA_AVX512_BF16;
+  if (j->isa < need)
     return rg_status_make(RG_UNAVAILABLE,
-                          "matmul: bf16 weights packed in panels run at avx512-bf16 and above, "
-                          "and the level is %s",
-                          rg_cpu_isa_name(j->isa));
-  uint16_t *xb;
-  RG_RETURN_IF_ERROR(round_x(pool, j, 1, &xb));
+                          "matmul: %s weights packed in panels run at %s and above, and the level "
+                          "is %s",
+                          rg_dtype_name(j->type), rg_cpu_isa_name(need), rg_cpu_isa_name(j->isa));
+  uint16_t *xb = NULL;
+  float *xf = NULL;
+  if (j->type == RG_F16) {
+    // x as it is, rows padded with zeros to k rounded up to 32 (the pairs
+    // the panels hold past k are zeros, but 0 x NaN is not).
+    j->kp = (j->k + 31) / 32 * 32;
+    xf = aligned_alloc(64, (size_t)j->m * (size_t)j->kp * sizeof(float));
+    if (!xf)
+      return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to pad x (%lld x %lld)",
+                            (long long)j->m, (long long)j->k);
+    for (int64_t i = 0; i < j->m; i++) {
+      memcpy(xf + i * j->kp, j->x + i * j->k, (size_t)j->k * sizeof(float));
+      memset(xf + i * j->kp + j->k, 0, (size_t)(j->kp - j->k) * sizeof(float));
+    }
+    j->xf = xf;
+  } else {
+    RG_RETURN_IF_ERROR(round_x(pool, j, 1, &xb));
+  }
   // Panels in shares, claimed a chunk at a time as the row GEMV's groups
   // are (run_shared): a thread that falls behind (another process took its
   // core) has its share's tail taken rather than holding up the call, which
@@ -1725,13 +1876,15 @@ static rg_status_t run_packed(rg_pool_t *pool, job_t *j) {
   // bandwidth where the same kernel alone streams at 0.95-1.0. Work is a
   // panel's weights per pass of x, up to 8 passes (claim_chunk).
   const size_t panels = (size_t)((j->n + PK_NB - 1) / PK_NB);
-  const size_t passes = (size_t)((j->m + PK_MR - 1) / PK_MR);
+  const int64_t mr = j->type == RG_F16 ? PKH_MR : PK_MR;
+  const size_t passes = (size_t)((j->m + mr - 1) / mr);
   size_t grain,
       chunk = claim_chunk(pool, panels,
                           (size_t)((j->k + 31) / 32 * 32) * PK_NB * 2 * (passes < 8 ? passes : 8),
                           &grain);
   run_shared(pool, j, panels, share_count(pool, panels, grain, MAX_SHARES), chunk, pkw_worker, j);
   free(xb);
+  free(xf);
   return NULL;
 #else
   (void)pool, (void)j;
@@ -1756,11 +1909,12 @@ rg_status_t rg_matmul_ex(rg_pool_t *pool, const float *x, int64_t m, const rg_wm
   RG_RETURN_IF_ERROR(check_opts(j.isa, w->type, opts));
   j.invariant = opts && opts->batch_invariant;
   RG_RETURN_IF_ERROR(rg_dtype_row_bytes(w->type, w->cols, &j.row_bytes));
-  if (w->layout == RG_WLAYOUT_BF16_PANELS) {
+  if (w->layout != RG_WLAYOUT_ROWS) {
     // One kernel for every m; a forced path has nothing to choose.
     if (opts && opts->path != RG_MATMUL_AUTO)
       return rg_status_make(RG_INVALID_ARGUMENT,
-                            "matmul: bf16 weights packed in panels take only the auto path");
+                            "matmul: %s weights packed in panels take only the auto path",
+                            rg_dtype_name(w->type));
     return m ? run_packed(pool, &j) : NULL;
   }
   if (m == 0) return NULL;

@@ -23,11 +23,13 @@ rg_status_t rg_matmul_check(const float *x, int64_t m, const rg_wmat_t *w, const
   if (m > INT32_MAX || w->rows > INT32_MAX || w->cols > INT32_MAX)
     return rg_status_make(RG_INVALID_ARGUMENT, "matmul: shape m=%lld n=%lld k=%lld exceeds 2^31-1",
                           (long long)m, (long long)w->rows, (long long)w->cols);
-  if ((unsigned)w->layout > RG_WLAYOUT_BF16_PANELS)
+  if ((unsigned)w->layout > RG_WLAYOUT_F16_PANELS)
     return rg_status_make(RG_INVALID_ARGUMENT, "matmul: unknown weight layout %d", (int)w->layout);
-  if (w->layout == RG_WLAYOUT_BF16_PANELS && w->type != RG_BF16)
-    return rg_status_make(RG_INVALID_ARGUMENT, "matmul: %s weights have no packed-panel layout",
-                          rg_dtype_name(w->type));
+  if ((w->layout == RG_WLAYOUT_BF16_PANELS && w->type != RG_BF16) ||
+      (w->layout == RG_WLAYOUT_F16_PANELS && w->type != RG_F16))
+    return rg_status_make(RG_INVALID_ARGUMENT, "matmul: %s weights have no %s packed-panel layout",
+                          rg_dtype_name(w->type),
+                          w->layout == RG_WLAYOUT_F16_PANELS ? "f16" : "bf16");
   size_t row_bytes;
   rg_status_t s = rg_dtype_row_bytes(w->type, w->cols, &row_bytes);
   if (s)
@@ -80,11 +82,12 @@ rg_status_t rg_matmul_ref(const float *x, int64_t m, const rg_wmat_t *w, const f
   const int64_t k32 = (k + 31) / 32 * 32;
   for (int64_t j = 0; j < n; j++) {
     const unsigned char *row = (const unsigned char *)w->data + (size_t)j * row_bytes;
-    if (w->layout == RG_WLAYOUT_BF16_PANELS) {
+    if (w->layout != RG_WLAYOUT_ROWS) {
       const uint32_t *panel = (const uint32_t *)w->data + (size_t)(j / 32) * (size_t)(k32 / 2) * 32;
       for (int64_t p = 0; p < k; p++) {
         uint32_t word = panel[(size_t)(p / 2) * 32 + (size_t)(j % 32)];
-        wr[p] = rg_bf16_to_f32((uint16_t)(p % 2 ? word >> 16 : word & 0xffff));
+        uint16_t h = (uint16_t)(p % 2 ? word >> 16 : word & 0xffff);
+        wr[p] = w->layout == RG_WLAYOUT_F16_PANELS ? rg_f16_to_f32(h) : rg_bf16_to_f32(h);
       }
     } else if (rg_dtype_block_elems(w->type) == 256) {
       // The k-quants' scales are shared by a whole super-block: decode the
