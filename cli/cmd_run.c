@@ -1064,7 +1064,7 @@ typedef struct {
   double *pred;    // per row; < 0: none (see why)
   int *cal_of;     // per row: index into cal, -1: none
   char why[512];   // when a row has none
-  char note[256];  // about what the calibrations stand for ("" when nothing to add)
+  char note[768];  // about what the calibrations stand for ("" when nothing to add)
 } predict_t;
 
 // "attention[0,2) on cpu:0": the device after " on ", and the layers of the
@@ -1087,6 +1087,39 @@ static int worker_side(const backend_t *b, const char *worker) {
   return -1;
 }
 
+// Workers that share a device (two local workers on cpu:0) split its cores
+// and memory bandwidth whenever their work overlaps, which the cost model,
+// pricing each stage on the device alone, does not see: say so beside the
+// table, where measured / predicted then reads up to about the number of
+// workers sharing it (attention-ffn in ping-pong on one 2-core CPU:
+// 1.7-2.8 for the 1b model's chat workload).
+static void note_shared_devices(const backend_t *b, predict_t *P) {
+  for (int i = 0; i < b->n_roles; i++) {
+    if (b->roles[i].role == RG_CLUSTER_ROLE_TIER) continue;
+    int first = 1, n = 0;
+    for (int j = 0; j < i; j++)
+      if (b->roles[j].role != RG_CLUSTER_ROLE_TIER &&
+          !strcmp(b->roles[j].device, b->roles[i].device))
+        first = 0;
+    if (!first) continue;
+    char names[256] = "";
+    for (int j = i; j < b->n_roles; j++)
+      if (b->roles[j].role != RG_CLUSTER_ROLE_TIER &&
+          !strcmp(b->roles[j].device, b->roles[i].device)) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, "%s%s", n ? " and " : "", b->roles[j].name);
+        n++;
+      }
+    if (n < 2) continue;
+    size_t len = strlen(P->note);
+    snprintf(P->note + len, sizeof P->note - len,
+             "%s%s share %s: each stage is predicted with the device to itself, and while "
+             "their work overlaps they split its cores and memory bandwidth, so measured / "
+             "predicted reads up to about %d there",
+             len ? "; " : "", names, b->roles[i].device, n);
+  }
+}
+
 // The calibrated class of every device that runs stages, before the run
 // (profiling one during it, or beside busy workers, would measure the run).
 static void calibrate_devices(const run_args_t *a, const rg_cli_common_t *common,
@@ -1103,6 +1136,8 @@ static void calibrate_devices(const run_args_t *a, const rg_cli_common_t *common
     snprintf(P->note, sizeof P->note,
              "workers joined by hand may run on other hosts: each is predicted on this host's "
              "device of the same name");
+  else
+    note_shared_devices(b, P);
   rg_catalog_t *cat = NULL;
   rg_status_t cs = rg_catalog_load(common->config_dir, &cat);
   if (cs) {

@@ -434,7 +434,8 @@ RG_TEST(cli_run_predicted_column_is_the_cost_model_on_the_calibrated_class) {
 // Across workers, a call made after its worker waited for another's data is
 // cold: the FFN worker waits for every layer's hidden states, so its calls
 // are counted, and each adds the class's `cold` figure to the prediction.
-// The same run on a class without it predicts that much less.
+// The same run on a class without it predicts that much less. The two
+// workers share cpu:0, which the prediction's note says.
 RG_TEST(cli_run_cold_calls_across_workers_add_the_cold_figure) {
   char model[2048];
   if (!cache_env(t, model, sizeof model)) return;
@@ -471,6 +472,10 @@ RG_TEST(cli_run_cold_calls_across_workers_add_the_cold_figure) {
       }
     }
     RG_CHECK(seen);
+    // Both workers run on cpu:0: the report says the predictions do not
+    // see them sharing it.
+    const cJSON *pr = cJSON_GetObjectItem(j, "prediction");
+    RG_CHECK_CONTAINS(str(pr, "note"), "w0-attention and w1-ffn share cpu:0");
     cJSON_Delete(j);
   }
   // The prediction without the cold part is the same in both runs (same
