@@ -708,6 +708,15 @@ TRANSPORT_CASE(rma_corrupted_bit_detected) {
   pair_close(t, &p);
 }
 
+// A pair for KV pages whose writes are cut into `chunk`-byte chunks (0: the
+// transport's default).
+static bool kv_pair_open(rg_test_ctx_t *t, where_t w, uint64_t chunk, pair_t *p) {
+  g_chunk_bytes = chunk;
+  bool open = pair_open(t, p, w, b_rma);
+  g_chunk_bytes = 0;
+  return open;
+}
+
 // A write larger than one chunk arrives whole: with 8 KiB chunks the 48 KiB
 // of pages take 6 chunks of whole runs; with 384-byte chunks the 512-byte
 // runs are cut into pieces across 128 chunks. B clears its cache before each
@@ -715,11 +724,8 @@ TRANSPORT_CASE(rma_corrupted_bit_detected) {
 TRANSPORT_CASE(rma_chunked_write_arrives_whole) {
   static const uint64_t sizes[] = {8192, 384};
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-    g_chunk_bytes = sizes[i];
     pair_t p;
-    bool open = pair_open(t, &p, w, b_rma);
-    g_chunk_bytes = 0;
-    if (!open) return;
+    if (!kv_pair_open(t, w, sizes[i], &p)) return;
     if (p.ep) {
       kv_src_t k;
       kv_src_init(t, &p, &k);
@@ -737,11 +743,8 @@ TRANSPORT_CASE(rma_chunked_write_arrives_whole) {
 // the request fails naming that chunk once the write's other chunks are in,
 // and none of them is left over to confuse the next write, which is clean.
 TRANSPORT_CASE(rma_corrupted_middle_chunk_detected) {
-  g_chunk_bytes = 8192;
   pair_t p;
-  bool open = pair_open(t, &p, w, b_rma);
-  g_chunk_bytes = 0;
-  if (!open) return;
+  if (!kv_pair_open(t, w, 8192, &p)) return;
   if (p.ep) {
     kv_src_t k;
     kv_src_init(t, &p, &k);
@@ -771,11 +774,8 @@ TRANSPORT_CASE(rma_corrupted_middle_chunk_detected) {
 TRANSPORT_CASE(rma_gathered_write_arrives_whole) {
   static const uint64_t sizes[] = {0, 8192};
   for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-    g_chunk_bytes = sizes[i];
     pair_t p;
-    bool open = pair_open(t, &p, w, b_rma);
-    g_chunk_bytes = 0;
-    if (!open) return;
+    if (!kv_pair_open(t, w, sizes[i], &p)) return;
     if (p.ep) {
       kv_src_t k;
       kv_src_init(t, &p, &k);

@@ -796,6 +796,13 @@ __attribute__((target(T_AVX512))) static void pk_pack(const job_t *j, int64_t r0
   }
 }
 
+// The masks of y's columns [r0, r0 + 16) and [r0 + 16, r0 + 32) below n.
+static inline void pk_col_masks(const job_t *j, int64_t r0, __mmask16 *m0, __mmask16 *m1) {
+  const int64_t cols = j->n - r0 < PK_NB ? j->n - r0 : PK_NB;
+  *m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
+  *m1 = cols >= 32 ? (__mmask16)0xffff : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1) : 0;
+}
+
 // Rows [i0, i0 + mv) of x (mv <= MR <= PK_MR) against a packed panel of np
 // pairs from value kc on (kc a multiple of PK_KC): y's columns [r0, r0 +
 // PK_NB) (those below n) get the panel's sums, added to what they hold
@@ -809,11 +816,8 @@ __attribute__((target(T_AVX512))) static void pk_pack(const job_t *j, int64_t r0
 __attribute__((target(T_AVX512BF16), always_inline)) static inline void pk_micro_mr(
     const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0,
     int first, int last, const uint32_t *pf, int pf_div, const int MR) {
-  const int64_t cols = j->n - r0 < PK_NB ? j->n - r0 : PK_NB;
-  const __mmask16 m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
-  const __mmask16 m1 = cols >= 32  ? (__mmask16)0xffff
-                       : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1)
-                                   : 0;
+  __mmask16 m0, m1;
+  pk_col_masks(j, r0, &m0, &m1);
   __m512 acc[PK_MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; i++) {
@@ -860,29 +864,28 @@ __attribute__((target(T_AVX512BF16), always_inline)) static inline void pk_micro
   }
 }
 
-#define PK_MICRO_MR(R)                                                                             \
-  __attribute__((target(T_AVX512BF16))) static void pk_micro##R(                                   \
+// The micro-kernels' instantiations, one per MR, and per number of rows of
+// x the narrowest that holds them (f16's below take the same form).
+typedef void (*pk_micro_fn)(const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0,
+                            int mv, int64_t r0, int first, int last, const uint32_t *pf,
+                            int pf_div);
+#define PK_MICRO_MR(NAME, TARGET, R)                                                               \
+  __attribute__((target(TARGET))) static void NAME##R(                                             \
       const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0, \
       int first, int last, const uint32_t *pf, int pf_div) {                                       \
-    pk_micro_mr(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div, R);                           \
+    NAME##_mr(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div, R);                             \
   }
-PK_MICRO_MR(1)
-PK_MICRO_MR(2)
-PK_MICRO_MR(4)
-PK_MICRO_MR(8)
-#undef PK_MICRO_MR
+PK_MICRO_MR(pk_micro, T_AVX512BF16, 1)
+PK_MICRO_MR(pk_micro, T_AVX512BF16, 2)
+PK_MICRO_MR(pk_micro, T_AVX512BF16, 4)
+PK_MICRO_MR(pk_micro, T_AVX512BF16, 8)
+static const pk_micro_fn pk_micro_for[PK_MR + 1] = {
+    NULL, pk_micro1, pk_micro2, pk_micro4, pk_micro4, pk_micro8, pk_micro8, pk_micro8, pk_micro8};
 
 // mv rows of x (1 to PK_MR) on the narrowest instantiation that holds them.
 static void pk_micro(const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0,
                      int mv, int64_t r0, int first, int last, const uint32_t *pf, int pf_div) {
-  if (mv == 1)
-    pk_micro1(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
-  else if (mv == 2)
-    pk_micro2(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
-  else if (mv <= 4)
-    pk_micro4(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
-  else
-    pk_micro8(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
+  pk_micro_for[mv](j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
 }
 
 // The same panels holding f16 (RG_WLAYOUT_F16_PANELS), widened by
@@ -899,11 +902,8 @@ enum { PKH_MR = 4 };
 __attribute__((target(T_AVX512), always_inline)) static inline void pkh_micro_mr(
     const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0,
     int first, int last, const uint32_t *pf, int pf_div, const int MR) {
-  const int64_t cols = j->n - r0 < PK_NB ? j->n - r0 : PK_NB;
-  const __mmask16 m0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
-  const __mmask16 m1 = cols >= 32  ? (__mmask16)0xffff
-                       : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1)
-                                   : 0;
+  __mmask16 m0, m1;
+  pk_col_masks(j, r0, &m0, &m1);
   __m512 acc[PKH_MR][4];
 #pragma GCC unroll 4
   for (int i = 0; i < MR; i++)
@@ -957,27 +957,12 @@ __attribute__((target(T_AVX512), always_inline)) static inline void pkh_micro_mr
   }
 }
 
-#define PKH_MICRO_MR(R)                                                                            \
-  __attribute__((target(T_AVX512))) static void pkh_micro##R(                                      \
-      const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0, int mv, int64_t r0, \
-      int first, int last, const uint32_t *pf, int pf_div) {                                       \
-    pkh_micro_mr(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div, R);                          \
-  }
-PKH_MICRO_MR(1)
-PKH_MICRO_MR(2)
-PKH_MICRO_MR(4)
-#undef PKH_MICRO_MR
-
-// mv rows of x (1 to PKH_MR) on the narrowest instantiation that holds them.
-static void pkh_micro(const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0,
-                      int mv, int64_t r0, int first, int last, const uint32_t *pf, int pf_div) {
-  if (mv == 1)
-    pkh_micro1(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
-  else if (mv == 2)
-    pkh_micro2(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
-  else
-    pkh_micro4(j, pan, np, kc, i0, mv, r0, first, last, pf, pf_div);
-}
+PK_MICRO_MR(pkh_micro, T_AVX512, 1)
+PK_MICRO_MR(pkh_micro, T_AVX512, 2)
+PK_MICRO_MR(pkh_micro, T_AVX512, 4)
+#undef PK_MICRO_MR
+static const pk_micro_fn pkh_micro_for[PKH_MR + 1] = {NULL, pkh_micro1, pkh_micro2, pkh_micro4,
+                                                      pkh_micro4};
 
 // x rounded to bf16 in blocks of PK_KC values: block b of row i at
 // (b * m + i) * PK_KC, zeros past k.
@@ -1071,7 +1056,7 @@ static void pkw_panels(const job_t *j, size_t b, size_t e) {
   const size_t total = (size_t)((j->n + PK_NB - 1) / PK_NB);
   const uint32_t *w = (const uint32_t *)j->w;
   const bool f16 = j->type == RG_F16;
-  const pk_micro_fn micro = f16 ? pkh_micro : pk_micro;
+  const pk_micro_fn *micro_for = f16 ? pkh_micro_for : pk_micro_for;
   const int64_t MR = f16 ? PKH_MR : PK_MR;
   for (size_t blk = b; blk < e; blk++) {
     const int64_t r0 = (int64_t)blk * PK_NB;
@@ -1093,8 +1078,8 @@ static void pkw_panels(const job_t *j, size_t b, size_t e) {
                              : next
                                  ? (const uint32_t *)((const char *)next + g * np * 2 / passes * 64)
                                  : NULL;
-        micro(j, panel, np, 0, i0, j->m - i0 < MR ? (int)(j->m - i0) : (int)MR, r0, 1, 1, pf,
-              passes);
+        const int mv = j->m - i0 < MR ? (int)(j->m - i0) : (int)MR;
+        micro_for[mv](j, panel, np, 0, i0, mv, r0, 1, 1, pf, passes);
       }
       continue;
     }
@@ -1102,7 +1087,7 @@ static void pkw_panels(const job_t *j, size_t b, size_t e) {
       // One pass over the rows of x: the whole panel in one call, its sums
       // in registers, the stream asked PKW_AHEAD bytes ahead from 5 rows.
       const uint32_t *pf = j->m >= PKW_PREFETCH_FROM_M ? panel + PKW_AHEAD / 4 : NULL;
-      micro(j, panel, k32 / 2, 0, 0, (int)j->m, r0, 1, 1, pf, 1);
+      micro_for[j->m](j, panel, k32 / 2, 0, 0, (int)j->m, r0, 1, 1, pf, 1);
       continue;
     }
     for (int64_t c0 = 0; c0 < j->m; c0 += PK_MC) {
@@ -1121,8 +1106,8 @@ static void pkw_panels(const job_t *j, size_t b, size_t e) {
           const uint32_t *pf =
               more ? (const uint32_t *)((const char *)next + (int64_t)g * np * 2 / passes * 64)
                    : NULL;
-          micro(j, pan, np, kc, i0, c1 - i0 < MR ? (int)(c1 - i0) : (int)MR, r0, kc == 0,
-                kc + PK_KC >= k32, pf, passes);
+          const int mv = c1 - i0 < MR ? (int)(c1 - i0) : (int)MR;
+          micro_for[mv](j, pan, np, kc, i0, mv, r0, kc == 0, kc + PK_KC >= k32, pf, passes);
         }
       }
     }
