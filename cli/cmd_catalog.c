@@ -176,6 +176,9 @@ static void print_efficiency(const rg_device_class_t *c) {
   if (c->eff_attention > 0)
     printf("    attention  %.0f%% of peak bandwidth (decode attention over paged KV)\n",
            c->eff_attention * 100);
+  if (c->eff_attention_compute > 0)
+    printf("    attention  %.0f%% of the bf16 peak (a prompt's QK^T and PV)\n",
+           c->eff_attention_compute * 100);
   if (c->eff_attention_ctx.n > 0) {
     printf("    attention  by context:");
     for (int i = 0; i < c->eff_attention_ctx.n; i++)

@@ -354,6 +354,9 @@ static rg_status_t print_text(FILE *f, const rg_profile_result_t *r, const char 
     fprintf(f, "  %-10s %.2f: %s\n", "streaming", d->eff_memory, d->eff_memory_why);
   if (d->eff_attention > 0)
     fprintf(f, "  %-10s %.2f: %s\n", "attention", d->eff_attention, d->eff_attention_why);
+  if (d->eff_attention_compute > 0)
+    fprintf(f, "  %-10s %.2f: %s\n", "prompt att", d->eff_attention_compute,
+            d->eff_attention_compute_why);
   if (d->n_attn) {
     fprintf(f, "  %-10s by context:", "");
     for (int i = 0; i < d->n_attn; i++)
@@ -474,6 +477,8 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
     rg_json_num(c, "datasheet_bandwidth", d->sheet.bandwidth, &bad);
     if (d->eff_memory > 0) rg_json_num(c, "efficiency_memory", d->eff_memory, &bad);
     if (d->eff_attention > 0) rg_json_num(c, "efficiency_attention", d->eff_attention, &bad);
+    if (d->eff_attention_compute > 0)
+      rg_json_num(c, "efficiency_attention_compute", d->eff_attention_compute, &bad);
     if (d->n_attn) {
       cJSON *ac = rg_json_arr(c, "efficiency_attention_by_context", &bad);
       for (int i = 0; i < d->n_attn; i++) {

@@ -450,11 +450,13 @@ static rg_status_t rg_read_efficiency(const rg_node_t *root, rg_device_class_t *
   RG_RETURN_IF_ERROR(rg_want(root, "efficiency", "device class", 0, NULL, &e));
   if (!e) return NULL;
   static const char *const keys[] = {
-      "compute", "memory",  "memory_by_m", "attention", "attention_by_context",
-      "link",    "experts", "source",      NULL};
+      "compute",           "memory", "memory_by_m", "attention", "attention_by_context",
+      "attention_compute", "link",   "experts",     "source",    NULL};
   RG_RETURN_IF_ERROR(rg_node_check_keys(e, keys, "efficiency"));
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "memory", &c->eff_memory));
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "attention", &c->eff_attention));
+  RG_RETURN_IF_ERROR(
+      rg_read_fraction(e, "efficiency", "attention_compute", &c->eff_attention_compute));
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "link", &c->eff_link));
   RG_RETURN_IF_ERROR(rg_read_fraction(e, "efficiency", "experts", &c->eff_experts));
   RG_RETURN_IF_ERROR(rg_read_text(e, "efficiency", "efficiency", "source", 0, c->eff_source,

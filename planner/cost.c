@@ -216,10 +216,10 @@ typedef struct {
   double hop;        // one pipeline boundary
 } stage_t;
 
-static void kernel_scaled(const rg_device_class_t *c, rg_dtype_t dt, double m, double flops,
-                          double bytes, double eff_mem, double scale, stage_t *s) {
-  double peak = rg_class_peak(c, dt) * rg_class_eff_compute(c, dt, m < 1 ? 1 : m) * scale;
-  eff_mem *= scale;
+// A kernel at compute efficiency eff_c of the class's peak for dt.
+static void kernel_at(const rg_device_class_t *c, rg_dtype_t dt, double eff_c, double flops,
+                      double bytes, double eff_mem, stage_t *s) {
+  double peak = rg_class_peak(c, dt) * eff_c;
   double tc = flops > 0 ? (peak > 0 ? flops / peak : INFINITY) : 0;
   double tm = bytes / (c->mem[0].bandwidth * eff_mem);
   if (tc >= tm)
@@ -228,9 +228,29 @@ static void kernel_scaled(const rg_device_class_t *c, rg_dtype_t dt, double m, d
     s->mem += tm;
 }
 
+static void kernel_scaled(const rg_device_class_t *c, rg_dtype_t dt, double m, double flops,
+                          double bytes, double eff_mem, double scale, stage_t *s) {
+  kernel_at(c, dt, rg_class_eff_compute(c, dt, m < 1 ? 1 : m) * scale, flops, bytes,
+            eff_mem * scale, s);
+}
+
 static void kernel_eff(const rg_device_class_t *c, rg_dtype_t dt, double m, double flops,
                        double bytes, double eff_mem, stage_t *s) {
   kernel_scaled(c, dt, m, flops, bytes, eff_mem, 1, s);
+}
+
+// Prefill attention's core (q new tokens a sequence, q > 1): its FLOPs at
+// the class's measured rate for them where it has one
+// (eff_attention_compute), else as a matmul of m rows. Decode's core is
+// priced by its KV reads (eff_attention), which its calibration measures.
+static void attention_core(const rg_device_class_t *c, double q, double m, double flops,
+                           double bytes, double eff_mem, stage_t *s) {
+  const double ec = c->eff_attention_compute;
+  if (!(ec > 0) || q <= 1) {
+    kernel_eff(c, RG_BF16, m, flops, bytes, eff_mem, s);
+    return;
+  }
+  kernel_at(c, RG_BF16, ec, flops, bytes, eff_mem, s);
 }
 
 static void kernel(const rg_device_class_t *c, rg_dtype_t dt, double m, double flops, double bytes,
@@ -396,8 +416,8 @@ static rg_status_t stage_cost(const rg_plan_request_t *req, const rg_arch_t *a, 
     // Its matmuls multiply each KV head by the queries that share it: q
     // tokens times the heads per KV head (GQA), or every head (MLA's latent).
     double group = a->mla ? (double)a->n_heads : (double)a->n_heads / (double)a->n_kv_heads;
-    kernel_eff(c, RG_BF16, q * group, co->flops * scale * fs / tp, kv + act * ea / c->eff_memory,
-               ea, out);
+    attention_core(c, q, q * group, co->flops * scale * fs / tp, kv + act * ea / c->eff_memory, ea,
+                   out);
     slot_figures(c, RG_SLOT_ATTENTION, c0, m0, Ls, Ta, out);
   }
   if (runs[RG_SLOT_FFN]) {

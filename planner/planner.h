@@ -151,6 +151,13 @@ struct rg_device_class_s {
   // token what long ones spread (128 positions 0.73x the rate at 4096 on
   // this project's CPU). n = 0: eff_attention at every context.
   rg_eff_curve_t eff_attention_ctx;
+  // Prefill attention's multiplies (QK^T and PV over a prompt, causal): their
+  // FLOP rate over the class's bf16 peak (`efficiency.attention_compute`,
+  // measured by `ridge profile`). A CPU's flash attention, with its softmax
+  // between two small GEMMs per tile, runs at a fraction of its matmuls'
+  // rate (0.2 of the vdpbf16ps peak on this project's Zen 4 against 0.75).
+  // 0: as the matmuls (eff_compute at their rows).
+  double eff_attention_compute;
   // Fraction of a link's bandwidth collectives (all-reduce, all-to-all)
   // reach (0: 1).
   double eff_link;

@@ -443,6 +443,11 @@ static void measure_launch(prof_t *P) {
   }
 }
 
+// The prompt the prefill attention is measured on: long enough that its
+// multiplies, not each tile's fixed work, decide the rate (on the 1b model's
+// shapes a Zen 4 VM ran 130 GFLOP/s at 500 tokens, 175-180 from 1500).
+enum { ATTN_PREFILL_TOKENS = 1024 };
+
 static void measure_attention(prof_t *P) {
   rg_profile_result_t *r = P->r;
   r->kv = RG_BF16;
@@ -462,6 +467,17 @@ static void measure_attention(prof_t *P) {
     r->attn_rate[r->n_ctx++] = m.rate;
   }
   if (s) skip(r->attn_reason, sizeof r->attn_reason, s);
+  // A prompt's attention, whose multiplies the planner prices apart from
+  // the matmuls' (a CPU's runs at a fraction of their rate).
+  r->attn_prefill_tokens = ATTN_PREFILL_TOKENS;
+  progress(P, "attention, a %lld-token prompt", (long long)r->attn_prefill_tokens);
+  rg_opencl_measure_t m;
+  s = rg_opencl_measure_attention_prefill(P->dev, r->kv, r->attn_prefill_tokens, r->n_heads,
+                                          r->n_kv_heads, r->head_dim, P->p->reps, &m);
+  if (s)
+    skip(r->attn_prefill_reason, sizeof r->attn_prefill_reason, s);
+  else
+    r->attn_prefill_rate = m.rate;
 }
 
 // ----- Matmul sweep ---------------------------------------------------------------------
@@ -867,6 +883,20 @@ static void derive(rg_profile_result_t *r, const rg_profile_class_t *cls) {
     if (d->eff_memory > 0 && mm->m[0] == 1)
       for (int j = 0; j < mm->n && mm->m[j] <= RG_PROFILE_MEM_MAX_M; j++)
         c->mem[c->n_mem++] = clamp_eff(mm->stream[j] / d->bandwidth);
+  }
+  // A prompt's attention over the peak the bf16 curve is a fraction of,
+  // the one the planner divides its multiplies by.
+  for (int i = 0; i < RG_PROFILE_DTYPES && r->attn_prefill_rate > 0; i++) {
+    const rg_profile_curve_t *c = &d->curve[i];
+    if (c->compute != RG_BF16 || c->n == 0 || !(c->peak > 0)) continue;
+    const double e = r->attn_prefill_rate / c->peak;
+    d->eff_attention_compute = clamp_eff(e);
+    snprintf(d->eff_attention_compute_why, sizeof d->eff_attention_compute_why,
+             "a %lld-token prompt's attention (QK^T and PV, causal) at %s over the bf16 peak, %s",
+             (long long)r->attn_prefill_tokens,
+             rg_fmt_quantity(r->attn_prefill_rate, RG_UNIT_FLOPS, b, sizeof b),
+             rg_fmt_quantity(c->peak, RG_UNIT_FLOPS, b2, sizeof b2));
+    break;
   }
 }
 
@@ -1379,6 +1409,7 @@ void rg_profile_apply(const rg_profile_result_t *r, rg_device_class_t *c) {
   if (d->bandwidth > 0 && c->n_mem > 0) c->mem[0].bandwidth = d->bandwidth;
   if (d->eff_memory > 0) c->eff_memory = d->eff_memory;
   if (d->eff_attention > 0) c->eff_attention = d->eff_attention;
+  if (d->eff_attention_compute > 0) c->eff_attention_compute = d->eff_attention_compute;
   c->eff_attention_ctx.n = d->n_attn;
   for (int i = 0; i < d->n_attn; i++)
     c->eff_attention_ctx.pt[i].m = (double)d->attn_ctx[i],
@@ -1491,7 +1522,7 @@ rg_status_t rg_profile_run(rg_device_t *dev, const rg_profile_options_t *opts,
   // footprint on (a GPU's L2 is tens of MiB); one in the host's, from twice
   // the host's largest cache.
   r->decode_past_cache = !P.host_memory || P.mem_footprint >= 2 * rg_limits_host_cache_bytes();
-  P.total = 1 + 1 + 3 + 1 + 1 + P.p->n_ctx + RG_PROFILE_DTYPES * (1 + P.p->n_m) +
+  P.total = 1 + 1 + 3 + 1 + 1 + P.p->n_ctx + 1 + RG_PROFILE_DTYPES * (1 + P.p->n_m) +
             (opts->stage_model != NULL);
   for (int i = 0; i < RG_PROFILE_DTYPES; i++) {
     r->matmul[i].dtype = profile_dtypes[i];
@@ -1667,6 +1698,8 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
             "read bandwidth (a decode batch's kernel need not stream as batch 1's does).\n",
             RG_PROFILE_MEM_MAX_M);
   if (d->eff_attention > 0) fprintf(f, "# efficiency.attention: %s.\n", d->eff_attention_why);
+  if (d->eff_attention_compute > 0)
+    fprintf(f, "# efficiency.attention_compute: %s.\n", d->eff_attention_compute_why);
   if (d->n_attn)
     fprintf(f,
             "# efficiency.attention_by_context: the same at each context measured, which the\n"
@@ -1756,10 +1789,12 @@ rg_status_t rg_profile_write_class(const rg_profile_result_t *r, FILE *f) {
     fprintf(f, "memory:\n  - { name: %s, bandwidth: %s }   # datasheet %s\n", d->sheet.tier,
             rg_fmt_quantity(d->bandwidth, RG_UNIT_BANDWIDTH, q, sizeof q),
             rg_fmt_quantity(d->sheet.bandwidth, RG_UNIT_BANDWIDTH, q2, sizeof q2));
-  if (d->eff_memory > 0 || d->eff_attention > 0 || n_curves) {
+  if (d->eff_memory > 0 || d->eff_attention > 0 || d->eff_attention_compute > 0 || n_curves) {
     fprintf(f, "efficiency:\n");
     if (d->eff_memory > 0) fprintf(f, "  memory: %.3g\n", d->eff_memory);
     if (d->eff_attention > 0) fprintf(f, "  attention: %.3g\n", d->eff_attention);
+    if (d->eff_attention_compute > 0)
+      fprintf(f, "  attention_compute: %.3g\n", d->eff_attention_compute);
     for (int i = 0; i < d->n_attn; i++)
       fprintf(f, "%s%lld: %.3g", i ? ", " : "  attention_by_context: { ", (long long)d->attn_ctx[i],
               d->attn_eff[i]);

@@ -223,6 +223,10 @@ typedef struct {
   char eff_memory_why[160];
   double eff_attention;  // 0: not measured
   char eff_attention_why[160];
+  // A prompt's attention FLOP rate over the bf16 peak
+  // (efficiency.attention_compute); 0: not measured.
+  double eff_attention_compute;
+  char eff_attention_compute_why[200];
   // The same at each context measured (n_attn > 1), for
   // efficiency.attention_by_context; 0: one context or none.
   int n_attn;
@@ -264,6 +268,10 @@ typedef struct {
   int64_t ctx[RG_PROFILE_MAX_CTX];
   double attn_rate[RG_PROFILE_MAX_CTX];  // KV bytes read per second
   char attn_reason[200];
+  // A prompt's causal attention: one sequence of attn_prefill_tokens.
+  int64_t attn_prefill_tokens;
+  double attn_prefill_rate;  // FLOP/s; 0: not measured (attn_prefill_reason)
+  char attn_prefill_reason[200];
   rg_profile_stages_t stages;
   rg_profile_derived_t cls;
 } rg_profile_result_t;

@@ -751,6 +751,40 @@ RG_TEST(planner_attention_by_context_prices_each_context) {
     refuses_calibrated(t, bad[i].eff, bad[i].error);
 }
 
+// attention_compute prices a prompt's attention multiplies at their own
+// measured rate (a CPU's flash attention runs at a fraction of its
+// matmuls'): a class measuring 0.2 prices a 2048-token prompt's attention
+// stage slower than the same class without it, by about its core's share;
+// decode attention, priced by its KV reads, does not move; a fraction above
+// 1 is refused with its position.
+RG_TEST(planner_attention_compute_prices_prompt_attention) {
+  fx_t *f;
+  const rg_device_class_t *c = calibrated_h100(
+      t,
+      "name: h100-sxm\n"
+      "measured: { by: ridge profile, date: 2025-06-01, device: 'cuda:0 NVIDIA H100 80GB HBM3' }\n"
+      "efficiency: { memory: 0.9, attention: 0.8, attention_compute: 0.2 }\n",
+      &f);
+  RG_REQUIRE(c);
+  RG_CHECK_NEAR(c->eff_attention_compute, 0.2, 1e-12);
+  rg_device_class_t plain = *c;
+  plain.eff_attention_compute = 0;
+  rg_group_t g = {"main", c, 1, 1, 1, 1}, g0 = {"main", &plain, 1, 1, 1, 1};
+  double p, p0, d, d0;
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_PREFILL, 1, 2048, 0, 0, &p));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g0, RG_SLOT_ATTENTION, RG_PHASE_PREFILL, 1, 2048, 0, 0, &p0));
+  RG_CHECK(p > 1.2 * p0);
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 64, 1, 2048, 0, &d));
+  RG_REQUIRE_OK(
+      rg_slot_step_time(&f->req, &g0, RG_SLOT_ATTENTION, RG_PHASE_DECODE, 64, 1, 2048, 0, &d0));
+  RG_CHECK_NEAR(d, d0, 1e-12 * d);
+  fx_close(f);
+  refuses_calibrated(t, "efficiency: { attention_compute: 1.5 }\n", "efficiency.attention_compute");
+}
+
 // overhead.first_by_op splits what a fresh process pays once by the op
 // kinds that paid it: a process running some kinds pays theirs (each kind
 // once), one listing none of them pays nothing, and a class without the

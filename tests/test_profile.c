@@ -155,6 +155,9 @@ static void check_figures(rg_test_ctx_t *t, const cJSON *j, const rg_device_clas
   RG_CHECK((positive(em) && em <= 1) ||
            (isnan(em) && cJSON_IsTrue(cJSON_GetObjectItem(j, "quick"))));
   RG_CHECK(positive(ea) && ea <= 1);
+  // A prompt's attention over the bf16 peak.
+  const double eac = num(cal, "efficiency_attention_compute");
+  RG_CHECK(positive(eac) && eac <= 1);
   const cJSON *stages = cJSON_GetObjectItem(cal, "stages");
   if (stages) {
     // The ops a layer floor stood for run inside the stages, priced there.
@@ -248,6 +251,7 @@ static void check_loaded(rg_test_ctx_t *t, const char *dir, const cJSON *j) {
   else
     RG_CHECK_NEAR(c->eff_memory, num(cal, "efficiency_memory"), 0.006);
   RG_CHECK_NEAR(c->layer_floor, num(cal, "overhead_layer_seconds"), 0.006);
+  RG_CHECK_NEAR(c->eff_attention_compute, num(cal, "efficiency_attention_compute"), 0.006);
   // Attention's efficiency at each context measured, which the cost model
   // reads by a step's context.
   const cJSON *ac = cJSON_GetObjectItem(cal, "efficiency_attention_by_context"), *ap;

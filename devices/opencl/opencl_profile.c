@@ -163,28 +163,36 @@ rg_status_t rg_opencl_measure_host_copy(rg_device_t *dev, size_t bytes, int to_d
 
 // ----- Attention -------------------------------------------------------------------------
 
-rg_status_t rg_opencl_measure_attention(rg_device_t *dev, rg_dtype_t kv, int64_t n_seqs,
-                                        int64_t context, int64_t n_heads, int64_t n_kv_heads,
-                                        int64_t head_dim, int reps, rg_opencl_measure_t *out) {
-  if (!dev || !out || n_seqs < 1 || context < 1 || n_kv_heads < 1 || head_dim < 1 ||
-      n_heads % n_kv_heads || (kv != RG_F32 && kv != RG_BF16 && kv != RG_F16))
+// n_seqs sequences of `context` positions, the last `tokens` of each new in
+// this step (1: decode; more: a prompt's causal attention).
+static rg_status_t measure_attention(rg_device_t *dev, rg_dtype_t kv, int64_t n_seqs,
+                                     int64_t context, int64_t tokens, int64_t n_heads,
+                                     int64_t n_kv_heads, int64_t head_dim, int reps,
+                                     rg_opencl_measure_t *out) {
+  if (!dev || !out || n_seqs < 1 || context < 1 || tokens < 1 || tokens > context ||
+      n_kv_heads < 1 || head_dim < 1 || n_heads % n_kv_heads ||
+      (kv != RG_F32 && kv != RG_BF16 && kv != RG_F16))
     return rg_status_make(RG_INVALID_ARGUMENT, "rg_opencl_measure_attention: bad arguments");
   if (reps <= 0) reps = 5;
   const int64_t bs = 16, per_seq = (context + bs - 1) / bs, blocks = per_seq * n_seqs;
+  const int64_t n_tok = n_seqs * tokens;
   size_t es = kv == RG_F32 ? 4 : 2;
   size_t pool = (size_t)(blocks * n_kv_heads * bs * head_dim) * es;
-  size_t qbytes = (size_t)(n_seqs * n_heads * head_dim) * 4;
-  int32_t *meta = malloc((size_t)(3 * n_seqs + 1 + blocks) * sizeof(int32_t));
+  size_t qbytes = (size_t)(n_tok * n_heads * head_dim) * 4;
+  const size_t n_meta = (size_t)(2 * n_tok + n_seqs + 1 + blocks);
+  int32_t *meta = malloc(n_meta * sizeof(int32_t));
   rg_buffer_t *k = NULL, *v = NULL, *mb = NULL, *q = NULL, *o = NULL;
   rg_queue_t *qu = NULL;
   rg_status_t s = meta ? NULL : rg_status_make(RG_OUT_OF_MEMORY, "no host memory");
   if (!s) {
-    // seq (n_seqs), pos (n_seqs), table_off (n_seqs + 1), table (blocks),
+    // seq (n_tok), pos (n_tok), table_off (n_seqs + 1), table (blocks),
     // the blocks handed out interleaved as a scheduler's free list would.
-    int32_t *seq = meta, *pos = seq + n_seqs, *off = pos + n_seqs, *table = off + n_seqs + 1;
+    int32_t *seq = meta, *pos = seq + n_tok, *off = pos + n_tok, *table = off + n_seqs + 1;
     for (int64_t i = 0; i < n_seqs; i++) {
-      seq[i] = (int32_t)i;
-      pos[i] = (int32_t)(context - 1);
+      for (int64_t t = 0; t < tokens; t++) {
+        seq[i * tokens + t] = (int32_t)i;
+        pos[i * tokens + t] = (int32_t)(context - tokens + t);
+      }
       off[i] = (int32_t)(i * per_seq);
     }
     off[n_seqs] = (int32_t)blocks;
@@ -194,10 +202,10 @@ rg_status_t rg_opencl_measure_attention(rg_device_t *dev, rg_dtype_t kv, int64_t
     s = rg_buffer_alloc(dev, pool, &k);
   }
   if (!s) s = rg_buffer_alloc(dev, pool, &v);
-  if (!s) s = rg_buffer_alloc(dev, (size_t)(3 * n_seqs + 1 + blocks) * 4, &mb);
+  if (!s) s = rg_buffer_alloc(dev, n_meta * 4, &mb);
   if (!s) s = rg_buffer_alloc(dev, qbytes, &q);
   if (!s) s = rg_buffer_alloc(dev, qbytes, &o);
-  if (!s) s = rg_buffer_write(mb, 0, meta, (size_t)(3 * n_seqs + 1 + blocks) * 4);
+  if (!s) s = rg_buffer_write(mb, 0, meta, n_meta * 4);
   if (!s) s = rg_queue_create(dev, &qu);
   // Zeros: ordinary values for every type, no denormals.
   if (!s) {
@@ -209,13 +217,13 @@ rg_status_t rg_opencl_measure_attention(rg_device_t *dev, rg_dtype_t kv, int64_t
   }
   rg_op_t op = {.kind = RG_OP_ATTENTION, .label = "measure"};
   op.attention.kv = (rg_kv_ref_t){{k, 0}, {v, 0}, kv, blocks, bs, n_kv_heads, head_dim};
-  op.attention.meta = (rg_attn_meta_t){n_seqs,
+  op.attention.meta = (rg_attn_meta_t){n_tok,
                                        n_seqs,
                                        blocks,
                                        {mb, 0},
-                                       {mb, (size_t)n_seqs * 4},
-                                       {mb, (size_t)(2 * n_seqs) * 4},
-                                       {mb, (size_t)(3 * n_seqs + 1) * 4}};
+                                       {mb, (size_t)n_tok * 4},
+                                       {mb, (size_t)(2 * n_tok) * 4},
+                                       {mb, (size_t)(2 * n_tok + n_seqs + 1) * 4}};
   op.attention.q = (rg_ref_t){q, 0};
   op.attention.o = (rg_ref_t){o, 0};
   op.attention.n_heads = n_heads;
@@ -228,7 +236,12 @@ rg_status_t rg_opencl_measure_attention(rg_device_t *dev, rg_dtype_t kv, int64_t
     if (r >= 0 && t < best) best = t;
   }
   double read = 2.0 * (double)context * (double)(n_kv_heads * head_dim * n_seqs) * (double)es;
-  if (!s) *out = (rg_opencl_measure_t){best, read, read / best, read + 2.0 * qbytes};
+  // Decode: its work is the KV read. A prompt's: the multiplies, QK^T and
+  // PV, 4 FLOPs per (head, dimension, query, causal key).
+  double keys = (double)tokens * (double)(context - tokens) + (double)tokens * (tokens + 1) / 2.0;
+  double flops = 4.0 * (double)(n_seqs * n_heads * head_dim) * keys;
+  double work = tokens > 1 ? flops : read;
+  if (!s) *out = (rg_opencl_measure_t){best, work, work / best, read + 2.0 * qbytes};
   rg_queue_destroy(qu);
   rg_buffer_release(o);
   rg_buffer_release(q);
@@ -238,6 +251,19 @@ rg_status_t rg_opencl_measure_attention(rg_device_t *dev, rg_dtype_t kv, int64_t
   free(meta);
   return rg_status_wrap(s, "measuring attention over %lld positions on %s", (long long)context,
                         dev->label);
+}
+
+rg_status_t rg_opencl_measure_attention(rg_device_t *dev, rg_dtype_t kv, int64_t n_seqs,
+                                        int64_t context, int64_t n_heads, int64_t n_kv_heads,
+                                        int64_t head_dim, int reps, rg_opencl_measure_t *out) {
+  return measure_attention(dev, kv, n_seqs, context, 1, n_heads, n_kv_heads, head_dim, reps, out);
+}
+
+rg_status_t rg_opencl_measure_attention_prefill(rg_device_t *dev, rg_dtype_t kv, int64_t tokens,
+                                                int64_t n_heads, int64_t n_kv_heads,
+                                                int64_t head_dim, int reps,
+                                                rg_opencl_measure_t *out) {
+  return measure_attention(dev, kv, 1, tokens, tokens, n_heads, n_kv_heads, head_dim, reps, out);
 }
 
 // ----- FMA peak ----------------------------------------------------------------------

@@ -21,6 +21,7 @@
 //                             (rg_buffer_write / rg_buffer_read)
 //   rg_opencl_measure_attention  decode attention over a paged KV cache of a
 //                             given context length: KV bytes read per second
+//   rg_opencl_measure_attention_prefill  a prompt's causal attention: FLOP/s
 //   rg_opencl_measure_launch  the host's cost per op: small ops submitted
 //                             back to back, then one wait
 // read, write and fma need an OpenCL device; the others go through the HAL
@@ -85,6 +86,13 @@ RG_MUST_USE rg_status_t rg_opencl_measure_attention(rg_device_t *dev, rg_dtype_t
                                                     int64_t context, int64_t n_heads,
                                                     int64_t n_kv_heads, int64_t head_dim, int reps,
                                                     rg_opencl_measure_t *out);
+// A prompt's attention: one sequence of `tokens` new positions, causal, on
+// a paged cache of bf16/f16/f32 KV; work and rate in FLOPs (QK^T and PV, 4
+// per head, dimension, query and key it sees). Any HAL device.
+RG_MUST_USE rg_status_t rg_opencl_measure_attention_prefill(rg_device_t *dev, rg_dtype_t kv,
+                                                            int64_t tokens, int64_t n_heads,
+                                                            int64_t n_kv_heads, int64_t head_dim,
+                                                            int reps, rg_opencl_measure_t *out);
 // Seconds per op of n tiny adds submitted back to back on a fresh queue,
 // then one rg_queue_wait (the wait included, spread over the n). Any HAL
 // device.
