@@ -666,8 +666,9 @@ static void post_pieces(fab_t *f, rg_transport_req_t *r) {
   while (!o->runs_done && o->n_free > 0 && o->fail_code == RG_OK && !o->cancelling) {
     size_t chunk = rg__runs_chunk(&o->runs);
     if (chunk < w->n_chunks && chunk >= o->next_notice + WRITE_WINDOW_CHUNKS) break;
-    // A gathering write's chunk is in its staging region once hashed.
-    if (w->gruns && chunk >= w->n_hashed) break;
+    // A gathering write's chunk is in its staging region once hashed (past
+    // the last chunk the cursor is done, which the loop below finds).
+    if (w->gruns && chunk < w->n_chunks && chunk >= w->n_hashed) break;
     struct iovec iov[MAX_IOV];
     void *desc[MAX_IOV];
     struct fi_rma_iov rma[MAX_IOV];
