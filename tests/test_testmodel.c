@@ -131,8 +131,11 @@ RG_TEST(testmodel_cli_rejects_bad_flags_with_exit_2) {
 
 RG_TEST(testmodel_tokenizer_json_and_gguf_vocab_encode_alike) {
   const char *dir = rg_test_tmpdir(t);
-  rg_testmodel_opts_t o = {
-      .arch = RG_TESTMODEL_MOE, .seed = 1, .dtype = RG_F16, .gguf_type = RG_DTYPE_COUNT, .force = 1};
+  rg_testmodel_opts_t o = {.arch = RG_TESTMODEL_MOE,
+                           .seed = 1,
+                           .dtype = RG_F16,
+                           .gguf_type = RG_DTYPE_COUNT,
+                           .force = 1};
   rg_testmodel_info_t info;
   RG_REQUIRE_OK(rg_testmodel_write(dir, &o, &info));
   RG_CHECK(info.vocab == 576 && info.n_tokens == 517);
@@ -475,4 +478,49 @@ RG_TEST(testmodel_weights_have_the_documented_scale) {
     RG_CHECK(mx <= 2 * sqrt(3.0) * cases[c].std * 1.0001);
   }
   rg_weights_close(w);
+}
+
+// The user-cache copy of a test model names its weights' type when it is not
+// the default (bf16, the GGUF the same): an f16 or q8_0 request never gets
+// the bf16 model cached before it (the cache had named arch and size only).
+RG_TEST(testmodel_cache_names_the_weight_type) {
+  const char *x = getenv("XDG_CACHE_HOME");
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", x ? x : "");
+  const int had = x != NULL;
+  setenv("XDG_CACHE_HOME", rg_test_tmpdir(t), 1);
+  rg_testmodel_opts_t o = {.arch = RG_TESTMODEL_LLAMA,
+                           .size = RG_TESTMODEL_TINY,
+                           .dtype = RG_BF16,
+                           .gguf_type = RG_DTYPE_COUNT};
+  char dirs[3][4096];
+  int written[3] = {0, 0, 0};
+  rg_status_t s = rg_testmodel_cached(&o, dirs[0], sizeof dirs[0], &written[0]);
+  o.dtype = RG_F16;
+  if (!s) s = rg_testmodel_cached(&o, dirs[1], sizeof dirs[1], &written[1]);
+  o.dtype = RG_BF16;
+  o.gguf_type = RG_Q8_0;
+  if (!s) s = rg_testmodel_cached(&o, dirs[2], sizeof dirs[2], &written[2]);
+  if (had)
+    setenv("XDG_CACHE_HOME", saved, 1);
+  else
+    unsetenv("XDG_CACHE_HOME");
+  RG_REQUIRE_OK(s);
+  RG_CHECK(written[0] && written[1] && written[2]);
+  RG_CHECK_CONTAINS(dirs[0], "/ridge/testmodel-llama-tiny-" RIDGE_VERSION);
+  RG_CHECK_CONTAINS(dirs[1], "/ridge/testmodel-llama-tiny-f16-" RIDGE_VERSION);
+  RG_CHECK_CONTAINS(dirs[2], "/ridge/testmodel-llama-tiny-bf16-gguf-q8_0-" RIDGE_VERSION);
+  // What each directory holds is the type its name says.
+  static const rg_dtype_t want[3] = {RG_BF16, RG_F16, RG_Q8_0};
+  static const char *const file[3] = {"model.safetensors", "model.safetensors", "model.gguf"};
+  for (int i = 0; i < 3; i++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dirs[i], file[i]);
+    rg_weights_t *w = NULL;
+    RG_CHECK_OK(rg_weights_open(path, &w));
+    if (!w) continue;
+    const rg_tensor_t *q = rg_weights_find(w, "model.layers.0.self_attn.q_proj.weight");
+    RG_CHECK(q && q->type == want[i]);
+    rg_weights_close(w);
+  }
 }
