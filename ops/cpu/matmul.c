@@ -1048,16 +1048,17 @@ enum { PKH_PREFETCH_FROM_M = 2 };
 // the matrix is one stream in (panel, block) order, so each block asks for
 // the next one into L2 while its first rows of x run.
 // f16 panels take pkh_micro, PKH_MR rows of x at a time.
-typedef void (*pk_micro_fn)(const job_t *j, const uint32_t *pan, int64_t np, int64_t kc, int64_t i0,
-                            int mv, int64_t r0, int first, int last, const uint32_t *pf,
-                            int pf_div);
+static int64_t pk_rows_per_pass(rg_dtype_t t) {
+  return t == RG_F16 ? PKH_MR : PK_MR;
+}
+
 static void pkw_panels(const job_t *j, size_t b, size_t e) {
   const int64_t k32 = (j->k + 31) / 32 * 32;
   const size_t total = (size_t)((j->n + PK_NB - 1) / PK_NB);
   const uint32_t *w = (const uint32_t *)j->w;
   const bool f16 = j->type == RG_F16;
   const pk_micro_fn *micro_for = f16 ? pkh_micro_for : pk_micro_for;
-  const int64_t MR = f16 ? PKH_MR : PK_MR;
+  const int64_t MR = pk_rows_per_pass(j->type);
   for (size_t blk = b; blk < e; blk++) {
     const int64_t r0 = (int64_t)blk * PK_NB;
     const uint32_t *panel = w + (size_t)blk * (size_t)(k32 / 2) * PK_NB;
@@ -1236,6 +1237,20 @@ static void x_to_bf16_worker(void *ctx, size_t b, size_t e, int thread) {
     memset(xb + i * (size_t)j->kp + j->k, 0, (size_t)(j->kp - j->k) * sizeof(uint16_t));
   }
 }
+
+#if RG_X86
+// Pool items are rows of x, copied as they are and zero-padded to kp (the
+// f16 panels' x).
+static void x_pad_worker(void *ctx, size_t b, size_t e, int thread) {
+  (void)thread;
+  const job_t *j = ctx;
+  float *xf = (float *)j->xf;
+  for (size_t i = b; i < e; i++) {
+    memcpy(xf + i * (size_t)j->kp, j->x + i * (size_t)j->k, (size_t)j->k * sizeof(float));
+    memset(xf + i * (size_t)j->kp + j->k, 0, (size_t)(j->kp - j->k) * sizeof(float));
+  }
+}
+#endif
 
 // ---- GEMM path: OpenBLAS on f32 tiles ------------------------------------------
 
@@ -1846,11 +1861,8 @@ static rg_status_t run_packed(rg_pool_t *pool, job_t *j) {
     if (!xf)
       return rg_status_make(RG_OUT_OF_MEMORY, "matmul: no memory to pad x (%lld x %lld)",
                             (long long)j->m, (long long)j->k);
-    for (int64_t i = 0; i < j->m; i++) {
-      memcpy(xf + i * j->kp, j->x + i * j->k, (size_t)j->k * sizeof(float));
-      memset(xf + i * j->kp + j->k, 0, (size_t)(j->kp - j->k) * sizeof(float));
-    }
     j->xf = xf;
+    rg_pool_parallel_for(pool, (size_t)j->m, 16, x_pad_worker, j);
   } else {
     RG_RETURN_IF_ERROR(round_x(pool, j, 1, &xb));
   }
@@ -1861,7 +1873,7 @@ static rg_status_t run_packed(rg_pool_t *pool, job_t *j) {
   // bandwidth where the same kernel alone streams at 0.95-1.0. Work is a
   // panel's weights per pass of x, up to 8 passes (claim_chunk).
   const size_t panels = (size_t)((j->n + PK_NB - 1) / PK_NB);
-  const int64_t mr = j->type == RG_F16 ? PKH_MR : PK_MR;
+  const int64_t mr = pk_rows_per_pass(j->type);
   const size_t passes = (size_t)((j->m + mr - 1) / mr);
   size_t grain,
       chunk = claim_chunk(pool, panels,
