@@ -255,8 +255,10 @@ RG_MUST_USE rg_status_t rg_transport_write(rg_transport_t *t, rg_transport_peer_
 // before it is hashed and sent, so the gather overlaps the transfer instead
 // of preceding it, and runs that land next to each other in the target go
 // as one piece however scattered their sources (KV pages between block
-// sizes: per-head runs of 16 positions into 64-token blocks). `staging` and
-// the sources belong to the transport until the write is done.
+// sizes: per-head runs of 16 positions into 64-token blocks). Its runs
+// number at most 4 Mi, the places they land in (runs adjacent in the target
+// merged) at most RG_TRANSPORT_MAX_SEGMENTS. `staging` and the sources
+// belong to the transport until the write is done.
 RG_MUST_USE rg_status_t rg_transport_write_gather(rg_transport_t *t, rg_transport_peer_t peer,
                                                   const rg_transport_region_t *staging,
                                                   const rg_transport_region_desc_t *dst,

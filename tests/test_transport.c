@@ -1824,3 +1824,59 @@ RG_TEST(transport_inproc_bad_arguments) {
   rg_transport_destroy(a);
   rg_transport_destroy(b);
 }
+
+// A gathering write is bounded by the places its runs land in, not by its
+// runs: 10,000 runs of 4 bytes, read backwards from the source, land end to
+// end in one place and arrive in order; 8,193 runs landing apart are refused,
+// naming the count, before anything moves.
+RG_TEST(transport_inproc_gathering_write_counts_places_not_runs) {
+  enum { RUNS = 10000, RUN = 4 };
+  rg_transport_t *a, *b;
+  rg_transport_options_t o = {.kind = RG_TRANSPORT_INPROC, .name = "prefill"};
+  RG_REQUIRE_OK(rg_transport_create(&o, &a));
+  o.name = "decode";
+  RG_REQUIRE_OK(rg_transport_create(&o, &b));
+  uint8_t addr[RG_TRANSPORT_ADDR_MAX];
+  size_t len;
+  rg_transport_peer_t pb, pa;
+  RG_REQUIRE_OK(rg_transport_address(b, addr, sizeof(addr), &len));
+  RG_REQUIRE_OK(rg_transport_peer_add(a, addr, len, "decode", &pb));
+  RG_REQUIRE_OK(rg_transport_address(a, addr, sizeof(addr), &len));
+  RG_REQUIRE_OK(rg_transport_peer_add(b, addr, len, "prefill", &pa));
+  static uint8_t src[RUNS * RUN], stage[RUNS * RUN], dst[2 * RUNS * RUN];
+  static rg_transport_segment_t segs[RUNS];
+  for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 31 + 7);
+  rg_transport_region_t *gs, *gd;
+  RG_REQUIRE_OK(
+      rg_transport_region_register(a, stage, sizeof stage, RG_TRANSPORT_WRITE_SOURCE, &gs));
+  RG_REQUIRE_OK(rg_transport_region_register(b, dst, sizeof dst, RG_TRANSPORT_WRITE_TARGET, &gd));
+  rg_transport_region_desc_t d;
+  rg_transport_region_desc(gd, &d);
+  // Run i: the i-th last 4 bytes of src, into dst[4 i].
+  for (int i = 0; i < RUNS; i++)
+    segs[i] = (rg_transport_segment_t){
+        .src = src + (size_t)(RUNS - 1 - i) * RUN, .dst_offset = (uint64_t)i * RUN, .len = RUN};
+  rg_transport_req_t *w = NULL, *r = NULL;
+  RG_CHECK_OK(rg_transport_write_gather(a, pb, gs, &d, segs, RUNS, 7, NULL, 0, "kv", &w));
+  RG_CHECK_OK(rg_transport_recv_notice(b, pa, 7, NULL, 0, "kv", &r));
+  if (w && r) {
+    RG_CHECK_OK(rg_transport_wait(r, 5));
+    RG_CHECK_OK(rg_transport_wait(w, 5));
+    int bad = 0;
+    for (int i = 0; i < RUNS; i++) bad += memcmp(dst + (size_t)i * RUN, segs[i].src, RUN) != 0;
+    RG_CHECK(bad == 0);
+  }
+  rg_transport_req_free(w);
+  rg_transport_req_free(r);
+  // Every other 4 bytes of dst: 8,193 places.
+  for (int i = 0; i <= RG_TRANSPORT_MAX_SEGMENTS; i++) segs[i].dst_offset = (uint64_t)i * 2 * RUN;
+  w = NULL;
+  RG_CHECK_ERR(rg_transport_write_gather(a, pb, gs, &d, segs, RG_TRANSPORT_MAX_SEGMENTS + 1, 8,
+                                         NULL, 0, "kv", &w),
+               "lands in 8193 separate places; at most 8192");
+  RG_CHECK(w == NULL);
+  rg_transport_region_deregister(gs);
+  rg_transport_region_deregister(gd);
+  rg_transport_destroy(a);
+  rg_transport_destroy(b);
+}

@@ -1376,11 +1376,12 @@ rg_status_t rg_transport_write_gather(rg_transport_t *t, rg_transport_peer_t pee
                        "transport '%s': a gathering write to %s needs a staging region "
                        "registered with this endpoint as a write source",
                        t->name, who);
-  if (!s && (!segs || n_segs == 0 || n_segs > RG_TRANSPORT_MAX_SEGMENTS))
+  // Its runs are bounded by RG__MAX_GATHER_RUNS (stage_segments), and the
+  // places they land in, merged, by RG_TRANSPORT_MAX_SEGMENTS (below): a
+  // transfer's per-head runs number many times its places.
+  if (!s && (!segs || n_segs == 0))
     s = rg_status_make(RG_INVALID_ARGUMENT,
-                       "transport '%s': a write to %s has %zu segments; it needs 1 to %d "
-                       "(split longer transfers into several writes)",
-                       t->name, who, segs ? n_segs : 0, RG_TRANSPORT_MAX_SEGMENTS);
+                       "transport '%s': a gathering write to %s has no segments", t->name, who);
   rg_transport_segment_t *staged = NULL;
   rg__gather_run_t *gruns = NULL;
   size_t n_staged = 0, n_gruns = 0;
