@@ -334,7 +334,12 @@ static rg_status_t print_text(FILE *f, const rg_profile_result_t *r, const char 
     fprintf(f, "%s%s positions %s", j ? ", " : "",
             rg_fmt_tokens((long long)r->ctx[j], b2, sizeof b2),
             rg_fmt_quantity(r->attn_rate[j], RG_UNIT_BANDWIDTH, b, sizeof b));
-  fprintf(f, "\n");
+  fprintf(f, "\n  prompt attention, a %s-token prompt: ",
+          rg_fmt_tokens((long long)r->attn_prefill_tokens, b2, sizeof b2));
+  if (r->attn_prefill_rate > 0)
+    fprintf(f, "%s\n", rg_fmt_quantity(r->attn_prefill_rate, RG_UNIT_FLOPS, b, sizeof b));
+  else
+    fprintf(f, "not measured: %s\n", r->attn_prefill_reason);
 
   const rg_profile_derived_t *d = &r->cls;
   if (!d->have_class) return NULL;
@@ -468,6 +473,12 @@ static rg_status_t print_json(const rg_profile_result_t *r, const char *path, in
     rg_json_num(p, "context", (double)r->ctx[j], &bad);
     rg_json_num(p, "kv_bytes_per_s", r->attn_rate[j], &bad);
   }
+  cJSON *pa = rg_json_obj(at, "prompt", &bad);
+  rg_json_num(pa, "tokens", (double)r->attn_prefill_tokens, &bad);
+  if (r->attn_prefill_rate > 0)
+    rg_json_num(pa, "flops_per_s", r->attn_prefill_rate, &bad);
+  else
+    rg_json_str(pa, "reason", r->attn_prefill_reason, &bad);
   const rg_profile_derived_t *d = &r->cls;
   if (d->have_class) {
     cJSON *c = rg_json_obj(root, "calibrated", &bad);

@@ -155,7 +155,9 @@ static void check_figures(rg_test_ctx_t *t, const cJSON *j, const rg_device_clas
   RG_CHECK((positive(em) && em <= 1) ||
            (isnan(em) && cJSON_IsTrue(cJSON_GetObjectItem(j, "quick"))));
   RG_CHECK(positive(ea) && ea <= 1);
-  // A prompt's attention over the bf16 peak.
+  // A prompt's attention, and its rate over the bf16 peak.
+  const cJSON *pa = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "attention"), "prompt");
+  RG_CHECK(num(pa, "tokens") == 1024 && positive(num(pa, "flops_per_s")));
   const double eac = num(cal, "efficiency_attention_compute");
   RG_CHECK(positive(eac) && eac <= 1);
   const cJSON *stages = cJSON_GetObjectItem(cal, "stages");
